@@ -1,0 +1,5 @@
+//go:build cuda
+
+package depspin
+
+import _ "gorgonia.org/cu"
