@@ -1,0 +1,34 @@
+// Package trace reads LLM request traces in the Mooncake FAST'25 JSONL format and
+// turns them into token sequences a KV-cache manager can replay.
+//
+// # Format
+//
+// One JSON object per line:
+//
+//	{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2]}
+//
+// timestamp is the arrival time in milliseconds from the trace start, hash_ids are
+// remapped prefix block hashes with BlockTokens (512) tokens per block: equal ids
+// mean a reusable prefix block, and every id identifies its whole prefix.
+//
+// # Errors
+//
+// A malformed line yields a *ParseError naming the line number and the field. With
+// OnError set to Skip the reader counts the line in Report.Skipped and goes on;
+// with Stop (the default) reading ends at the first bad line.
+//
+// # Tokens
+//
+// The traces carry no token ids. Tokens maps each hash id to a deterministic block
+// of token ids (equal ids give equal tokens, different ids different tokens with
+// overwhelming probability), so a trace can drive a real prefix cache.
+//
+// # Usage
+//
+//	reqs, rep, err := trace.ReadFile("conversation_trace.jsonl", trace.Options{OnError: trace.Skip})
+//	if err != nil { ... }
+//	toks := trace.Tokens(reqs[0], 128256)
+//
+// Sample returns the embedded default workload: the first 600 requests of the
+// Mooncake conversation trace (kvcache-ai/Mooncake, Apache-2.0).
+package trace

@@ -1,0 +1,106 @@
+package trace
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestReadSortsAndParses(t *testing.T) {
+	in := `{"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}
+
+{"timestamp": 2, "input_length": 10, "output_length": 0, "hash_ids": [7]}
+`
+	reqs, rep, err := Read(strings.NewReader(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Lines != 2 || len(reqs) != 2 {
+		t.Fatalf("lines %d reqs %d, want 2 and 2", rep.Lines, len(reqs))
+	}
+	if reqs[0].Timestamp != 2 || reqs[1].HashIDs[1] != 1 || reqs[1].InputLength != 600 {
+		t.Fatalf("unexpected requests %+v", reqs)
+	}
+}
+
+func TestMalformedLines(t *testing.T) {
+	cases := []struct {
+		line, field string
+	}{
+		{`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0]`, "json"},
+		{`{"input_length": 10, "output_length": 1, "hash_ids": [0]}`, "timestamp"},
+		{`{"timestamp": -1, "input_length": 10, "output_length": 1, "hash_ids": [0]}`, "timestamp"},
+		{`{"timestamp": 1.5, "input_length": 10, "output_length": 1, "hash_ids": [0]}`, "timestamp"},
+		{`{"timestamp": 1, "input_length": 0, "output_length": 1, "hash_ids": [0]}`, "input_length"},
+		{`{"timestamp": 1, "input_length": 10, "hash_ids": [0]}`, "output_length"},
+		{`{"timestamp": 1, "input_length": 10, "output_length": 1}`, "hash_ids"},
+		{`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": []}`, "hash_ids"},
+		{`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [-3]}`, "hash_ids"},
+		{`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}`, "hash_ids"},
+		{`{"timestamp": 1, "input_length": 1000, "output_length": 1, "hash_ids": [0]}`, "hash_ids"},
+	}
+	good := `{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}`
+	for _, c := range cases {
+		in := good + "\n" + c.line + "\n" + good + "\n"
+		_, _, err := Read(strings.NewReader(in), Options{})
+		var pe *ParseError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%s: got %v, want a *ParseError", c.line, err)
+		}
+		if pe.Line != 2 || pe.Field != c.field {
+			t.Fatalf("%s: line %d field %q, want line 2 field %q (%v)", c.line, pe.Line, pe.Field, c.field, err)
+		}
+		reqs, rep, err := Read(strings.NewReader(in), Options{OnError: Skip})
+		if err != nil || len(reqs) != 2 || rep.Skipped != 1 || rep.Errors[0].Field != c.field {
+			t.Fatalf("%s: skip mode gave %d reqs, %+v, %v", c.line, len(reqs), rep, err)
+		}
+	}
+}
+
+func TestTimeScaleAndLimit(t *testing.T) {
+	in := `{"timestamp": 1000, "input_length": 10, "output_length": 1, "hash_ids": [0]}
+{"timestamp": 2000, "input_length": 10, "output_length": 1, "hash_ids": [1]}`
+	reqs, _, err := Read(strings.NewReader(in), Options{TimeScale: 0.5, Limit: 1})
+	if err != nil || len(reqs) != 1 || reqs[0].Timestamp != 500 {
+		t.Fatalf("got %+v %v", reqs, err)
+	}
+}
+
+func TestSample(t *testing.T) {
+	reqs := Sample()
+	if len(reqs) != 600 {
+		t.Fatalf("sample has %d requests, want 600", len(reqs))
+	}
+	if reqs[0].InputLength != 6758 || len(reqs[0].HashIDs) != 14 {
+		t.Fatalf("first request %+v does not match the trace", reqs[0])
+	}
+}
+
+func TestTokensDeterministicAndShared(t *testing.T) {
+	a := Request{InputLength: 700, HashIDs: []int64{3, 9}}
+	b := Request{InputLength: 1024, HashIDs: []int64{3, 4}}
+	ta, tb := Tokens(a, 1000), Tokens(b, 1000)
+	if len(ta) != 700 || len(tb) != 1024 {
+		t.Fatalf("lengths %d %d", len(ta), len(tb))
+	}
+	same := 0
+	for i := range BlockTokens {
+		if ta[i] != tb[i] {
+			t.Fatalf("shared id 3 gave different token %d", i)
+		}
+		if ta[BlockTokens+i%188] == tb[BlockTokens+i%188] {
+			same++
+		}
+	}
+	if same > 20 {
+		t.Fatalf("different ids gave %d equal tokens out of 512", same)
+	}
+	for _, tok := range tb {
+		if tok < 0 || tok >= 1000 {
+			t.Fatalf("token %d outside vocab", tok)
+		}
+	}
+	if again := Tokens(a, 1000); again[699] != ta[699] {
+		t.Fatal("not deterministic")
+	}
+}

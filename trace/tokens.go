@@ -1,0 +1,30 @@
+package trace
+
+// Tokens returns the prompt of req as token ids: hash id h stands for BlockTokens
+// ids drawn from a generator seeded by h, and the last block is cut to make
+// exactly InputLength tokens. Every id is in [0, vocab); vocab must be > 0.
+func Tokens(req Request, vocab int) []int32 {
+	out := make([]int32, 0, req.InputLength)
+	for _, id := range req.HashIDs {
+		n := min(BlockTokens, req.InputLength-len(out))
+		out = AppendBlockTokens(out, id, n, vocab)
+	}
+	return out
+}
+
+// AppendBlockTokens appends the first n token ids that hash id stands for.
+func AppendBlockTokens(dst []int32, id int64, n, vocab int) []int32 {
+	if vocab <= 0 {
+		panic("kvtier: trace.AppendBlockTokens: vocab must be > 0")
+	}
+	s := uint64(id)*0x9E3779B97F4A7C15 + 0x6A09E667F3BCC909
+	for range n {
+		s += 0x9E3779B97F4A7C15
+		z := s
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+		z ^= z >> 31
+		dst = append(dst, int32(z%uint64(vocab)))
+	}
+	return dst
+}
