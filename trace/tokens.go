@@ -3,8 +3,8 @@ package trace
 // Tokens returns the prompt of req as token ids: hash id h stands for BlockTokens
 // ids drawn from a generator seeded by h, and the last block is cut to make
 // exactly InputLength tokens. Every id is in [0, vocab); vocab must be > 0.
-func Tokens(req Request, vocab int) []int32 {
-	out := make([]int32, 0, req.InputLength)
+func Tokens(req Request, vocab int) []int64 {
+	out := make([]int64, 0, req.InputLength)
 	for _, id := range req.HashIDs {
 		n := min(BlockTokens, req.InputLength-len(out))
 		out = AppendBlockTokens(out, id, n, vocab)
@@ -13,7 +13,7 @@ func Tokens(req Request, vocab int) []int32 {
 }
 
 // AppendBlockTokens appends the first n token ids that hash id stands for.
-func AppendBlockTokens(dst []int32, id int64, n, vocab int) []int32 {
+func AppendBlockTokens(dst []int64, id int64, n, vocab int) []int64 {
 	if vocab <= 0 {
 		panic("kvtier: trace.AppendBlockTokens: vocab must be > 0")
 	}
@@ -24,7 +24,7 @@ func AppendBlockTokens(dst []int32, id int64, n, vocab int) []int32 {
 		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
 		z = (z ^ (z >> 27)) * 0x94D049BB133111EB
 		z ^= z >> 31
-		dst = append(dst, int32(z%uint64(vocab)))
+		dst = append(dst, int64(z%uint64(vocab)))
 	}
 	return dst
 }
