@@ -1,0 +1,47 @@
+// Package policy holds the eviction policies shared by kvtier's host (pinned)
+// and disk tiers: LRU, FIFO and S3-FIFO.
+//
+// A policy only orders keys; it owns no memory and does no I/O. The tier that
+// owns the bytes tells the policy what became resident (Add), what was hit
+// (Access) and what left (Remove), and asks it for a victim when it needs
+// room (Evict). The tier decides how much room it needs; a policy never
+// evicts on its own.
+//
+// # Sections
+//
+//   - Kinds: [Kind], [ParseKind] and [New] pick a policy by name, as in
+//     AIBrix's L1 cache setting (LRU, FIFO or S3FIFO).
+//   - LRU: evicts the least recently added or accessed key.
+//   - FIFO: evicts the oldest key; accesses do not reorder.
+//   - S3-FIFO: the three-queue policy of Yang et al. (SOSP'23): a small probation
+//     FIFO, a main FIFO with second chances and a ghost FIFO that remembers keys
+//     recently evicted from the small queue. It filters one-hit wonders out of
+//     the main queue.
+//   - Pinned keys: Evict takes an evictable filter, so a tier can keep keys
+//     that have readers; those keys are skipped and keep their place.
+//
+// # Concurrency
+//
+// Policies are plain, non-thread-safe values. One owner (the tier's actor)
+// calls them; nothing here locks.
+//
+// # Cost
+//
+// Add, Access, Remove, Contains and Len are O(1). Evict is O(1) plus the number
+// of keys it skips (rejected by the filter, or given a second chance by
+// S3-FIFO). Nodes live in one slice with a free list, so steady-state churn
+// does not allocate.
+//
+// # Usage
+//
+//	p, err := policy.New(policy.S3FIFO, numSlots)
+//	if err != nil {
+//		return err
+//	}
+//	p.Add(k)    // k was written into the tier
+//	p.Access(k) // k was read
+//	victim, ok := p.Evict(func(k policy.Key) bool { return refs[k] == 0 })
+//	if ok {
+//		// move victim to the lower tier or drop it; the policy already forgot it
+//	}
+package policy
