@@ -1,0 +1,86 @@
+package disk
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/policy"
+)
+
+// Config describes a Store. Open validates it and never modifies the
+// caller's value; zero fields take the defaults noted below.
+type Config struct {
+	// Dir holds the slot files and the LOCK file; created (0700) if missing.
+	Dir string
+	// CapacityBytes bounds the total size of the slot files. The store has
+	// CapacityBytes / SlotBytes(PayloadBytes) slots, at least Files.
+	CapacityBytes int64
+	// PayloadBytes is the largest payload one block may carry. Each slot is
+	// one BlockSize header block plus PayloadBytes rounded up to BlockSize.
+	PayloadBytes int
+	// Fingerprint identifies the model and KV layout. Records written with
+	// another fingerprint are dropped at Open.
+	Fingerprint uint64
+	// Policy picks eviction victims when every slot is in use; default LRU.
+	Policy policy.Kind
+	// Files spreads the slots round-robin over this many files; default 1.
+	Files int
+	// Sync makes every write durable against power loss: fdatasync after
+	// the payload and again after the header. Without it a write survives a
+	// process crash but not necessarily a machine crash.
+	Sync bool
+	// NoDirectIO forces buffered I/O even where O_DIRECT works.
+	NoDirectIO bool
+	// FS is the file system; nil means OSFS.
+	FS FS
+	// Logger receives rare events (dropped records, I/O errors); nil means
+	// zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Meta describes one block: its chained hash, its parent's hash, the tenant
+// namespace and how many tokens it covers.
+type Meta struct {
+	Hash      uint64
+	Parent    uint64
+	Namespace uint64
+	Tokens    int
+}
+
+// SlotBytes returns the on-disk size of one slot for a payload size: one
+// header block plus the payload rounded up to BlockSize.
+func SlotBytes(payloadBytes int) int64 { return BlockSize + roundUp(int64(payloadBytes)) }
+
+// withDefaults validates c and returns a copy with defaults filled in.
+func (c Config) withDefaults() (Config, error) {
+	if c.Dir == "" {
+		return c, fmt.Errorf("%w: empty Dir", ErrInvalidConfig)
+	}
+	if c.PayloadBytes <= 0 {
+		return c, fmt.Errorf("%w: PayloadBytes %d must be > 0", ErrInvalidConfig, c.PayloadBytes)
+	}
+	if c.Files == 0 {
+		c.Files = 1
+	}
+	if c.Files < 0 {
+		return c, fmt.Errorf("%w: Files %d must be >= 0", ErrInvalidConfig, c.Files)
+	}
+	if c.Policy == 0 {
+		c.Policy = policy.LRU
+	}
+	if !c.Policy.Valid() {
+		return c, fmt.Errorf("%w: policy %v", ErrInvalidConfig, c.Policy)
+	}
+	if slots := c.CapacityBytes / SlotBytes(c.PayloadBytes); slots < int64(c.Files) {
+		return c, fmt.Errorf("%w: CapacityBytes %d holds %d slots of %d bytes, need at least %d (Files)",
+			ErrInvalidConfig, c.CapacityBytes, slots, SlotBytes(c.PayloadBytes), c.Files)
+	}
+	if c.FS == nil {
+		c.FS = OSFS{}
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c, nil
+}

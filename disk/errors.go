@@ -1,0 +1,65 @@
+package disk
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Test with errors.Is; the typed errors below match them.
+var (
+	// ErrLocked means another Store (in this process or another) holds the
+	// directory. The concrete error is a *LockedError naming the directory.
+	ErrLocked = errors.New("kvtier: disk: directory locked")
+	// ErrExists means PlanWrite was asked for a hash that is already stored
+	// or is being written.
+	ErrExists = errors.New("kvtier: disk: block exists")
+	// ErrNoSpace means every slot is pinned or being written, so PlanWrite
+	// found nothing to evict.
+	ErrNoSpace = errors.New("kvtier: disk: no evictable slot")
+	// ErrNotFound means ReadSync was asked for a hash the store does not hold.
+	ErrNotFound = errors.New("kvtier: disk: block not found")
+	// ErrCorrupt means a record failed verification on read. The concrete
+	// error is a *CorruptError.
+	ErrCorrupt = errors.New("kvtier: disk: corrupt record")
+	// ErrTooLarge means a payload is longer than Config.PayloadBytes.
+	ErrTooLarge = errors.New("kvtier: disk: payload too large")
+	// ErrClosed means the Store was closed.
+	ErrClosed = errors.New("kvtier: disk: store closed")
+	// ErrBusy means Close was called while operations were still planned
+	// but not completed; the store stays open.
+	ErrBusy = errors.New("kvtier: disk: operations in flight")
+	// ErrInvalidConfig means Open rejected its Config.
+	ErrInvalidConfig = errors.New("kvtier: disk: invalid config")
+)
+
+// LockedError reports the directory another Store holds. It matches
+// ErrLocked under errors.Is.
+type LockedError struct {
+	Dir string
+	Err error // the underlying flock error, if any
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("kvtier: disk: directory %q is locked by another store", e.Dir)
+}
+
+// Is makes errors.Is(err, ErrLocked) true.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// Unwrap returns the underlying flock error.
+func (e *LockedError) Unwrap() error { return e.Err }
+
+// CorruptError reports a record that failed verification. It matches
+// ErrCorrupt under errors.Is.
+type CorruptError struct {
+	Hash   uint64 // the hash the caller asked for
+	Slot   int    // the slot the record lives in
+	Reason string // which check failed, e.g. "payload checksum"
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("kvtier: disk: corrupt record for hash %016x in slot %d: %s", e.Hash, e.Slot, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }

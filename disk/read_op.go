@@ -1,0 +1,217 @@
+package disk
+
+import (
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+)
+
+// ReadOp is one planned read of a block. PlanRead creates it and pins the
+// slot; Execute does the I/O on any goroutine; CompleteRead unpins. Reads
+// of one hash are coalesced: while an op is in flight, further PlanRead
+// calls for its hash return the same op with first == false and bump
+// Waiters, so the caller does one I/O and fans the result out. The caller
+// MUST call Execute and CompleteRead once per op (from the call that got
+// first == true), not once per waiter.
+type ReadOp struct {
+	hash        uint64
+	slot        int32
+	file        File
+	off         int64
+	meta        Meta
+	generation  uint64
+	payloadLen  int64
+	hdr         []byte
+	fingerprint uint64
+	slotBytes   int64
+	direct      bool
+
+	waiters int
+	done    bool
+}
+
+// Hash returns the block hash being read.
+func (op *ReadOp) Hash() uint64 { return op.hash }
+
+// Meta returns the block's metadata as indexed.
+func (op *ReadOp) Meta() Meta { return op.meta }
+
+// Len returns the payload length; Execute needs a dst at least this long.
+func (op *ReadOp) Len() int { return int(op.payloadLen) }
+
+// Waiters returns how many PlanRead calls share this op (1 if none was
+// coalesced). Read it on the owner goroutine.
+func (op *ReadOp) Waiters() int { return op.waiters }
+
+// PlanRead pins the slot holding hash and returns the read to perform. It
+// returns (nil, false) on a miss (or after Close). If a read of hash is
+// already in flight it returns that op with first == false; only the
+// caller that got first == true executes and completes it. No I/O happens
+// here; a hit counts as an access for the eviction policy.
+func (s *Store) PlanRead(hash uint64) (op *ReadOp, first bool) {
+	if s.closed {
+		return nil, false
+	}
+	if op, ok := s.reads[hash]; ok {
+		op.waiters++
+		s.stats.ReadWaiters++
+		s.pol.Access(hash)
+		return op, false
+	}
+	i, ok := s.index[hash]
+	if !ok || s.slots[i].state != slotLive {
+		return nil, false
+	}
+	sl := &s.slots[i]
+	if sl.pins == 0 {
+		s.pinned++
+	}
+	sl.pins++
+	s.pol.Access(hash)
+	f, off := s.lay.locate(int(i))
+	op = &ReadOp{
+		hash:        hash,
+		slot:        i,
+		file:        s.files[f],
+		off:         off,
+		meta:        sl.meta,
+		generation:  sl.generation,
+		payloadLen:  sl.payloadLen,
+		hdr:         s.getHeader(),
+		fingerprint: s.cfg.Fingerprint,
+		slotBytes:   s.lay.slotBytes,
+		direct:      s.mode == IODirect,
+		waiters:     1,
+	}
+	s.reads[hash] = op
+	return op, true
+}
+
+// Execute reads the header and payload into dst[:op.Len()] and verifies
+// the header checksum, every header field against the index and the payload
+// checksum. A mismatch returns a *CorruptError (errors.Is ErrCorrupt) and
+// clears dst[:op.Len()], so bad bytes are never handed out as data. It
+// touches no Store state and may run on any goroutine. Under O_DIRECT an
+// aligned dst with capacity for the rounded-up length is read in place;
+// any other goes through a bounce buffer. dst shorter than op.Len() panics.
+func (op *ReadOp) Execute(dst []byte) error {
+	if op.done {
+		panic("kvtier: disk: ReadOp.Execute after CompleteRead")
+	}
+	if len(dst) < int(op.payloadLen) {
+		panic(fmt.Sprintf("kvtier: disk: ReadOp.Execute: dst of %d bytes for a %d-byte payload", len(dst), op.payloadLen))
+	}
+	if err := readFull(op.file, op.hdr, op.off); err != nil {
+		return fmt.Errorf("kvtier: disk: read header %016x at %d: %w", op.hash, op.off, err)
+	}
+	var r record
+	if st := decodeHeader(op.hdr, &r); st != headerValid {
+		return op.corrupt(dst, fmt.Sprintf("header status %d", st))
+	}
+	switch {
+	case r.meta != op.meta:
+		return op.corrupt(dst, "header metadata differs from the index")
+	case r.fingerprint != op.fingerprint:
+		return op.corrupt(dst, "fingerprint")
+	case r.generation != op.generation:
+		return op.corrupt(dst, "generation")
+	case r.slotBytes != op.slotBytes || r.payloadLen != op.payloadLen:
+		return op.corrupt(dst, "geometry")
+	}
+	out := dst[:op.payloadLen]
+	buf := out
+	if op.direct {
+		padded := int(roundUp(op.payloadLen))
+		if isAligned(dst) && cap(dst) >= padded {
+			buf = dst[:padded]
+		} else {
+			buf = AlignedBuffer(padded)
+		}
+	}
+	if err := readFull(op.file, buf, op.off+BlockSize); err != nil {
+		clear(out)
+		return fmt.Errorf("kvtier: disk: read payload %016x at %d: %w", op.hash, op.off+BlockSize, err)
+	}
+	if len(out) > 0 && &buf[0] != &out[0] {
+		copy(out, buf)
+	}
+	if Checksum(out) != r.payloadSum {
+		return op.corrupt(dst, "payload checksum")
+	}
+	return nil
+}
+
+func (op *ReadOp) corrupt(dst []byte, reason string) error {
+	clear(dst[:op.payloadLen])
+	return &CorruptError{Hash: op.hash, Slot: int(op.slot), Reason: reason}
+}
+
+func readFull(f File, p []byte, off int64) error {
+	n, err := f.ReadAt(p, off)
+	if n == len(p) {
+		return nil // io.ReaderAt may return io.EOF with a full read at the end
+	}
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// CompleteRead consumes op and unpins its slot. With err != nil (corrupt
+// record or I/O error) the block is removed: unpublished at once and its
+// slot freed, and err is counted in Stats.ReadErrors. Every waiter of a
+// coalesced op shares err. Completing an op twice panics.
+func (s *Store) CompleteRead(op *ReadOp, err error) {
+	if op.done {
+		panic("kvtier: disk: CompleteRead called twice")
+	}
+	op.done = true
+	delete(s.reads, op.hash)
+	s.putHeader(op.hdr)
+	op.hdr = nil
+	sl := &s.slots[op.slot]
+	if sl.pins <= 0 {
+		panic("kvtier: disk: CompleteRead on an unpinned slot")
+	}
+	if err != nil {
+		s.stats.ReadErrors.count(err)
+		s.log.Warn("kvtier: disk: read failed, dropping block", zap.Uint64("hash", op.hash), zap.Error(err))
+		if sl.state == slotLive {
+			s.unpublish(op.slot) // doomed: we still hold the pin
+		}
+	} else {
+		s.stats.Reads++
+		s.stats.BytesRead += op.payloadLen
+	}
+	sl.pins--
+	if sl.pins == 0 {
+		s.pinned--
+		if sl.state == slotDoomed {
+			s.doomed--
+			s.release(op.slot, true /* stale */)
+		}
+	}
+	if invariants {
+		s.mustCheck()
+	}
+}
+
+// ReadSync plans, executes and completes one read on the calling goroutine,
+// filling dst[:n]. A miss returns ErrNotFound; a corrupt record returns an
+// error matching ErrCorrupt and is removed.
+func (s *Store) ReadSync(hash uint64, dst []byte) (m Meta, n int, err error) {
+	op, first := s.PlanRead(hash)
+	if op == nil {
+		return Meta{}, 0, fmt.Errorf("kvtier: disk: read %016x: %w", hash, ErrNotFound)
+	}
+	if !first {
+		panic("kvtier: disk: ReadSync while an asynchronous read of the same hash is in flight")
+	}
+	err = op.Execute(dst)
+	s.CompleteRead(op, err)
+	if err != nil {
+		return Meta{}, 0, err
+	}
+	return op.meta, op.Len(), nil
+}

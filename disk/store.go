@@ -1,0 +1,199 @@
+package disk
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/policy"
+)
+
+// slotState is the life cycle of a slot:
+//
+//	free -> writing (PlanWrite) -> live (CompleteWrite ok) or free (failed)
+//	live -> free (evicted, removed, corrupt) when unpinned
+//	live -> doomed (removed or corrupt while pinned) -> free (last unpin)
+type slotState uint8
+
+const (
+	slotFree slotState = iota
+	slotWriting
+	slotLive
+	slotDoomed
+)
+
+type slot struct {
+	state      slotState
+	pins       int32 // planned reads not yet completed
+	meta       Meta
+	generation uint64
+	payloadLen int64
+	// stale marks a free slot whose header block may still hold a valid
+	// record that was removed; Close zeroes such headers.
+	stale bool
+}
+
+// Store is a crash-consistent block store over preallocated slot files.
+//
+// A Store is not safe for concurrent use: one owner goroutine calls all of
+// its methods. The blocking I/O lives in WriteOp.Execute and ReadOp.Execute,
+// which touch no Store state and may run on any goroutine between the plan
+// and the complete call that bracket them.
+type Store struct {
+	cfg    Config
+	log    *zap.Logger
+	lay    layout
+	mode   IOMode
+	files  []File
+	lock   io.Closer
+	slots  []slot
+	free   []int32            // stack of free slots; the top is reused first
+	index  map[uint64]int32   // hash -> slot, for live and writing slots
+	reads  map[uint64]*ReadOp // in-flight reads, for coalescing
+	pol    policy.Policy
+	hdrs   [][]byte // pool of aligned header buffers
+	gen    uint64   // next generation
+	closed bool
+
+	writing, doomed, pinned int
+
+	stats Stats
+}
+
+// Mode reports whether the store uses O_DIRECT or buffered I/O.
+func (s *Store) Mode() IOMode { return s.mode }
+
+// Slots returns the number of slots.
+func (s *Store) Slots() int { return s.lay.slots }
+
+// PayloadBytes returns the largest payload a block may carry.
+func (s *Store) PayloadBytes() int { return s.cfg.PayloadBytes }
+
+// Len returns the number of live (readable) blocks.
+func (s *Store) Len() int { return s.pol.Len() }
+
+// Contains reports whether hash is stored and readable. A block being
+// written is not contained until CompleteWrite.
+func (s *Store) Contains(hash uint64) bool {
+	i, ok := s.index[hash]
+	return ok && s.slots[i].state == slotLive
+}
+
+// Meta returns the metadata of a live block.
+func (s *Store) Meta(hash uint64) (Meta, bool) {
+	i, ok := s.index[hash]
+	if !ok || s.slots[i].state != slotLive {
+		return Meta{}, false
+	}
+	return s.slots[i].meta, true
+}
+
+// Range calls fn for every live block, in no particular order, until fn
+// returns false. fn must not call back into the Store.
+func (s *Store) Range(fn func(Meta) bool) {
+	for _, i := range s.index {
+		if s.slots[i].state == slotLive && !fn(s.slots[i].meta) {
+			return
+		}
+	}
+}
+
+// Remove unpublishes hash and returns whether it was live. The slot is
+// freed at once, or when the last planned read of it completes. Removal is
+// not persisted until Close (or the slot's reuse): after a crash a removed
+// block may reappear, intact.
+func (s *Store) Remove(hash uint64) bool {
+	i, ok := s.index[hash]
+	if !ok || s.slots[i].state != slotLive {
+		return false
+	}
+	s.unpublish(i)
+	s.stats.Removes++
+	return true
+}
+
+// unpublish takes live slot i out of the index and the policy and frees it,
+// or dooms it while reads hold it.
+func (s *Store) unpublish(i int32) {
+	sl := &s.slots[i]
+	delete(s.index, sl.meta.Hash)
+	s.pol.Remove(sl.meta.Hash)
+	if sl.pins > 0 {
+		sl.state = slotDoomed
+		s.doomed++
+		return
+	}
+	s.release(i, true /* stale */)
+}
+
+// release returns slot i to the free stack.
+func (s *Store) release(i int32, stale bool) {
+	s.slots[i] = slot{state: slotFree, stale: stale}
+	s.free = append(s.free, i)
+}
+
+func (s *Store) getHeader() []byte {
+	if n := len(s.hdrs); n > 0 {
+		h := s.hdrs[n-1]
+		s.hdrs = s.hdrs[:n-1]
+		return h
+	}
+	return AlignedBuffer(BlockSize)
+}
+
+func (s *Store) putHeader(h []byte) { s.hdrs = append(s.hdrs, h) }
+
+// Stats returns a snapshot of the counters and slot states.
+func (s *Store) Stats() Stats {
+	st := s.stats
+	st.Mode = s.mode
+	st.Slots = s.lay.slots
+	st.Free = len(s.free)
+	st.Live = s.pol.Len()
+	st.Writing = s.writing
+	st.Doomed = s.doomed
+	st.Pinned = s.pinned
+	st.NextGeneration = s.gen
+	return st
+}
+
+// Close zeroes the headers of removed records still sitting in free slots,
+// syncs and closes the files and releases the directory lock. It returns
+// ErrBusy, and leaves the store open, while planned operations have not
+// completed. Closing twice returns ErrClosed.
+func (s *Store) Close() error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.writing > 0 || s.pinned > 0 {
+		return fmt.Errorf("%w: %d writes, %d pinned slots", ErrBusy, s.writing, s.pinned)
+	}
+	s.closed = true
+	var errs []error
+	zero := AlignedBuffer(BlockSize)
+	for _, i := range s.free {
+		if !s.slots[i].stale {
+			continue
+		}
+		f, off := s.lay.locate(int(i))
+		if _, err := s.files[f].WriteAt(zero, off); err != nil {
+			errs = append(errs, fmt.Errorf("kvtier: disk: scrub slot %d: %w", i, err))
+			continue
+		}
+		s.slots[i].stale = false
+	}
+	for i, f := range s.files {
+		if err := f.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("kvtier: disk: sync %q: %w", slotFileName(s.cfg.Dir, i), err))
+		}
+	}
+	if err := closeAll(s.files); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.lock.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("kvtier: disk: unlock: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,193 @@
+package disk
+
+import (
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+)
+
+// WriteOp is one planned write. PlanWrite creates it on the owner
+// goroutine; Execute does the I/O on any goroutine; CompleteWrite, back on
+// the owner, consumes it. The caller MUST pass every WriteOp to
+// CompleteWrite exactly once, whether or not Execute ran or failed, or the
+// slot stays reserved for ever. Fields are read-only outside Execute.
+type WriteOp struct {
+	slot   int32
+	file   File
+	off    int64 // header block offset; the payload follows
+	hdr    []byte
+	rec    record
+	sync   bool
+	direct bool
+
+	victim  Meta
+	evicted bool
+
+	n        int64 // payload bytes written, set by Execute
+	executed bool  // Execute succeeded
+	done     bool
+}
+
+// Meta returns the metadata of the block being written.
+func (op *WriteOp) Meta() Meta { return op.rec.meta }
+
+// Victim returns the block PlanWrite evicted to make room, if any. The
+// victim is already unpublished; the caller updates its own index.
+func (op *WriteOp) Victim() (Meta, bool) { return op.victim, op.evicted }
+
+// PlanWrite reserves a slot for m. It takes a free slot, or else asks the
+// policy for an unpinned victim, which is unpublished at once and reported
+// by WriteOp.Victim. It returns ErrExists if m.Hash is stored or being
+// written, ErrNoSpace if every slot is pinned or being written, and
+// ErrClosed after Close. No I/O happens here.
+func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if m.Tokens < 0 {
+		panic("kvtier: disk: PlanWrite with negative Tokens")
+	}
+	if _, ok := s.index[m.Hash]; ok {
+		return nil, fmt.Errorf("kvtier: disk: plan write %016x: %w", m.Hash, ErrExists)
+	}
+	op := &WriteOp{sync: s.cfg.Sync, direct: s.mode == IODirect}
+	if n := len(s.free); n > 0 {
+		op.slot = s.free[n-1]
+		s.free = s.free[:n-1]
+	} else {
+		k, ok := s.pol.Evict(func(k uint64) bool { return s.slots[s.index[k]].pins == 0 })
+		if !ok {
+			return nil, fmt.Errorf("kvtier: disk: plan write %016x: %w", m.Hash, ErrNoSpace)
+		}
+		i := s.index[k]
+		op.victim, op.evicted = s.slots[i].meta, true
+		delete(s.index, k)
+		op.slot = i
+		s.stats.Evictions++
+	}
+	s.slots[op.slot] = slot{state: slotWriting, meta: m, generation: s.gen}
+	s.index[m.Hash] = op.slot
+	s.writing++
+	f, off := s.lay.locate(int(op.slot))
+	op.file, op.off = s.files[f], off
+	op.hdr = s.getHeader()
+	op.rec = record{
+		fingerprint: s.cfg.Fingerprint,
+		meta:        m,
+		slotBytes:   s.lay.slotBytes,
+		generation:  s.gen,
+	}
+	s.gen++
+	return op, nil
+}
+
+// payloadCap returns the payload capacity of the op's slot.
+func (op *WriteOp) payloadCap() int64 { return op.rec.slotBytes - BlockSize }
+
+// Execute writes payload and then the header (with fdatasync after each
+// when Config.Sync). It touches no Store state and may run on any
+// goroutine. Under O_DIRECT a payload that is BlockSize-aligned with
+// capacity for its rounded-up length is written in place; any other is
+// copied into a bounce buffer first. payload is not retained.
+func (op *WriteOp) Execute(payload []byte) error {
+	if op.done {
+		panic("kvtier: disk: WriteOp.Execute after CompleteWrite")
+	}
+	if int64(len(payload)) > op.payloadCap() {
+		return fmt.Errorf("kvtier: disk: write %016x: %d bytes > %d: %w",
+			op.rec.meta.Hash, len(payload), op.payloadCap(), ErrTooLarge)
+	}
+	buf := payload
+	if op.direct {
+		padded := int(roundUp(int64(len(payload))))
+		if isAligned(payload) && cap(payload) >= padded {
+			buf = payload[:padded]
+		} else {
+			buf = AlignedBuffer(padded)
+			copy(buf, payload)
+		}
+	}
+	if err := writeFull(op.file, buf, op.off+BlockSize); err != nil {
+		return fmt.Errorf("kvtier: disk: write payload %016x at %d: %w", op.rec.meta.Hash, op.off+BlockSize, err)
+	}
+	if op.sync {
+		if err := op.file.Sync(); err != nil {
+			return fmt.Errorf("kvtier: disk: sync payload %016x: %w", op.rec.meta.Hash, err)
+		}
+	}
+	op.rec.payloadLen = int64(len(payload))
+	op.rec.payloadSum = Checksum(payload)
+	encodeHeader(op.hdr, &op.rec)
+	if err := writeFull(op.file, op.hdr, op.off); err != nil {
+		return fmt.Errorf("kvtier: disk: write header %016x at %d: %w", op.rec.meta.Hash, op.off, err)
+	}
+	if op.sync {
+		if err := op.file.Sync(); err != nil {
+			return fmt.Errorf("kvtier: disk: sync header %016x: %w", op.rec.meta.Hash, err)
+		}
+	}
+	op.n = int64(len(payload))
+	op.executed = true
+	return nil
+}
+
+func writeFull(f File, p []byte, off int64) error {
+	n, err := f.WriteAt(p, off)
+	if err != nil {
+		return err
+	}
+	if n < len(p) {
+		return io.ErrShortWrite
+	}
+	return nil
+}
+
+// CompleteWrite consumes op. With err == nil the block is published: it is
+// indexed, handed to the policy and readable. Otherwise the slot is freed,
+// the block stays unpublished and err is counted in Stats.WriteErrors.
+// Completing an op twice panics.
+func (s *Store) CompleteWrite(op *WriteOp, err error) {
+	if op.done {
+		panic("kvtier: disk: CompleteWrite called twice")
+	}
+	op.done = true
+	s.putHeader(op.hdr)
+	op.hdr = nil
+	sl := &s.slots[op.slot]
+	if sl.state != slotWriting || sl.meta.Hash != op.rec.meta.Hash {
+		panic("kvtier: disk: CompleteWrite for a slot that is not being written by this op")
+	}
+	s.writing--
+	if err == nil && !op.executed {
+		err = fmt.Errorf("kvtier: disk: complete write %016x: Execute did not run: %w", op.rec.meta.Hash, io.ErrShortWrite)
+	}
+	if err != nil {
+		delete(s.index, sl.meta.Hash)
+		s.release(op.slot, true /* stale: the old header may survive */)
+		s.stats.WriteErrors.count(err)
+		s.log.Warn("kvtier: disk: write failed", zap.Uint64("hash", op.rec.meta.Hash), zap.Error(err))
+		return
+	}
+	sl.state = slotLive
+	sl.payloadLen = op.n
+	s.pol.Add(sl.meta.Hash)
+	s.stats.Writes++
+	s.stats.BytesWritten += op.n
+	if invariants {
+		s.mustCheck()
+	}
+}
+
+// WriteSync plans, executes and completes one write on the calling
+// goroutine. It returns the evicted victim, if any.
+func (s *Store) WriteSync(m Meta, payload []byte) (victim Meta, evicted bool, err error) {
+	op, err := s.PlanWrite(m)
+	if err != nil {
+		return Meta{}, false, err
+	}
+	err = op.Execute(payload)
+	s.CompleteWrite(op, err)
+	victim, evicted = op.Victim()
+	return victim, evicted, err
+}
