@@ -1,0 +1,50 @@
+// Package blockpool is kvtier's paged KV-cache block manager for one device: a fixed
+// set of equally sized blocks, reference counted, with chained-hash prefix caching.
+//
+// It has nano-vllm's semantics with vLLM's data structures. A Pool is a plain,
+// single-owner type: it takes no locks and is not safe for concurrent use. In
+// kvtier the GPU pool actor owns one; tests and benchmarks drive it directly.
+//
+// # Blocks
+//
+// Each block has an id, a reference count, and, once full, the chained hash of its
+// tokens (package prefixhash) plus a copy of its token ids, kept to confirm a hash
+// hit. A block is in exactly one state: free (in the free queue), used (held by one
+// or more sequences), or reserved (set aside by Reserve). Metadata is 48 bytes a
+// block plus its token ids.
+//
+// # Free queue and eviction
+//
+// Free blocks sit in an intrusive doubly linked list: allocation pops the head in
+// O(1), and a hit on a freed block that still holds its cached contents takes it
+// out of the middle in O(1) ("revival"). Deallocate releases a sequence's blocks
+// tail first and appends cached blocks at the tail, so among freed cached blocks the
+// least recently freed is reused first, and a sequence's tail is evicted before its
+// head. Blocks with no cached contents go to the head: they are reused before any
+// cached block. Reusing a cached block evicts it; the pool records each eviction
+// (DrainEvicted) so its owner can offload the bytes before they are overwritten.
+//
+// # Sequences
+//
+// Allocate(seq, tokens, salt) walks the sequence's blocks: a full block whose hash
+// is cached and whose tokens match is a hit; after the first miss every later block
+// misses. MayAppend adds one decoded token and covers nano-vllm's three cases: the
+// last block was full (a new block is taken), the token fills the last block (it is
+// hashed and registered), or neither. Reserve/Release set blocks aside for a request
+// all or nothing, as Dynamo's storage manager does; a sequence with the same id draws
+// from its reservation before the free queue.
+//
+// # Errors
+//
+// Bad input returns a typed error and changes nothing: ErrEmptySequence,
+// ErrSequenceExists, ErrUnknownSequence, *NoSpaceError (errors.Is ErrNoSpace, with
+// the blocks needed and free), ErrTokenOutOfRange, ErrBadConfig. A reference count
+// going below zero is a bug in the pool and panics with a "kvtier:" message.
+//
+// # Usage
+//
+//	p, err := blockpool.New(blockpool.Config{NumBlocks: 1024, BlockSize: 16})
+//	a, err := p.Allocate(1, prompt, "")   // a.Blocks, a.CachedTokens
+//	err = p.MayAppend(1, nextToken)
+//	err = p.Deallocate(1)
+package blockpool

@@ -1,0 +1,90 @@
+package blockpool
+
+import "fmt"
+
+// CheckInvariants walks the whole pool and reports the first inconsistency: free
+// queue links and count, each block in exactly one state, reference counts equal to
+// the number of sequences holding each block, the hash map and cached flags in
+// agreement. It is O(blocks + held blocks); tests and the invariants build call it.
+func (p *Pool) CheckInvariants() error {
+	seen := make([]bool, len(p.blocks))
+	n, prev := 0, int32(none)
+	for id := p.free.head; id != none; id = p.blocks[id].next {
+		if seen[id] {
+			return fmt.Errorf("free queue: cycle at block %d", id)
+		}
+		seen[id] = true
+		b := &p.blocks[id]
+		if b.prev != prev {
+			return fmt.Errorf("free queue: block %d prev %d, want %d", id, b.prev, prev)
+		}
+		if b.state != stateFree || b.ref != 0 {
+			return fmt.Errorf("free queue: block %d has state %d ref %d", id, b.state, b.ref)
+		}
+		prev = id
+		n++
+	}
+	if n != p.free.n || prev != p.free.tail {
+		return fmt.Errorf("free queue: %d linked, count %d, tail %d want %d", n, p.free.n, p.free.tail, prev)
+	}
+	holders := make([]int32, len(p.blocks))
+	for sid, s := range p.seqs {
+		if want := p.numBlocksFor(s.numTokens); len(s.table) != want {
+			return fmt.Errorf("sequence %d: %d blocks for %d tokens, want %d", sid, len(s.table), s.numTokens, want)
+		}
+		if len(s.tail) != s.numTokens%p.cfg.BlockSize {
+			return fmt.Errorf("sequence %d: tail of %d tokens for %d tokens", sid, len(s.tail), s.numTokens)
+		}
+		for _, id := range s.table {
+			holders[id]++
+		}
+	}
+	reserved := 0
+	for rid, ids := range p.resv {
+		for _, id := range ids {
+			if p.blocks[id].state != stateReserved || seen[id] {
+				return fmt.Errorf("reservation %d: block %d state %d", rid, id, p.blocks[id].state)
+			}
+			seen[id] = true
+			reserved++
+		}
+	}
+	if reserved != p.reserved {
+		return fmt.Errorf("reserved count %d, walked %d", p.reserved, reserved)
+	}
+	freeCached := 0
+	for i := range p.blocks {
+		b := &p.blocks[i]
+		if b.ref != holders[i] {
+			return fmt.Errorf("block %d: ref %d, held by %d sequences", i, b.ref, holders[i])
+		}
+		switch {
+		case b.state == stateUsed && b.ref == 0:
+			return fmt.Errorf("block %d: used with ref 0", i)
+		case b.state == stateFree && !seen[i]:
+			return fmt.Errorf("block %d: free but not in the free queue", i)
+		case b.state == stateReserved && b.ref != 0:
+			return fmt.Errorf("block %d: reserved with ref %d", i, b.ref)
+		}
+		if b.cached {
+			if id, ok := p.byHash[b.hash]; !ok || int(id) != i {
+				return fmt.Errorf("block %d: cached but the hash map says %d, %v", i, id, ok)
+			}
+			if len(b.tokens) != p.cfg.BlockSize {
+				return fmt.Errorf("block %d: cached with %d tokens", i, len(b.tokens))
+			}
+			if b.state == stateFree {
+				freeCached++
+			}
+		}
+	}
+	if freeCached != p.freeCache {
+		return fmt.Errorf("free cached count %d, walked %d", p.freeCache, freeCached)
+	}
+	for h, id := range p.byHash {
+		if b := &p.blocks[id]; !b.cached || b.hash != h {
+			return fmt.Errorf("hash %x maps to block %d which holds %x cached=%v", h, id, b.hash, b.cached)
+		}
+	}
+	return nil
+}
