@@ -42,7 +42,9 @@ var TinySpec = ModelSpec{Layers: 2, KVHeads: 2, HeadDim: 4, DType: F16}
 
 // Validate reports every invalid field, each as a *SpecError joined into
 // one error that matches ErrInvalidSpec.
-func (s ModelSpec) Validate() error {
+func (s ModelSpec) Validate() error { return errors.Join(s.fieldErrors()...) }
+
+func (s ModelSpec) fieldErrors() []error {
 	var errs []error
 	positive := func(field string, v int) {
 		if v <= 0 {
@@ -55,7 +57,7 @@ func (s ModelSpec) Validate() error {
 	if !s.DType.Valid() {
 		errs = append(errs, &SpecError{Field: "DType", Value: int(s.DType), Reason: "unknown dtype"})
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Layout places one block of KV cache in memory. A block holds
@@ -76,12 +78,12 @@ type Layout struct {
 // NewLayout validates spec and blockTokens and computes the sizes. Bytes
 // per token are 2 (K and V) x layers x kvHeads x headDim x dtype size.
 func NewLayout(spec ModelSpec, blockTokens int) (Layout, error) {
-	err := spec.Validate()
+	errs := spec.fieldErrors()
 	if blockTokens <= 0 {
-		err = errors.Join(err, &SpecError{Field: "BlockTokens", Value: blockTokens, Reason: "must be positive"})
+		errs = append(errs, &SpecError{Field: "BlockTokens", Value: blockTokens, Reason: "must be positive"})
 	}
-	if err != nil {
-		return Layout{}, err
+	if len(errs) > 0 {
+		return Layout{}, errors.Join(errs...)
 	}
 	region, ok := mulAll(blockTokens, spec.KVHeads, spec.HeadDim, spec.DType.Size())
 	perToken, ok2 := mulAll(2, spec.Layers, spec.KVHeads, spec.HeadDim, spec.DType.Size())

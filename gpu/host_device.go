@@ -1,0 +1,333 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HostConfig configures the host backend. The zero value is a device with
+// unlimited bandwidth and no faults.
+type HostConfig struct {
+	// BandwidthBytesPerSec, when positive, models a PCIe link: each
+	// direction is a link of this bandwidth shared by all the device's
+	// streams, and a batch of N bytes completes no sooner than N/bw after
+	// the link became free for it. 0 means unlimited.
+	BandwidthBytesPerSec int64
+	// Clock drives the bandwidth model; nil means the wall clock.
+	Clock Clock
+	// Fault, when set, is called by a stream's worker before it copies a
+	// batch. It may block (to slow a copy) or return an error, which fails
+	// the batch (nothing of it is copied) and is wrapped in its Event.Err.
+	// It must not retain or modify ops and must not call Stream.Close.
+	Fault func(dir Direction, ops []CopyOp) error
+}
+
+// NewHost returns a Device whose "device memory" is ordinary host memory
+// and whose streams are goroutines doing real memory copies in order. It
+// stands in for a GPU in tests, in benchmarks of the transfer path, and
+// on machines without one. cfg is copied, never modified.
+func NewHost(cfg HostConfig) (Device, error) {
+	if cfg.BandwidthBytesPerSec < 0 {
+		return nil, fmt.Errorf("%w: bandwidth %d bytes/s", ErrInvalidSize, cfg.BandwidthBytesPerSec)
+	}
+	d := &hostDevice{
+		fault:  cfg.Fault,
+		arenas: make(map[*hostArena]struct{}),
+		bufs:   make(map[*hostBuffer]struct{}),
+	}
+	if cfg.BandwidthBytesPerSec > 0 {
+		clock := cfg.Clock
+		if clock == nil {
+			clock = realClock{}
+		}
+		d.pacer = &pacer{clock: clock, bw: uint64(cfg.BandwidthBytesPerSec)}
+	}
+	return d, nil
+}
+
+type hostDevice struct {
+	fault func(Direction, []CopyOp) error
+	pacer *pacer // nil: unlimited bandwidth
+
+	mu     sync.Mutex
+	closed bool
+	arenas map[*hostArena]struct{}
+	bufs   map[*hostBuffer]struct{}
+}
+
+func (d *hostDevice) Name() string { return "host" }
+
+func (d *hostDevice) NewArena(numBlocks, blockBytes int) (Arena, error) {
+	total, err := checkArenaSize(numBlocks, blockBytes)
+	if err != nil {
+		return nil, err
+	}
+	a := &hostArena{
+		dev:        d,
+		mem:        make([]byte, total),
+		numBlocks:  numBlocks,
+		blockBytes: blockBytes,
+		streams:    make(map[*hostStream]struct{}),
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	d.arenas[a] = struct{}{}
+	return a, nil
+}
+
+func (d *hostDevice) NewStream(arena Arena) (Stream, error) {
+	a, ok := arena.(*hostArena)
+	if !ok || a.dev != d {
+		return nil, fmt.Errorf("kvtier: arena %T does not belong to this host device", arena)
+	}
+	s := &hostStream{arena: a}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.freed.Load() {
+		return nil, ErrClosed
+	}
+	s.q = newFIFO(s.run)
+	a.streams[s] = struct{}{}
+	return s, nil
+}
+
+func (d *hostDevice) AllocHost(n int) (HostBuffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: host buffer of %d bytes", ErrInvalidSize, n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	mem, locked, err := allocPageLocked(n)
+	if err != nil {
+		return nil, err
+	}
+	b := &hostBuffer{dev: d, mem: mem, locked: locked}
+	d.bufs[b] = struct{}{}
+	return b, nil
+}
+
+func (d *hostDevice) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	arenas, bufs := d.arenas, d.bufs
+	d.arenas, d.bufs = nil, nil
+	d.mu.Unlock()
+
+	var errs []error
+	for a := range arenas {
+		errs = append(errs, a.free())
+	}
+	for b := range bufs {
+		errs = append(errs, b.release(true /* byDevice */))
+	}
+	return errors.Join(errs...)
+}
+
+type hostArena struct {
+	dev        *hostDevice
+	mem        []byte
+	numBlocks  int
+	blockBytes int
+
+	freed   atomic.Bool
+	mu      sync.Mutex // guards streams and the freed transition
+	streams map[*hostStream]struct{}
+}
+
+func (a *hostArena) NumBlocks() int  { return a.numBlocks }
+func (a *hostArena) BlockBytes() int { return a.blockBytes }
+
+func (a *hostArena) WriteBlock(block, off int, src []byte) error {
+	if a.freed.Load() {
+		return ErrClosed
+	}
+	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil {
+		return err
+	}
+	copy(a.mem[block*a.blockBytes+off:], src)
+	return nil
+}
+
+func (a *hostArena) ReadBlock(block, off int, dst []byte) error {
+	if a.freed.Load() {
+		return ErrClosed
+	}
+	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil {
+		return err
+	}
+	copy(dst, a.mem[block*a.blockBytes+off:])
+	return nil
+}
+
+func (a *hostArena) Free() error {
+	a.dev.mu.Lock()
+	delete(a.dev.arenas, a)
+	a.dev.mu.Unlock()
+	return a.free()
+}
+
+// free closes the arena's streams and marks it freed. The memory itself
+// is left to the garbage collector.
+func (a *hostArena) free() error {
+	a.mu.Lock()
+	if a.freed.Swap(true) {
+		a.mu.Unlock()
+		return nil
+	}
+	streams := a.streams
+	a.streams = nil
+	a.mu.Unlock()
+	for s := range streams {
+		s.q.close()
+	}
+	return nil
+}
+
+// hostBatch is one enqueued batch; ops is a pooled copy of the caller's.
+type hostBatch struct {
+	dir Direction
+	ops *[]CopyOp
+	ev  *Event
+}
+
+var opsPool = sync.Pool{New: func() any { return new([]CopyOp) }}
+
+type hostStream struct {
+	arena *hostArena
+	q     *fifo[hostBatch]
+}
+
+func (s *hostStream) CopyD2H(ops []CopyOp) (*Event, error) { return s.enqueue(D2H, ops) }
+func (s *hostStream) CopyH2D(ops []CopyOp) (*Event, error) { return s.enqueue(H2D, ops) }
+
+func (s *hostStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
+	if err := validateOps(ops, s.arena.numBlocks, s.arena.blockBytes); err != nil {
+		return nil, err
+	}
+	p := opsPool.Get().(*[]CopyOp)
+	*p = append((*p)[:0], ops...)
+	ev := newEvent()
+	if err := s.q.push(hostBatch{dir: dir, ops: p, ev: ev}, ev); err != nil {
+		opsPool.Put(p)
+		return nil, err
+	}
+	return ev, nil
+}
+
+// run executes one batch on the stream's worker goroutine.
+func (s *hostStream) run(b hostBatch) {
+	a, d, ops := s.arena, s.arena.dev, *b.ops
+	var err error
+	if d.fault != nil {
+		if ferr := d.fault(b.dir, ops); ferr != nil {
+			err = fmt.Errorf("kvtier: %v batch of %d blocks: %w", b.dir, len(ops), ferr)
+		}
+	}
+	if err == nil {
+		var due time.Time
+		if d.pacer != nil {
+			due = d.pacer.reserve(b.dir, len(ops)*a.blockBytes)
+		}
+		for _, op := range ops {
+			blk := a.mem[op.Block*a.blockBytes : (op.Block+1)*a.blockBytes]
+			if b.dir == D2H {
+				copy(op.Host, blk)
+			} else {
+				copy(blk, op.Host)
+			}
+		}
+		if d.pacer != nil {
+			d.pacer.wait(due)
+		}
+	}
+	clear(ops)
+	*b.ops = ops[:0]
+	opsPool.Put(b.ops)
+	b.ev.complete(err)
+}
+
+func (s *hostStream) Synchronize(ctx context.Context) error {
+	ev := s.q.lastEvent()
+	if ev == nil {
+		return nil
+	}
+	select {
+	case <-ev.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *hostStream) Close() error {
+	s.q.close()
+	s.arena.mu.Lock()
+	delete(s.arena.streams, s) // no-op once the arena is freed (nil map)
+	s.arena.mu.Unlock()
+	return nil
+}
+
+type hostBuffer struct {
+	dev *hostDevice
+
+	mu     sync.Mutex
+	mem    []byte
+	locked bool
+	state  bufState
+}
+
+type bufState int
+
+const (
+	bufLive bufState = iota
+	bufFreed
+	bufReleased // by Device.Close
+)
+
+func (b *hostBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mem
+}
+
+func (b *hostBuffer) Pinned() bool { return b.locked }
+
+func (b *hostBuffer) Free() error {
+	b.dev.mu.Lock()
+	delete(b.dev.bufs, b)
+	b.dev.mu.Unlock()
+	return b.release(false /* byDevice */)
+}
+
+func (b *hostBuffer) release(byDevice bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case bufFreed:
+		panic("kvtier: host buffer freed twice")
+	case bufReleased:
+		return nil // Device.Close got there first
+	}
+	if byDevice {
+		b.state = bufReleased
+	} else {
+		b.state = bufFreed
+	}
+	mem := b.mem
+	b.mem = nil
+	return freePageLocked(mem, b.locked)
+}
