@@ -1,0 +1,86 @@
+package cachesim
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kvtier/kvtier/policy"
+	"github.com/kvtier/kvtier/trace"
+)
+
+// ErrCapacity is returned for a capacity below one block.
+var ErrCapacity = errors.New("kvtier: cachesim: capacity must be >= 1 block")
+
+// Options tunes Simulate. The zero value touches ids in request order.
+type Options struct {
+	// ReverseTouch touches a request's ids from the last to the first, so
+	// that the head of the prefix is the most recent. With LRU this keeps a
+	// prefix's head longer than its tail.
+	ReverseTouch bool
+}
+
+// Simulate replays reqs, in order, against one tier of capacity blocks run by
+// a new policy of the given kind. For each request:
+//
+//  1. hits = the leading run of its ids resident before the request;
+//  2. every id is touched, in request order (or reversed, see Options):
+//     Access if resident, Add if not;
+//  3. victims are evicted, with no filter, until at most capacity ids are
+//     resident.
+//
+// Step 3 runs after all of step 2, so a request longer than the tier first
+// overfills it. Ids of the current request are not protected from eviction.
+func Simulate(reqs []trace.Request, capacity int, kind policy.Kind, opts Options) (Result, error) {
+	if capacity < 1 {
+		return Result{}, fmt.Errorf("kvtier: cachesim: capacity %d: %w", capacity, ErrCapacity)
+	}
+	p, err := policy.New(kind, capacity)
+	if err != nil {
+		return Result{}, fmt.Errorf("kvtier: cachesim: %w", err)
+	}
+	return SimulatePolicy(reqs, capacity, p, opts)
+}
+
+// SimulatePolicy is Simulate with a caller-built policy, for policies New does
+// not know. p is used as it is (a non-empty p starts warm) and is left holding
+// the final resident set; the caller keeps ownership.
+func SimulatePolicy(reqs []trace.Request, capacity int, p policy.Policy, opts Options) (Result, error) {
+	if capacity < 1 {
+		return Result{}, fmt.Errorf("kvtier: cachesim: capacity %d: %w", capacity, ErrCapacity)
+	}
+	if p == nil {
+		return Result{}, errors.New("kvtier: cachesim: nil policy")
+	}
+	resident := func(id int64) bool { return p.Contains(policy.Key(id)) }
+	touch := func(id int64) {
+		if k := policy.Key(id); p.Contains(k) {
+			p.Access(k)
+		} else {
+			p.Add(k)
+		}
+	}
+	var res Result
+	for _, r := range reqs {
+		res.Requests++
+		res.BlockRefs += int64(len(r.HashIDs))
+		res.Hits += int64(leadingRun(r.HashIDs, resident))
+		if opts.ReverseTouch {
+			for i := len(r.HashIDs) - 1; i >= 0; i-- {
+				touch(r.HashIDs[i])
+			}
+		} else {
+			for _, id := range r.HashIDs {
+				touch(id)
+			}
+		}
+		for p.Len() > capacity {
+			if _, ok := p.Evict(nil); !ok {
+				return res, fmt.Errorf("kvtier: cachesim: %v policy holds %d keys over capacity %d and evicts none",
+					p.Kind(), p.Len(), capacity)
+			}
+			res.Evictions++
+		}
+	}
+	res.finish()
+	return res, nil
+}
