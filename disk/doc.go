@@ -1,0 +1,65 @@
+// Package disk is kvtier's disk tier: a crash-consistent, self-verifying
+// block store that survives restarts.
+//
+// # Layout
+//
+// A Store owns one directory holding a LOCK file (flock, so one Store per
+// directory) and Config.Files preallocated slot files (0600). Every slot is
+// one 4 KiB header block followed by Config.PayloadBytes rounded up to
+// 4 KiB. The header is self-describing: magic, format and hash-scheme
+// versions, the model/layout fingerprint, the tenant namespace, the block
+// and parent hashes, token count, payload length, an xxh64 payload
+// checksum, a per-store generation number and a checksum over all of it.
+// Open rebuilds the index from the headers alone; payloads are verified
+// when read.
+//
+// # Crash consistency
+//
+// A write puts the payload first and the header second. A write torn by a
+// crash leaves either no valid header or an old header whose payload
+// checksum no longer matches, which the first read detects: the block is
+// then dropped, never served. A slot is unpublished before it is
+// overwritten, and read pins keep a slot from being reused while a read is
+// in flight. With Config.Sync each step is followed by fdatasync, which
+// extends the guarantee from process crashes to power loss. Files use
+// O_DIRECT where the file system supports it (probed at Open) and the page
+// cache otherwise; Store.Mode says which.
+//
+// # Plan, execute, complete
+//
+// A Store is a plain single-threaded state machine that never blocks: its
+// owner (an actor) calls PlanWrite or PlanRead, hands the returned op to a
+// worker goroutine that calls Execute (the only place I/O happens), and
+// reports the result back with CompleteWrite or CompleteRead. Concurrent
+// reads of one hash share a single ReadOp. WriteSync and ReadSync do all
+// three steps on the calling goroutine:
+//
+//	st, rep, err := disk.Open(disk.Config{
+//		Dir:           dir,
+//		CapacityBytes: 64 << 30,
+//		PayloadBytes:  2 << 20,
+//		Fingerprint:   modelFingerprint,
+//		Policy:        policy.S3FIFO,
+//	})
+//	if err != nil {
+//		return err // errors.Is(err, disk.ErrLocked) if another store has dir
+//	}
+//	defer st.Close()
+//	log.Printf("%d blocks on disk, %d dropped", rep.Records, rep.DroppedTotal())
+//
+//	op, err := st.PlanWrite(disk.Meta{Hash: h, Parent: p, Tokens: 16})
+//	if err != nil {
+//		return err // ErrExists, ErrNoSpace
+//	}
+//	if victim, ok := op.Victim(); ok {
+//		forget(victim.Hash) // evicted to make room
+//	}
+//	st.CompleteWrite(op, op.Execute(payload)) // Execute on a worker
+//
+// # Errors
+//
+// Failed writes leave the block unpublished and the slot free; failed or
+// corrupt reads are misses and remove the block. Both are counted in
+// Stats by kind (EIO, ENOSPC, short, corrupt) and the store keeps working.
+// FaultFS injects such failures in tests.
+package disk

@@ -1,0 +1,196 @@
+package disk
+
+import (
+	"io"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// FaultOp names the file operation a Fault applies to.
+type FaultOp int
+
+const (
+	FaultRead FaultOp = iota + 1
+	FaultWrite
+	FaultSync
+)
+
+// Fault makes matching file calls fail.
+type Fault struct {
+	Op FaultOp
+	// Match selects the calls hit, by file name, offset and length; nil
+	// matches every call of Op.
+	Match func(name string, off int64, n int) bool
+	// Err is what a hit call returns, e.g. unix.EIO or unix.ENOSPC.
+	Err error
+	// Partial passes the first Partial bytes of a hit ReadAt or WriteAt
+	// through to the file before failing: a short read or a torn write.
+	// Partial transfers that are not BlockSize multiples need buffered
+	// I/O (FaultFS.NoDirect).
+	Partial int
+	// Times is how many calls the fault hits before it is spent; 0 means
+	// every matching call.
+	Times int
+}
+
+// IOCounts counts the calls that reached a FaultFS's files.
+type IOCounts struct {
+	Reads, Writes, Syncs    int64
+	ReadBytes, WriteBytes   int64
+	FailedReads, FailedSync int64
+	FailedWrites            int64
+}
+
+// FaultFS wraps an FS, counts file calls and injects faults. It is safe for
+// concurrent use, as Execute runs on worker goroutines. Tests in other
+// packages may use it too.
+type FaultFS struct {
+	// FS is the wrapped file system; nil means OSFS.
+	FS FS
+	// NoDirect refuses O_DIRECT opens with EINVAL, forcing buffered I/O.
+	NoDirect bool
+
+	mu     sync.Mutex
+	faults []*Fault
+	counts IOCounts
+}
+
+var _ FS = (*FaultFS)(nil)
+
+// Inject adds a fault; faults are tried in the order added.
+func (f *FaultFS) Inject(ft Fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = append(f.faults, &ft)
+}
+
+// Clear removes every fault.
+func (f *FaultFS) Clear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = nil
+}
+
+// Counts returns the call counts so far.
+func (f *FaultFS) Counts() IOCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts
+}
+
+func (f *FaultFS) base() FS {
+	if f.FS == nil {
+		return OSFS{}
+	}
+	return f.FS
+}
+
+// MkdirAll implements FS.
+func (f *FaultFS) MkdirAll(dir string) error { return f.base().MkdirAll(dir) }
+
+// Lock implements FS.
+func (f *FaultFS) Lock(dir string) (io.Closer, error) { return f.base().Lock(dir) }
+
+// OpenFile implements FS.
+func (f *FaultFS) OpenFile(name string, direct bool) (File, error) {
+	if direct && f.NoDirect {
+		return nil, unix.EINVAL
+	}
+	inner, err := f.base().OpenFile(name, direct)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{fs: f, name: name, f: inner}, nil
+}
+
+// hit returns the fault for a call, if any, and counts the call.
+func (f *FaultFS) hit(op FaultOp, name string, off int64, n int) *Fault {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var hit *Fault
+	for i, ft := range f.faults {
+		if ft.Op != op || (ft.Match != nil && !ft.Match(name, off, n)) {
+			continue
+		}
+		hit = ft
+		if ft.Times > 0 {
+			ft.Times--
+			if ft.Times == 0 {
+				f.faults = append(f.faults[:i:i], f.faults[i+1:]...)
+			}
+		}
+		break
+	}
+	switch op {
+	case FaultRead:
+		f.counts.Reads++
+		if hit != nil {
+			f.counts.FailedReads++
+		}
+	case FaultWrite:
+		f.counts.Writes++
+		if hit != nil {
+			f.counts.FailedWrites++
+		}
+	case FaultSync:
+		f.counts.Syncs++
+		if hit != nil {
+			f.counts.FailedSync++
+		}
+	}
+	return hit
+}
+
+func (f *FaultFS) addBytes(op FaultOp, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if op == FaultRead {
+		f.counts.ReadBytes += int64(n)
+	} else {
+		f.counts.WriteBytes += int64(n)
+	}
+}
+
+type faultFile struct {
+	fs   *FaultFS
+	name string
+	f    File
+}
+
+func (ff *faultFile) ReadAt(p []byte, off int64) (int, error) {
+	return ff.transfer(FaultRead, ff.f.ReadAt, p, off)
+}
+
+func (ff *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	return ff.transfer(FaultWrite, ff.f.WriteAt, p, off)
+}
+
+func (ff *faultFile) transfer(op FaultOp, do func([]byte, int64) (int, error), p []byte, off int64) (int, error) {
+	ft := ff.fs.hit(op, ff.name, off, len(p))
+	if ft == nil {
+		n, err := do(p, off)
+		ff.fs.addBytes(op, n)
+		return n, err
+	}
+	n := 0
+	if k := min(ft.Partial, len(p)); k > 0 {
+		var err error
+		if n, err = do(p[:k], off); err != nil {
+			return n, err
+		}
+		ff.fs.addBytes(op, n)
+	}
+	return n, ft.Err
+}
+
+func (ff *faultFile) Sync() error {
+	if ft := ff.fs.hit(FaultSync, ff.name, 0, 0); ft != nil {
+		return ft.Err
+	}
+	return ff.f.Sync()
+}
+
+func (ff *faultFile) Allocate(size int64) error { return ff.f.Allocate(size) }
+func (ff *faultFile) Size() (int64, error)      { return ff.f.Size() }
+func (ff *faultFile) Close() error              { return ff.f.Close() }
