@@ -9,3 +9,11 @@ func (s *Store) slotLocation(hash uint64) (string, int64, bool) {
 	f, off := s.lay.locate(int(i))
 	return slotFileName(s.cfg.Dir, f), off, true
 }
+
+// crash releases the store's files and lock the way a killed process
+// would: no scrub, no sync.
+func (s *Store) crash() {
+	_ = closeAll(s.files)
+	_ = s.lock.Close()
+	s.closed = true
+}

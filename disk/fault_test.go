@@ -1,0 +1,157 @@
+package disk
+
+import (
+	"errors"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// payloadWrites and headerWrites match writes of payloads and headers.
+func payloadWrites(sb int64) func(string, int64, int) bool {
+	return func(_ string, off int64, _ int) bool { return off%sb == BlockSize }
+}
+
+func headerWrites(sb int64) func(string, int64, int) bool {
+	return func(_ string, off int64, _ int) bool { return off%sb == 0 }
+}
+
+func faultConfig(t *testing.T, slots int, noDirect bool) (Config, *FaultFS) {
+	cfg := testConfig(t, slots)
+	ffs := &FaultFS{NoDirect: noDirect}
+	cfg.FS = ffs
+	return cfg, ffs
+}
+
+// afterFault checks that the failed block is absent and that the store
+// still writes and reads.
+func afterFault(t *testing.T, s *Store, failed, next uint64) {
+	t.Helper()
+	if s.Contains(failed) {
+		t.Fatalf("block %x published despite the fault", failed)
+	}
+	checkInv(t, s)
+	mustWrite(t, s, next)
+	mustReadExact(t, s, next)
+	checkInv(t, s)
+}
+
+func TestWriteFaults(t *testing.T) {
+	sb := SlotBytes(testPayload)
+	for _, tc := range []struct {
+		name  string
+		fault Fault
+		count func(ErrorCounts) int64
+		want  error
+	}{
+		{"eio-payload", Fault{Op: FaultWrite, Err: unix.EIO, Match: payloadWrites(sb), Times: 1},
+			func(c ErrorCounts) int64 { return c.EIO }, unix.EIO},
+		{"eio-header", Fault{Op: FaultWrite, Err: unix.EIO, Match: headerWrites(sb), Times: 1},
+			func(c ErrorCounts) int64 { return c.EIO }, unix.EIO},
+		{"enospc-payload", Fault{Op: FaultWrite, Err: unix.ENOSPC, Match: payloadWrites(sb), Times: 1},
+			func(c ErrorCounts) int64 { return c.ENOSPC }, unix.ENOSPC},
+		{"short-header", Fault{Op: FaultWrite, Partial: 100, Match: headerWrites(sb), Times: 1},
+			func(c ErrorCounts) int64 { return c.Short }, nil},
+		{"eio-sync", Fault{Op: FaultSync, Err: unix.EIO, Times: 1},
+			func(c ErrorCounts) int64 { return c.EIO }, unix.EIO},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, ffs := faultConfig(t, 4, true /* noDirect: partial writes */)
+			cfg.Sync = true
+			s, _ := mustOpen(t, cfg)
+			defer mustClose(t, s)
+			mustWrite(t, s, 1)
+			ffs.Inject(tc.fault)
+			_, _, err := s.WriteSync(metaFor(2), payloadFor(2, testPayload))
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("WriteSync under fault: %v, want %v", err, tc.want)
+			}
+			st := s.Stats()
+			if tc.count(st.WriteErrors) != 1 || st.WriteErrors.Total() != 1 || st.Free != 3 {
+				t.Fatalf("stats after fault %+v", st)
+			}
+			afterFault(t, s, 2, 3)
+			mustReadExact(t, s, 1)
+			mustWrite(t, s, 2) // the failed hash can be written again
+			mustReadExact(t, s, 2)
+		})
+	}
+}
+
+func TestTornHeaderDroppedOnOpen(t *testing.T) {
+	cfg, ffs := faultConfig(t, 4, true)
+	s, _ := mustOpen(t, cfg)
+	mustWrite(t, s, 1)
+	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Partial: 40, Match: headerWrites(SlotBytes(testPayload)), Times: 1})
+	if _, _, err := s.WriteSync(metaFor(2), payloadFor(2, testPayload)); !errors.Is(err, unix.EIO) {
+		t.Fatalf("torn write: %v", err)
+	}
+	s.crash()
+	s, rep := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if rep.Records != 1 || rep.Dropped[DropHeaderChecksum] != 1 {
+		t.Fatalf("report %+v, want the torn header dropped", rep)
+	}
+	mustReadExact(t, s, 1)
+}
+
+// A crash midway through overwriting an evicted slot's payload leaves the
+// victim's header over foreign bytes: it must be detected, not served.
+func TestTornOverwriteNeverServed(t *testing.T) {
+	cfg, ffs := faultConfig(t, 2, true)
+	s, _ := mustOpen(t, cfg)
+	mustWrite(t, s, 1)
+	mustWrite(t, s, 2)
+	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Partial: 3000, Match: payloadWrites(SlotBytes(testPayload)), Times: 1})
+	v, ev, err := s.WriteSync(metaFor(3), payloadFor(3, testPayload))
+	if !errors.Is(err, unix.EIO) || !ev || v.Hash != 1 {
+		t.Fatalf("overwrite: victim %v/%t err %v", v, ev, err)
+	}
+	s.crash()
+	s, rep := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if rep.Records != 2 {
+		t.Fatalf("report %+v: the old header should still be indexed", rep)
+	}
+	_, _, err = s.ReadSync(1, AlignedBuffer(testPayload))
+	wantErr(t, err, ErrCorrupt)
+	mustReadExact(t, s, 2)
+	checkInv(t, s)
+}
+
+func TestReadFaults(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		cfg, ffs := faultConfig(t, 4, !direct)
+		s, rep := mustOpen(t, cfg)
+		if direct && rep.Mode != IODirect {
+			t.Logf("O_DIRECT unsupported here: %v", rep.Mode)
+		}
+		mustWrite(t, s, 1)
+		mustWrite(t, s, 2)
+		ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1})
+		_, _, err := s.ReadSync(1, AlignedBuffer(testPayload))
+		wantErr(t, err, unix.EIO)
+		if s.Contains(1) || s.Stats().ReadErrors.EIO != 1 {
+			t.Fatalf("block still served after EIO, stats %+v", s.Stats())
+		}
+		// A short read (here: nothing transferred, no error) is an error too, never data.
+		ffs.Inject(Fault{Op: FaultRead, Times: 1, Match: func(_ string, off int64, _ int) bool { return off%SlotBytes(testPayload) != 0 }})
+		_, _, err = s.ReadSync(2, AlignedBuffer(testPayload))
+		if err == nil || s.Contains(2) || s.Stats().ReadErrors.Short != 1 {
+			t.Fatalf("short read: %v, stats %+v", err, s.Stats())
+		}
+		afterFault(t, s, 1, 3)
+		mustClose(t, s)
+	}
+}
+
+func TestDirectFallback(t *testing.T) {
+	cfg, _ := faultConfig(t, 4, true)
+	s, rep := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if rep.Mode != IOBuffered || s.Mode() != IOBuffered || s.Stats().Mode != IOBuffered {
+		t.Fatalf("mode %v with O_DIRECT refused", rep.Mode)
+	}
+	mustWrite(t, s, 1)
+	mustReadExact(t, s, 1)
+}
