@@ -1,0 +1,6 @@
+//go:build invariants
+
+package pinned
+
+// invariantsEnabled runs CheckInvariants after every mutating call.
+const invariantsEnabled = true
