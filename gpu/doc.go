@@ -1,0 +1,57 @@
+// Package gpu describes where KV cache bytes live and moves them between
+// device memory and host memory: element types, the per-block layout of a
+// model's KV cache, bounds-checked tensor views, and a small Device
+// abstraction with a host backend (always built) and a CUDA backend (build
+// tag cuda).
+//
+// # Layout
+//
+// A ModelSpec gives layers, KV heads, head dimension and DType; NewLayout
+// turns it and a block size in tokens into byte sizes. A block is laid
+// out [layer][kv][token][head][dim], so Layout.Region gives one contiguous
+// byte range per (layer, K or V). A Llama-3-8B-like spec costs 128 KiB
+// per token.
+//
+// # Views
+//
+// A TensorView maps indices to byte offsets in a storage of known size.
+// NewTensorView refuses any view with an element outside the storage, so
+// Address and Slice never need to re-check the storage; they fail with
+// ErrShape or ErrOutOfRange on bad arguments. Views never own memory.
+//
+// # Devices, arenas and streams
+//
+// A Device hands out an Arena (numBlocks x blockBytes of device memory),
+// pinned host buffers (AllocHost) and Streams. A Stream copies whole
+// blocks in batches, asynchronously and in order; each batch returns an
+// *Event whose Done channel closes when the copies are finished. Batches
+// are validated up front: a bad op rejects the whole batch with a
+// *CopyError and nothing is enqueued.
+//
+// Default returns the build's backend. Without tags it is the host
+// backend (NewHost): arenas are Go memory and each stream is a goroutine
+// doing real copies, optionally paced to a PCIe-like bandwidth on an
+// injectable Clock, with a fault hook to slow or fail batches in tests.
+// With -tags cuda it is NewCUDA: cuMemAlloc arenas, cuMemAllocHost
+// buffers, cuMemcpy*Async on a CUDA stream and an event per batch.
+//
+// # Ownership
+//
+// The caller frees what it allocates (Arena.Free, HostBuffer.Free,
+// Stream.Close) or closes the Device, which releases everything. The host
+// memory of a CopyOp belongs to the stream until the batch's event is
+// done; the ops slice itself is not retained.
+//
+// # Usage
+//
+//	dev, err := gpu.Default()
+//	if err != nil { ... }
+//	defer dev.Close()
+//	layout, err := gpu.NewLayout(gpu.Llama3_8B, 16) // 2 MiB blocks
+//	arena, err := dev.NewArena(1024, layout.BlockBytes())
+//	stream, err := dev.NewStream(arena)
+//	buf, err := dev.AllocHost(32 * layout.BlockBytes())
+//	ops := []gpu.CopyOp{{Block: 7, Host: buf.Bytes()[:layout.BlockBytes()]}}
+//	ev, err := stream.CopyD2H(ops) // offload block 7
+//	if err := ev.Wait(ctx); err != nil { ... }
+package gpu
