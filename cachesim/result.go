@@ -18,7 +18,7 @@ func (r *Result) finish() {
 	}
 }
 
-// String formats r as "hit 36.64% (105713/288500 blocks, 12031 requests, 0 evictions)".
+// String formats r as "hit 16.67% (1/6 blocks, 3 requests, 3 evictions)".
 func (r Result) String() string {
 	return fmt.Sprintf("hit %.2f%% (%d/%d blocks, %d requests, %d evictions)",
 		100*r.HitRatio, r.Hits, r.BlockRefs, r.Requests, r.Evictions)
