@@ -15,7 +15,7 @@ func TestMooncakeReferenceStatistics(t *testing.T) {
 		t.Skip("replays the full traces")
 	}
 	type lru struct {
-		capacity        int
+		capacity         int
 		forward, reverse string
 	}
 	files := []struct {

@@ -23,9 +23,17 @@ func TestReportFullTraces(t *testing.T) {
 	}{
 		{"conversation_trace.jsonl", []int{1 << 10, 4 << 10, 16 << 10, 64 << 10}},
 		{"synthetic_trace.jsonl", []int{1 << 10, 4 << 10, 16 << 10, 64 << 10}},
+		{"trace.Synthetic(DefaultSyntheticConfig())", []int{1 << 10, 4 << 10, 16 << 10}},
+	}
+	gen, err := trace.Synthetic(trace.DefaultSyntheticConfig())
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, f := range files {
-		reqs := readShared(t, f.name)
+		reqs := gen
+		if f.name != "trace.Synthetic(DefaultSyntheticConfig())" {
+			reqs = readShared(t, f.name)
+		}
 		inf := Infinite(reqs)
 		t.Logf("%s: %d requests, %d refs, ideal %.2f%%, chained: %v", f.name, len(reqs), inf.BlockRefs, 100*inf.HitRatio, CheckChained(reqs))
 		t.Logf("| capacity | LRU | LRU rev | FIFO | S3-FIFO | OPT | best/OPT | OPT time |")

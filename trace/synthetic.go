@@ -69,7 +69,7 @@ func DefaultSyntheticConfig() SyntheticConfig {
 		Seed:           1,
 		Sessions:       1000,
 		Turns:          IntRange{1, 8},
-		Concurrency:    64,
+		Concurrency:    256,
 		RatePerSecond:  4,
 		SystemPrompts:  4,
 		SystemTokens:   IntRange{1024, 4096},
