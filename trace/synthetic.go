@@ -63,7 +63,8 @@ type SyntheticConfig struct {
 }
 
 // DefaultSyntheticConfig returns a valid config for quick runs: 1,000
-// conversations of 1 to 8 turns, 4 requests per second, 4 system prompts.
+// conversations of 1 to 8 turns, 256 open at once, 4 requests per second,
+// 4 system prompts.
 func DefaultSyntheticConfig() SyntheticConfig {
 	return SyntheticConfig{
 		Seed:           1,
