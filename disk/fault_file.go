@@ -184,6 +184,43 @@ func (ff *faultFile) transfer(op FaultOp, do func([]byte, int64) (int, error), p
 	return n, ft.Err
 }
 
+// ReadvAt counts as one read of the total length at off. A Partial fault
+// transfers into the first buffer only.
+func (ff *faultFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	ft := ff.fs.hit(FaultRead, ff.name, off, total)
+	if ft != nil {
+		n := 0
+		if k := min(ft.Partial, len(bufs[0])); k > 0 {
+			var err error
+			if n, err = ff.f.ReadAt(bufs[0][:k], off); err != nil {
+				return n, err
+			}
+			ff.fs.addBytes(FaultRead, n)
+		}
+		return n, ft.Err
+	}
+	var n int
+	var err error
+	if v, ok := ff.f.(VectoredReader); ok {
+		n, err = v.ReadvAt(bufs, off)
+	} else {
+		for _, b := range bufs {
+			var k int
+			k, err = ff.f.ReadAt(b, off+int64(n))
+			n += k
+			if err != nil {
+				break
+			}
+		}
+	}
+	ff.fs.addBytes(FaultRead, n)
+	return n, err
+}
+
 func (ff *faultFile) Sync() error {
 	if ft := ff.fs.hit(FaultSync, ff.name, 0, 0); ft != nil {
 		return ft.Err

@@ -135,7 +135,7 @@ func TestReadFaults(t *testing.T) {
 			t.Fatalf("block still served after EIO, stats %+v", s.Stats())
 		}
 		// A short read (here: nothing transferred, no error) is an error too, never data.
-		ffs.Inject(Fault{Op: FaultRead, Times: 1, Match: func(_ string, off int64, _ int) bool { return off%SlotBytes(testPayload) != 0 }})
+		ffs.Inject(Fault{Op: FaultRead, Times: 1})
 		_, _, err = s.ReadSync(2, AlignedBuffer(testPayload))
 		if err == nil || s.Contains(2) || s.Stats().ReadErrors.Short != 1 {
 			t.Fatalf("short read: %v, stats %+v", err, s.Stats())
@@ -154,4 +154,34 @@ func TestDirectFallback(t *testing.T) {
 	}
 	mustWrite(t, s, 1)
 	mustReadExact(t, s, 1)
+}
+
+// plainFS hides the optional VectoredReader so reads take two ReadAt calls.
+type plainFS struct{ FS }
+
+type plainFile struct{ File }
+
+func (p plainFS) OpenFile(name string, direct bool) (File, error) {
+	f, err := p.FS.OpenFile(name, direct)
+	if err != nil {
+		return nil, err
+	}
+	return plainFile{f}, nil
+}
+
+func TestReadsWithoutPreadv(t *testing.T) {
+	cfg, ffs := faultConfig(t, 4, false)
+	cfg.FS = plainFS{ffs}
+	s, _ := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	mustWrite(t, s, 1)
+	before := ffs.Counts().Reads
+	mustReadExact(t, s, 1)
+	if n := ffs.Counts().Reads - before; n != 2 {
+		t.Fatalf("%d reads without preadv, want header + payload = 2", n)
+	}
+	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: func(_ string, off int64, _ int) bool { return off%SlotBytes(testPayload) != 0 }})
+	_, _, err := s.ReadSync(1, AlignedBuffer(testPayload))
+	wantErr(t, err, unix.EIO)
+	afterFault(t, s, 1, 2)
 }

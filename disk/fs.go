@@ -30,6 +30,14 @@ type File interface {
 	Close() error
 }
 
+// VectoredReader is an optional File extension: one positioned read into
+// several buffers (preadv). ReadOp.Execute uses it to fetch a header and
+// its payload in a single I/O. A count short of the total comes with a
+// non-nil error or is treated as a short read.
+type VectoredReader interface {
+	ReadvAt(bufs [][]byte, off int64) (int, error)
+}
+
 // FS opens files and locks directories. The nil Config.FS means OSFS.
 type FS interface {
 	// MkdirAll creates dir and its parents (mode 0700) if missing.
@@ -97,6 +105,15 @@ type osFile struct{ f *os.File }
 func (o osFile) ReadAt(p []byte, off int64) (int, error)  { return o.f.ReadAt(p, off) }
 func (o osFile) WriteAt(p []byte, off int64) (int, error) { return o.f.WriteAt(p, off) }
 func (o osFile) Close() error                             { return o.f.Close() }
+
+func (o osFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
+	for {
+		n, err := unix.Preadv(int(o.f.Fd()), bufs, off)
+		if !errors.Is(err, unix.EINTR) {
+			return n, err
+		}
+	}
+}
 
 func (o osFile) Sync() error {
 	for {

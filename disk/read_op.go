@@ -102,8 +102,19 @@ func (op *ReadOp) Execute(dst []byte) error {
 	if len(dst) < int(op.payloadLen) {
 		panic(fmt.Sprintf("kvtier: disk: ReadOp.Execute: dst of %d bytes for a %d-byte payload", len(dst), op.payloadLen))
 	}
-	if err := readFull(op.file, op.hdr, op.off); err != nil {
-		return fmt.Errorf("kvtier: disk: read header %016x at %d: %w", op.hash, op.off, err)
+	out := dst[:op.payloadLen]
+	buf := out
+	if op.direct {
+		padded := int(roundUp(op.payloadLen))
+		if isAligned(dst) && cap(dst) >= padded {
+			buf = dst[:padded]
+		} else {
+			buf = AlignedBuffer(padded)
+		}
+	}
+	if err := readRecord(op.file, op.hdr, buf, op.off); err != nil {
+		clear(out)
+		return fmt.Errorf("kvtier: disk: read %016x at %d: %w", op.hash, op.off, err)
 	}
 	var r record
 	if st := decodeHeader(op.hdr, &r); st != headerValid {
@@ -119,20 +130,6 @@ func (op *ReadOp) Execute(dst []byte) error {
 	case r.slotBytes != op.slotBytes || r.payloadLen != op.payloadLen:
 		return op.corrupt(dst, "geometry")
 	}
-	out := dst[:op.payloadLen]
-	buf := out
-	if op.direct {
-		padded := int(roundUp(op.payloadLen))
-		if isAligned(dst) && cap(dst) >= padded {
-			buf = dst[:padded]
-		} else {
-			buf = AlignedBuffer(padded)
-		}
-	}
-	if err := readFull(op.file, buf, op.off+BlockSize); err != nil {
-		clear(out)
-		return fmt.Errorf("kvtier: disk: read payload %016x at %d: %w", op.hash, op.off+BlockSize, err)
-	}
 	if len(out) > 0 && &buf[0] != &out[0] {
 		copy(out, buf)
 	}
@@ -145,6 +142,26 @@ func (op *ReadOp) Execute(dst []byte) error {
 func (op *ReadOp) corrupt(dst []byte, reason string) error {
 	clear(dst[:op.payloadLen])
 	return &CorruptError{Hash: op.hash, Slot: int(op.slot), Reason: reason}
+}
+
+// readRecord reads a slot's header block and payload, with one preadv
+// where the File supports it and two reads otherwise.
+func readRecord(f File, hdr, payload []byte, off int64) error {
+	if v, ok := f.(VectoredReader); ok {
+		want := len(hdr) + len(payload)
+		n, err := v.ReadvAt([][]byte{hdr, payload}, off)
+		if n == want {
+			return nil
+		}
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if err := readFull(f, hdr, off); err != nil {
+		return err
+	}
+	return readFull(f, payload, off+int64(len(hdr)))
 }
 
 func readFull(f File, p []byte, off int64) error {
