@@ -1,0 +1,442 @@
+//go:build cuda
+
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"gorgonia.org/cu"
+)
+
+// CUDAConfig selects the GPU of the CUDA backend.
+type CUDAConfig struct {
+	Ordinal int // CUDA device number; 0 is the first GPU
+}
+
+// NewCUDA returns a Device on GPU cfg.Ordinal, using its primary context
+// (shared with any CUDA runtime user in the process). Arenas are
+// cuMemAlloc memory, host buffers cuMemAllocHost (page-locked, zeroed
+// here), and each stream is a non-blocking CUstream on which a batch
+// enqueues one cuMemcpy*Async per block and records an event; one
+// goroutine per stream waits on those events in order and completes the
+// batches' Events.
+//
+// CopyOp.Host must lie inside a buffer from this device's AllocHost: the
+// copies run after the call returns, so Go memory may not be handed to
+// the driver. Other memory is rejected with ErrNotPinned.
+func NewCUDA(cfg CUDAConfig) (Device, error) {
+	if cfg.Ordinal < 0 {
+		return nil, fmt.Errorf("%w: CUDA ordinal %d", ErrInvalidSize, cfg.Ordinal)
+	}
+	dev, err := cu.GetDevice(cfg.Ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("kvtier: cuDeviceGet(%d): %w", cfg.Ordinal, err)
+	}
+	ctx, err := dev.RetainPrimaryCtx()
+	if err != nil {
+		return nil, fmt.Errorf("kvtier: cuDevicePrimaryCtxRetain(%d): %w", cfg.Ordinal, err)
+	}
+	return &cudaDevice{
+		dev:    dev,
+		ctx:    ctx,
+		name:   fmt.Sprintf("cuda:%d", cfg.Ordinal),
+		arenas: make(map[*cudaArena]struct{}),
+		bufs:   make(map[*cudaBuffer]struct{}),
+	}, nil
+}
+
+type cudaDevice struct {
+	dev  cu.Device
+	ctx  cu.CUContext
+	name string
+
+	mu     sync.Mutex
+	closed bool
+	arenas map[*cudaArena]struct{}
+	bufs   map[*cudaBuffer]struct{} // also the pinned ranges CopyOps may use
+}
+
+// do runs f on a locked OS thread with the device's context current: the
+// driver API binds contexts to threads, goroutines move between them.
+func (d *cudaDevice) do(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		return fmt.Errorf("kvtier: cuCtxSetCurrent: %w", err)
+	}
+	return f()
+}
+
+func (d *cudaDevice) Name() string { return d.name }
+
+func (d *cudaDevice) NewArena(numBlocks, blockBytes int) (Arena, error) {
+	total, err := checkArenaSize(numBlocks, blockBytes)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	a := &cudaArena{dev: d, numBlocks: numBlocks, blockBytes: blockBytes, streams: make(map[*cudaStream]struct{})}
+	err = d.do(func() error {
+		var err error
+		if a.ptr, err = cu.MemAlloc(int64(total)); err != nil {
+			return fmt.Errorf("kvtier: cuMemAlloc(%d): %w", total, err)
+		}
+		if err := cu.MemsetD8(a.ptr, 0, int64(total)); err != nil {
+			_ = cu.MemFree(a.ptr)
+			return fmt.Errorf("kvtier: cuMemsetD8: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.arenas[a] = struct{}{}
+	return a, nil
+}
+
+func (d *cudaDevice) NewStream(arena Arena) (Stream, error) {
+	a, ok := arena.(*cudaArena)
+	if !ok || a.dev != d {
+		return nil, fmt.Errorf("kvtier: arena %T does not belong to %s", arena, d.name)
+	}
+	s := &cudaStream{arena: a}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.freed.Load() {
+		return nil, ErrClosed
+	}
+	err := d.do(func() (err error) {
+		s.s, err = cu.MakeStream(cu.NonBlocking)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kvtier: cuStreamCreate: %w", err)
+	}
+	s.q = newFIFO(s.wait)
+	a.streams[s] = struct{}{}
+	return s, nil
+}
+
+func (d *cudaDevice) AllocHost(n int) (HostBuffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: host buffer of %d bytes", ErrInvalidSize, n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	var p unsafe.Pointer
+	err := d.do(func() (err error) {
+		p, err = cuMemAllocHost(n)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	mem := unsafe.Slice((*byte)(p), n)
+	clear(mem) // cuMemAllocHost does not zero
+	b := &cudaBuffer{dev: d, mem: mem}
+	d.bufs[b] = struct{}{}
+	return b, nil
+}
+
+// pinned reports whether host lies inside one of the device's buffers.
+// A linear scan: devices hold a few large staging buffers.
+func (d *cudaDevice) pinned(host []byte) bool {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(host)))
+	hi := lo + uintptr(len(host))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for b := range d.bufs {
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))
+		if lo >= start && hi <= start+uintptr(len(b.mem)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *cudaDevice) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	arenas, bufs := d.arenas, d.bufs
+	d.arenas, d.bufs = nil, nil
+	d.mu.Unlock()
+
+	var errs []error
+	for a := range arenas {
+		errs = append(errs, a.free())
+	}
+	for b := range bufs {
+		errs = append(errs, b.release(true /* byDevice */))
+	}
+	if err := d.dev.ReleasePrimaryCtx(); err != nil {
+		errs = append(errs, fmt.Errorf("kvtier: cuDevicePrimaryCtxRelease: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+type cudaArena struct {
+	dev        *cudaDevice
+	ptr        cu.DevicePtr
+	numBlocks  int
+	blockBytes int
+
+	freed   atomic.Bool
+	mu      sync.Mutex
+	streams map[*cudaStream]struct{}
+}
+
+func (a *cudaArena) NumBlocks() int  { return a.numBlocks }
+func (a *cudaArena) BlockBytes() int { return a.blockBytes }
+
+func (a *cudaArena) at(block, off int) cu.DevicePtr {
+	return a.ptr + cu.DevicePtr(block*a.blockBytes+off)
+}
+
+func (a *cudaArena) WriteBlock(block, off int, src []byte) error {
+	if a.freed.Load() {
+		return ErrClosed
+	}
+	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil || len(src) == 0 {
+		return err
+	}
+	return a.dev.do(func() error {
+		// Synchronous: the driver is done with src when it returns.
+		return cu.MemcpyHtoD(a.at(block, off), unsafe.Pointer(&src[0]), int64(len(src)))
+	})
+}
+
+func (a *cudaArena) ReadBlock(block, off int, dst []byte) error {
+	if a.freed.Load() {
+		return ErrClosed
+	}
+	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil || len(dst) == 0 {
+		return err
+	}
+	return a.dev.do(func() error {
+		return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), a.at(block, off), int64(len(dst)))
+	})
+}
+
+func (a *cudaArena) Free() error {
+	a.dev.mu.Lock()
+	delete(a.dev.arenas, a)
+	a.dev.mu.Unlock()
+	return a.free()
+}
+
+func (a *cudaArena) free() error {
+	a.mu.Lock()
+	if a.freed.Swap(true) {
+		a.mu.Unlock()
+		return nil
+	}
+	streams := a.streams
+	a.streams = nil
+	a.mu.Unlock()
+	var errs []error
+	for s := range streams {
+		errs = append(errs, s.close())
+	}
+	errs = append(errs, a.dev.do(func() error { return cu.MemFree(a.ptr) }))
+	return errors.Join(errs...)
+}
+
+// cudaPending is a batch enqueued on the GPU: the stream's waiter
+// synchronizes ev (when recorded) and then completes done with err joined
+// to anything the wait reports.
+type cudaPending struct {
+	ev       cu.Event
+	recorded bool
+	err      error // failure while enqueueing
+	done     *Event
+}
+
+type cudaStream struct {
+	arena *cudaArena
+	s     cu.Stream
+	q     *fifo[cudaPending]
+
+	enqMu  sync.Mutex // keeps GPU order and completion order identical
+	closed bool
+}
+
+func (s *cudaStream) CopyD2H(ops []CopyOp) (*Event, error) { return s.enqueue(D2H, ops) }
+func (s *cudaStream) CopyH2D(ops []CopyOp) (*Event, error) { return s.enqueue(H2D, ops) }
+
+func (s *cudaStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
+	a, d := s.arena, s.arena.dev
+	if err := validateOps(ops, a.numBlocks, a.blockBytes); err != nil {
+		return nil, err
+	}
+	s.enqMu.Lock()
+	defer s.enqMu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	for i, op := range ops {
+		if !d.pinned(op.Host) {
+			return nil, fmt.Errorf("%w: %w", ErrNotPinned,
+				&CopyError{Index: i, Block: op.Block, Reason: "host memory not from AllocHost"})
+		}
+	}
+	p := cudaPending{done: newEvent()}
+	p.err = d.do(func() error {
+		n := int64(a.blockBytes)
+		for i, op := range ops {
+			host := unsafe.Pointer(unsafe.SliceData(op.Host))
+			var err error
+			if dir == D2H {
+				err = cu.MemcpyDtoHAsync(host, a.at(op.Block, 0), n, s.s)
+			} else {
+				err = cu.MemcpyHtoDAsync(a.at(op.Block, 0), host, n, s.s)
+			}
+			if err != nil {
+				return fmt.Errorf("kvtier: %v copy %d of %d (block %d): %w", dir, i, len(ops), op.Block, err)
+			}
+		}
+		return nil
+	})
+	// Record an event even after a failed enqueue, so the batch completes
+	// only once the copies that did get enqueued are finished.
+	rerr := d.do(func() error {
+		ev, err := cu.MakeEvent(cu.DisableTiming | cu.BlockingSyncEvent)
+		if err != nil {
+			return fmt.Errorf("kvtier: cuEventCreate: %w", err)
+		}
+		if err := ev.Record(s.s); err != nil {
+			_ = cu.DestroyEvent(&ev)
+			return fmt.Errorf("kvtier: cuEventRecord: %w", err)
+		}
+		p.ev, p.recorded = ev, true
+		return nil
+	})
+	if rerr != nil {
+		// No event to wait on: wait for the stream itself, here.
+		serr := d.do(s.s.Synchronize)
+		p.err = errors.Join(p.err, rerr, serr)
+	}
+	if err := s.q.push(p, p.done); err != nil {
+		panic("kvtier: CUDA stream queue closed while the stream is open")
+	}
+	return p.done, nil
+}
+
+// wait runs on the stream's goroutine, in enqueue order.
+func (s *cudaStream) wait(p cudaPending) {
+	err := p.err
+	if p.recorded {
+		werr := s.arena.dev.do(func() error {
+			err := p.ev.Synchronize()
+			if derr := cu.DestroyEvent(&p.ev); err == nil && derr != nil {
+				err = derr
+			}
+			return err
+		})
+		if werr != nil {
+			err = errors.Join(err, fmt.Errorf("kvtier: cuEventSynchronize: %w", werr))
+		}
+	}
+	p.done.complete(err)
+}
+
+func (s *cudaStream) Synchronize(ctx context.Context) error {
+	ev := s.q.lastEvent()
+	if ev == nil {
+		return nil
+	}
+	select {
+	case <-ev.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *cudaStream) Close() error {
+	err := s.close()
+	s.arena.mu.Lock()
+	delete(s.arena.streams, s)
+	s.arena.mu.Unlock()
+	return err
+}
+
+// close drains the stream and destroys the CUstream; idempotent.
+func (s *cudaStream) close() error {
+	s.enqMu.Lock()
+	if s.closed {
+		s.enqMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.enqMu.Unlock()
+	s.q.close()
+	return s.arena.dev.do(func() error {
+		if err := s.s.Destroy(); err != nil {
+			return fmt.Errorf("kvtier: cuStreamDestroy: %w", err)
+		}
+		return nil
+	})
+}
+
+type cudaBuffer struct {
+	dev   *cudaDevice
+	mu    sync.Mutex
+	mem   []byte
+	state bufState
+}
+
+func (b *cudaBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mem
+}
+
+// Pinned is always true: cuMemAllocHost memory is page-locked.
+func (b *cudaBuffer) Pinned() bool { return true }
+
+func (b *cudaBuffer) Free() error {
+	b.dev.mu.Lock()
+	delete(b.dev.bufs, b)
+	b.dev.mu.Unlock()
+	return b.release(false /* byDevice */)
+}
+
+func (b *cudaBuffer) release(byDevice bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case bufFreed:
+		panic("kvtier: host buffer freed twice")
+	case bufReleased:
+		return nil
+	}
+	b.state = bufFreed
+	if byDevice {
+		b.state = bufReleased
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b.mem))
+	b.mem = nil
+	return b.dev.do(func() error {
+		if err := cu.MemFreeHost(p); err != nil {
+			return fmt.Errorf("kvtier: cuMemFreeHost: %w", err)
+		}
+		return nil
+	})
+}
