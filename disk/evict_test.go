@@ -75,6 +75,9 @@ func TestReadPinsPreventEviction(t *testing.T) {
 	if _, _, err := s.WriteSync(metaFor(5), payloadFor(5, testPayload)); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("write reused a doomed slot: %v", err)
 	}
+	if op, _ := s.PlanRead(2); op != nil {
+		t.Fatal("PlanRead of a removed block joined the read in flight")
+	}
 	mustRead(op1)
 	mustRead(op2)
 	mustRead(op4)

@@ -184,7 +184,9 @@ func (s *Store) CompleteRead(op *ReadOp, err error) {
 		panic("kvtier: disk: CompleteRead called twice")
 	}
 	op.done = true
-	delete(s.reads, op.hash)
+	if s.reads[op.hash] == op {
+		delete(s.reads, op.hash)
+	}
 	s.putHeader(op.hdr)
 	op.hdr = nil
 	sl := &s.slots[op.slot]

@@ -120,6 +120,10 @@ func (s *Store) unpublish(i int32) {
 	sl := &s.slots[i]
 	delete(s.index, sl.meta.Hash)
 	s.pol.Remove(sl.meta.Hash)
+	if op, ok := s.reads[sl.meta.Hash]; ok && op.slot == i {
+		// Later PlanReads miss; the op in flight finishes for its waiters.
+		delete(s.reads, sl.meta.Hash)
+	}
 	if sl.pins > 0 {
 		sl.state = slotDoomed
 		s.doomed++
