@@ -10,11 +10,25 @@ import (
 // FaultOp names the file operation a Fault applies to.
 type FaultOp int
 
+// The faultable operations.
 const (
-	FaultRead FaultOp = iota + 1
-	FaultWrite
-	FaultSync
+	FaultRead  FaultOp = iota + 1 // ReadAt and ReadvAt
+	FaultWrite                    // WriteAt
+	FaultSync                     // Sync
 )
+
+func (o FaultOp) String() string {
+	switch o {
+	case FaultRead:
+		return "read"
+	case FaultWrite:
+		return "write"
+	case FaultSync:
+		return "sync"
+	default:
+		return "FaultOp(?)"
+	}
+}
 
 // Fault makes matching file calls fail.
 type Fault struct {
