@@ -1,0 +1,133 @@
+//go:build kvtier_actor
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvtier/kvtier"
+)
+
+// runActor measures the alloc workload through the Manager API: one client,
+// then actorClients clients at once, each sending batches of actorBatch
+// allocations and freeing its previous batch, on a Manager of poolBlocks GPU
+// blocks (the size of the direct run it is compared with).
+func runActor(quick bool) (actorResult, error) {
+	dur := 3 * time.Second
+	if quick {
+		dur = 300 * time.Millisecond
+	}
+	ctx := context.Background()
+	m, err := kvtier.New(kvtier.Config{GPUBlocks: poolBlocks, BlockTokens: blockTokens})
+	if err != nil {
+		return actorResult{}, err
+	}
+	defer m.Close(ctx)
+
+	// Warm the pool as the direct run does: enough batches to cycle every block.
+	warm := newActorClient(1)
+	for range poolBlocks/(actorBatch*(seqBlocks-stemBlocks)) + 2 {
+		if err := warm.step(ctx, m); err != nil {
+			return actorResult{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	if err := warm.drain(ctx, m); err != nil {
+		return actorResult{}, err
+	}
+
+	one, err := actorThroughput(ctx, m, 1, 2, dur)
+	if err != nil {
+		return actorResult{}, fmt.Errorf("one client: %w", err)
+	}
+	par, err := actorThroughput(ctx, m, actorClients, 3, dur)
+	if err != nil {
+		return actorResult{}, fmt.Errorf("%d clients: %w", actorClients, err)
+	}
+	return actorResult{built: true, blocksPerS: one, parallelBlocksPerS: par}, nil
+}
+
+// actorThroughput runs n clients (workload bases base..base+n-1) for about dur
+// and returns the blocks allocated and freed per second, all clients together.
+func actorThroughput(ctx context.Context, m *kvtier.Manager, n int, base int64, dur time.Duration) (float64, error) {
+	errs := make([]error, n) // one slot per client: no shared error
+	steps := make([]int, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(dur)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := newActorClient(base + int64(i))
+			for time.Now().Before(deadline) {
+				if errs[i] = c.step(ctx, m); errs[i] != nil {
+					return
+				}
+				steps[i]++
+			}
+			errs[i] = c.drain(ctx, m)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := 0
+	for i := range n {
+		if errs[i] != nil {
+			return 0, fmt.Errorf("client %d: %w", i, errs[i])
+		}
+		total += steps[i]
+	}
+	return float64(total*actorBatch*seqBlocks) / elapsed.Seconds(), nil
+}
+
+// actorClient is one caller of the Manager: it holds its previous batch of
+// sequences while it allocates the next, then frees the previous one.
+type actorClient struct {
+	w          *workload
+	base, next uint64
+	reqs       []kvtier.AllocRequest
+	held, cur  []uint64
+}
+
+func newActorClient(base int64) *actorClient {
+	return &actorClient{w: newWorkload(base, 4*actorBatch), base: uint64(base) << 40}
+}
+
+func (c *actorClient) step(ctx context.Context, m *kvtier.Manager) error {
+	c.reqs, c.cur = c.reqs[:0], c.cur[:0]
+	for range actorBatch {
+		c.next++
+		id := c.base + c.next
+		c.reqs = append(c.reqs, kvtier.AllocRequest{Seq: id, Tokens: c.w.prompt()})
+		c.cur = append(c.cur, id)
+	}
+	res, err := m.AllocateBatch(ctx, c.reqs)
+	if err != nil {
+		return err
+	}
+	for i := range res {
+		if res[i].Err != nil {
+			return fmt.Errorf("allocate seq %d: %w", c.cur[i], res[i].Err)
+		}
+	}
+	if err := c.drain(ctx, m); err != nil {
+		return err
+	}
+	c.held, c.cur = c.cur, c.held
+	return nil
+}
+
+// drain frees the held batch.
+func (c *actorClient) drain(ctx context.Context, m *kvtier.Manager) error {
+	if len(c.held) == 0 {
+		return nil
+	}
+	if err := m.FreeBatch(ctx, c.held); err != nil {
+		return fmt.Errorf("free batch: %w", err)
+	}
+	c.held = c.held[:0]
+	return nil
+}

@@ -1,0 +1,161 @@
+// Command kvbench measures kvtier against references taken on the same machine in
+// the same run, and says where each target stands.
+//
+// # Suites
+//
+//   - alloc: allocate+free throughput of 32-block sequences with prefix sharing on
+//     the plain block pool (single goroutine), the cost per block at pool sizes of
+//     1k and 1M blocks, and the same work through the actor system (Manager API of
+//     package kvtier; built with -tags kvtier_actor until that package lands).
+//   - copy: device<->pinned copies of the default gpu backend against a plain
+//     copy() of the same bytes, and the disk tier against plain sequential
+//     pwrite/pread of the same block size in the same directory, interleaved.
+//   - trace: a Mooncake-format trace replayed at several tier capacities through
+//     LRU, FIFO and S3-FIFO, next to the clairvoyant optimum (cachesim.OPT) and an
+//     unbounded cache (cachesim.Infinite).
+//
+// # Output
+//
+// A human table by default; with -json one JSON object (see report.go for its
+// fields). Every ratio is against a reference measured in the same run; the
+// targets are printed with PASS or MISS and never change a reference.
+//
+// # Usage
+//
+//	go run ./cmd/kvbench                       # all suites, full mode
+//	go run ./cmd/kvbench -json -quick          # seconds-long, for CI
+//	go run ./cmd/kvbench -suite trace -trace /path/conversation_trace.jsonl -capacity 1024,4096
+//	go run ./cmd/kvbench -suite copy -dir /mnt/nvme
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "kvbench:", err)
+		os.Exit(2)
+	}
+}
+
+// Suite names, in the order they run.
+const (
+	suiteAlloc = "alloc"
+	suiteCopy  = "copy"
+	suiteTrace = "trace"
+)
+
+var allSuites = []string{suiteAlloc, suiteCopy, suiteTrace}
+
+// options is the parsed command line. It is read-only once parsed.
+type options struct {
+	json       bool
+	quick      bool
+	suites     map[string]bool
+	tracePath  string // "" means the embedded sample
+	capacities []int  // trace suite tier capacities, in blocks
+	dir        string // parent of the disk suite's temp dir; "" means os.TempDir
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("kvbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var suites, caps string
+	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the human table")
+	fs.BoolVar(&o.quick, "quick", false, "seconds-long variant (fewer repetitions, smaller sizes) for CI")
+	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, or all")
+	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace suite (default: the embedded sample)")
+	fs.StringVar(&caps, "capacity", "1024,4096,16384", "comma-separated tier capacities in blocks for the trace suite")
+	fs.StringVar(&o.dir, "dir", "", "directory on the file system the disk benchmark uses (a temp dir is made inside; default: $TMPDIR)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.suites = make(map[string]bool)
+	for _, s := range strings.Split(suites, ",") {
+		s = strings.TrimSpace(strings.ToLower(s))
+		switch s {
+		case "all":
+			for _, a := range allSuites {
+				o.suites[a] = true
+			}
+		case suiteAlloc, suiteCopy, suiteTrace:
+			o.suites[s] = true
+		default:
+			return o, fmt.Errorf("-suite: unknown suite %q (want alloc, copy, trace or all)", s)
+		}
+	}
+	for _, f := range strings.Split(caps, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("-capacity: %q is not a positive block count", f)
+		}
+		o.capacities = append(o.capacities, n)
+	}
+	if len(o.capacities) == 0 {
+		return o, errors.New("-capacity: no capacities")
+	}
+	return o, nil
+}
+
+// run parses args, runs the selected suites and writes the report to out.
+func run(args []string, out io.Writer) error {
+	o, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	rep, err := runSuites(o)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(out, rep)
+	}
+	return writeHuman(out, rep)
+}
+
+// runSuites runs the suites o selects, in a fixed order, and fills a report.
+func runSuites(o options) (*Report, error) {
+	rep := &Report{Machine: machineInfo(), Mode: "full"}
+	if o.quick {
+		rep.Mode = "quick"
+	}
+	for _, s := range allSuites {
+		if o.suites[s] {
+			rep.Suites = append(rep.Suites, s)
+		}
+	}
+	if o.suites[suiteAlloc] {
+		a, err := runAlloc(o.quick)
+		if err != nil {
+			return nil, fmt.Errorf("alloc suite: %w", err)
+		}
+		rep.Alloc = a
+	}
+	if o.suites[suiteCopy] {
+		c, err := runCopy(o.quick, o.dir)
+		if err != nil {
+			return nil, fmt.Errorf("copy suite: %w", err)
+		}
+		rep.Copy = c
+	}
+	if o.suites[suiteTrace] {
+		t, err := runTrace(o.tracePath, o.capacities)
+		if err != nil {
+			return nil, fmt.Errorf("trace suite: %w", err)
+		}
+		rep.Trace = t
+	}
+	rep.Targets = targets(rep)
+	return rep, nil
+}

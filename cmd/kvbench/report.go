@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is everything one run measured: the JSON object -json prints. A suite
+// that did not run is absent (null).
+type Report struct {
+	Machine Machine      `json:"machine"`
+	Mode    string       `json:"mode"`   // "full" or "quick"
+	Suites  []string     `json:"suites"` // the suites that ran, in order
+	Alloc   *AllocResult `json:"alloc,omitempty"`
+	Copy    *CopyResult  `json:"copy,omitempty"`
+	Trace   *TraceResult `json:"trace,omitempty"`
+	Targets []Target     `json:"targets"`
+}
+
+// Target is one goal of issue 7 and where this run stands: Value compared with
+// Limit by Cmp. Status is PASS, MISS, or N/A when the measurement is missing.
+type Target struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Cmp    string  `json:"cmp"` // "<=" or ">="
+	Limit  float64 `json:"limit"`
+	Status string  `json:"status"`
+}
+
+func newTarget(name string, value float64, cmp string, limit float64, measured bool) Target {
+	t := Target{Name: name, Value: value, Cmp: cmp, Limit: limit, Status: "N/A"}
+	if measured {
+		ok := value <= limit
+		if cmp == ">=" {
+			ok = value >= limit
+		}
+		t.Status = "MISS"
+		if ok {
+			t.Status = "PASS"
+		}
+	}
+	return t
+}
+
+// targets derives the targets the report's suites can judge.
+func targets(r *Report) []Target {
+	var ts []Target
+	if a := r.Alloc; a != nil {
+		ts = append(ts,
+			newTarget("actor_over_direct_cost", a.ActorOverDirectCost, "<=", 1.5, a.ActorBuilt),
+			newTarget("ns_per_block_1m/ns_per_block_1k", a.NsPerBlock1m/a.NsPerBlock1k, "<=", 1.5, true))
+	}
+	if c := r.Copy; c != nil {
+		ts = append(ts,
+			newTarget("d2h_gbps/memmove_gbps", c.D2HGBps/c.MemmoveGBps, ">=", 0.9, true),
+			newTarget("h2d_gbps/memmove_gbps", c.H2DGBps/c.MemmoveGBps, ">=", 0.9, true))
+		if d := c.Disk; d != nil {
+			ts = append(ts,
+				newTarget("disk_write_gbps/raw_write_gbps", d.DiskWriteGBps/d.RawWriteGBps, ">=", 0.9, true),
+				newTarget("disk_read_gbps/raw_read_gbps", d.DiskReadGBps/d.RawReadGBps, ">=", 0.9, true))
+		}
+	}
+	if t := r.Trace; t != nil {
+		for _, c := range t.Capacities {
+			ts = append(ts, newTarget(fmt.Sprintf("best_over_opt@%d", c.CapacityBlocks),
+				c.BestOverOPT, ">=", 0.95, c.OPTHitRatio > 0))
+		}
+	}
+	return ts
+}
+
+func writeJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// writeHuman prints the report as aligned tables, one section per suite.
+func writeHuman(w io.Writer, r *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	m := r.Machine
+	p("kvbench (%s mode)\n", r.Mode)
+	p("machine: %s, %d cores, %s %s/%s, gpu backend %q, %s\n\n", m.CPUModel, m.Cores, m.GoVersion, m.GOOS, m.GOARCH, m.GPUBackend, m.Date)
+
+	if a := r.Alloc; a != nil {
+		p("alloc: %d-block sequences of %d tokens/block, %d shared stem blocks (%d stems) + private tail; pool kept warm; median of %d rounds\n",
+			a.SeqBlocks, a.BlockTokens, a.StemBlocks, a.Stems, a.Rounds)
+		p("  direct core, %d-block pool\t%.3g blocks/s\t(%.1f ns/block, %.0f%% hits, %.2f evictions/block)\n",
+			a.PoolBlocks, a.DirectBlocksPerS, 1e9/a.DirectBlocksPerS, 100*a.HitFraction, a.EvictionsPerBlock)
+		p("  direct core, 1k-block pool\t%.1f ns/block\t\n", a.NsPerBlock1k)
+		p("  direct core, 1M-block pool\t%.1f ns/block\t\n", a.NsPerBlock1m)
+		if a.ActorBuilt {
+			p("  actor, 1 client, batch %d\t%.3g blocks/s\t(%.2fx the direct cost)\n", a.ActorBatch, a.ActorBlocksPerS, a.ActorOverDirectCost)
+			p("  actor, %d clients, batch %d\t%.3g blocks/s\t\n", a.ActorClients, a.ActorBatch, a.ActorParallelBlocksPerS)
+		}
+		if a.Note != "" {
+			p("  %s\n", a.Note)
+		}
+		p("\n")
+	}
+	if c := r.Copy; c != nil {
+		p("copy: batches of %d blocks of %d MiB, %d interleaved rounds, device %q (host buffer pinned: %v)\n",
+			c.BatchBlock, c.BlockBytes>>20, c.Rounds, c.Device, c.HostPinned)
+		p("  copy() reference\t%.2f GB/s\t\n", c.MemmoveGBps)
+		p("  D2H (offload)\t%.2f GB/s\t%.0f%% of copy()\n", c.D2HGBps, 100*c.D2HGBps/c.MemmoveGBps)
+		p("  H2D (onboard)\t%.2f GB/s\t%.0f%% of copy()\n", c.H2DGBps, 100*c.H2DGBps/c.MemmoveGBps)
+		if d := c.Disk; d != nil {
+			p("disk: %d blocks of %d MiB per round, %d rounds, in %s, store I/O mode %s (reference file the same)\n",
+				d.Blocks, d.BlockBytes>>20, d.Rounds, d.Dir, d.IOMode)
+			p("  pwrite reference\t%.2f GB/s\t\n", d.RawWriteGBps)
+			p("  disk tier write\t%.2f GB/s\t%.0f%% of pwrite\n", d.DiskWriteGBps, 100*d.DiskWriteGBps/d.RawWriteGBps)
+			p("  pread reference\t%.2f GB/s\t\n", d.RawReadGBps)
+			p("  disk tier read\t%.2f GB/s\t%.0f%% of pread\n", d.DiskReadGBps, 100*d.DiskReadGBps/d.RawReadGBps)
+		}
+		p("\n")
+	}
+	if t := r.Trace; t != nil {
+		p("trace: %s, %d requests, %d block refs, chained: %v\n", t.Trace, t.Requests, t.BlockRefs, t.Chained)
+		p("  %s\n", optDoc)
+		var hdr []string
+		for _, k := range tracePolicies {
+			hdr = append(hdr, policyName(k))
+		}
+		p("  capacity\t%s\topt\tinfinite\tbest/opt\t\n", strings.Join(hdr, "\t"))
+		for _, c := range t.Capacities {
+			p("  %d\t", c.CapacityBlocks)
+			for _, k := range tracePolicies {
+				p("%.2f%%\t", 100*c.HitRatio[policyName(k)])
+			}
+			p("%.2f%%\t%.2f%%\t%.3f (%s)\t\n", 100*c.OPTHitRatio, 100*c.InfiniteHitRatio, c.BestOverOPT, c.BestPolicy)
+		}
+		p("\n")
+	}
+	p("targets:\n")
+	for _, t := range r.Targets {
+		p("  %s\t%.3f %s %.2f\t%s\n", t.Name, t.Value, t.Cmp, t.Limit, t.Status)
+	}
+	return tw.Flush()
+}
