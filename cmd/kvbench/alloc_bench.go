@@ -107,7 +107,7 @@ func median(xs []float64) float64 {
 }
 
 func runAlloc(quick bool) (*AllocResult, error) {
-	rounds, stepsPerRound := 15, 4000
+	rounds, stepsPerRound := 31, 8000
 	if quick {
 		rounds, stepsPerRound = 3, 500
 	}

@@ -14,8 +14,9 @@ import (
 const copyBatch = 32
 
 // CopyResult is the copy suite's outcome. Every rate is payload bytes per second
-// in GB/s (1e9 bytes); each is the total bytes over the total time of its kind,
-// with the kinds interleaved round by round so they share the machine's state.
+// in GB/s (1e9 bytes): the median over rounds of one batch's rate, with the
+// kinds interleaved round by round so they share the machine's state and a
+// burst of background load costs every kind alike.
 type CopyResult struct {
 	Device     string `json:"device"`
 	BlockBytes int    `json:"block_bytes"`
@@ -50,7 +51,7 @@ func runCopy(quick bool, dir string) (*CopyResult, error) {
 }
 
 func runDeviceCopy(quick bool, bb int) (_ *CopyResult, err error) {
-	rounds := 40
+	rounds := 100
 	if quick {
 		rounds = 4
 	}
@@ -107,7 +108,8 @@ func runDeviceCopy(quick bool, bb int) (_ *CopyResult, err error) {
 		return time.Since(start)
 	}
 	// One untimed pass of each kind faults every page in.
-	var tMem, tD2H, tH2D time.Duration
+	var mem, d2hs, h2ds []float64
+	batchGB := float64(copyBatch*bb) / 1e9
 	for round := -1; round < rounds; round++ {
 		m := memmove(true) + memmove(false)
 		h2d, err := batch(stream.CopyH2D)
@@ -119,18 +121,19 @@ func runDeviceCopy(quick bool, bb int) (_ *CopyResult, err error) {
 			return nil, fmt.Errorf("D2H: %w", err)
 		}
 		if round >= 0 {
-			tMem, tD2H, tH2D = tMem+m, tD2H+d2h, tH2D+h2d
+			mem = append(mem, 2*batchGB/m.Seconds())
+			d2hs = append(d2hs, batchGB/d2h.Seconds())
+			h2ds = append(h2ds, batchGB/h2d.Seconds())
 		}
 	}
-	bytes := float64(rounds * copyBatch * bb)
 	return &CopyResult{
 		Device:      dev.Name(),
 		BlockBytes:  bb,
 		BatchBlock:  copyBatch,
 		Rounds:      rounds,
-		MemmoveGBps: 2 * bytes / tMem.Seconds() / 1e9,
-		D2HGBps:     bytes / tD2H.Seconds() / 1e9,
-		H2DGBps:     bytes / tH2D.Seconds() / 1e9,
+		MemmoveGBps: median(mem),
+		D2HGBps:     median(d2hs),
+		H2DGBps:     median(h2ds),
 		HostPinned:  host.Pinned(),
 	}, nil
 }

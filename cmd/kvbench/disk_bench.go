@@ -13,7 +13,8 @@ import (
 // DiskResult compares the disk tier with plain positioned I/O of the same block
 // size on the same file system, one goroutine each, no fdatasync on either side.
 // Rates count payload bytes only: the store's 4 KiB header per block and its
-// checksums are part of its cost.
+// checksums are part of its cost. Each is the median over rounds of one round's
+// rate (copyBatch blocks).
 type DiskResult struct {
 	Dir        string `json:"dir"`
 	IOMode     string `json:"io_mode"` // the store's mode; the reference file uses the same
@@ -32,7 +33,7 @@ type DiskResult struct {
 // same directory, alternating which goes first. The store has room for two
 // rounds, so from the third round on every write evicts.
 func runDisk(quick bool, parent string, bb int) (_ *DiskResult, err error) {
-	rounds := 8
+	rounds := 24
 	if quick {
 		rounds = 2
 	}
@@ -123,7 +124,8 @@ func runDisk(quick bool, parent string, bb int) (_ *DiskResult, err error) {
 		return time.Since(start), nil
 	}
 
-	var tRawW, tRawR, tDiskW, tDiskR time.Duration
+	var rawW, rawR, diskW, diskR []float64
+	batchGB := float64(copyBatch*bb) / 1e9
 	for round := -1; round < rounds; round++ { // round -1 warms up, untimed
 		var rw, rr, dw, dr time.Duration
 		if round%2 == 0 {
@@ -149,20 +151,22 @@ func runDisk(quick bool, parent string, bb int) (_ *DiskResult, err error) {
 		hash += copyBatch
 		pos = (pos + copyBatch) % slots
 		if round >= 0 {
-			tRawW, tRawR, tDiskW, tDiskR = tRawW+rw, tRawR+rr, tDiskW+dw, tDiskR+dr
+			rawW = append(rawW, batchGB/rw.Seconds())
+			rawR = append(rawR, batchGB/rr.Seconds())
+			diskW = append(diskW, batchGB/dw.Seconds())
+			diskR = append(diskR, batchGB/dr.Seconds())
 		}
 	}
-	bytes := float64(rounds*copyBatch*bb) / 1e9
 	return &DiskResult{
 		Dir:           parentOr(parent),
 		IOMode:        rep.Mode.String(),
 		BlockBytes:    bb,
 		Blocks:        copyBatch,
 		Rounds:        rounds,
-		RawWriteGBps:  bytes / tRawW.Seconds(),
-		DiskWriteGBps: bytes / tDiskW.Seconds(),
-		RawReadGBps:   bytes / tRawR.Seconds(),
-		DiskReadGBps:  bytes / tDiskR.Seconds(),
+		RawWriteGBps:  median(rawW),
+		DiskWriteGBps: median(diskW),
+		RawReadGBps:   median(rawR),
+		DiskReadGBps:  median(diskR),
 	}, nil
 }
 
