@@ -1,0 +1,88 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// admit takes waiting sequences that have arrived, front first, while the
+// sequence limit and the token budget allow, and gives them blocks with one
+// Cache.Allocate. The budget is charged a candidate's whole remaining length
+// before its cached prefix is known; what a prefix hit leaves unused waits for
+// the next step.
+//
+// Admission is strictly first come, first served: when a candidate gets
+// ErrNoBlocks it stays at the front, and candidates behind it that did get
+// blocks are freed again (one Cache.Free) and stay behind it.
+func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, rep *StepReport) error {
+	charge := *budget
+	s.nw = s.nw[:0]
+	for charge > 0 && len(s.running)+len(s.nw) < s.cfg.MaxNumSeqs && len(s.nw) < s.waiting.len() {
+		q := s.waiting.at(len(s.nw))
+		s.nw = append(s.nw, q)
+		charge -= min(len(q.tokens), charge)
+	}
+	if len(s.nw) == 0 {
+		return nil
+	}
+	reqs := make([]AllocReq, len(s.nw))
+	for i, q := range s.nw {
+		reqs[i] = AllocReq{Seq: q.id, Tokens: q.tokens, Salt: q.salt}
+	}
+	outs, err := s.cache.Allocate(ctx, reqs)
+	if err != nil {
+		return fmt.Errorf("scheduler: allocate %d sequences: %w", len(reqs), err)
+	}
+	if len(outs) != len(reqs) {
+		return fmt.Errorf("%w: Allocate answered %d outcomes for %d requests", ErrCacheContract, len(outs), len(reqs))
+	}
+	firstFail := -1
+	var undo []SeqID
+	for i, o := range outs {
+		switch {
+		case o.Err != nil && !noBlocks(o.Err):
+			return fmt.Errorf("scheduler: allocate sequence %d: %w", reqs[i].Seq, o.Err)
+		case o.Err != nil:
+			if firstFail < 0 {
+				firstFail = i
+			}
+		case firstFail >= 0:
+			undo = append(undo, reqs[i].Seq)
+		case o.GPUTokens < 0 || o.PinnedTokens < 0 || o.DiskTokens < 0:
+			return fmt.Errorf("%w: sequence %d: negative prefix %+v", ErrCacheContract, reqs[i].Seq, o)
+		}
+	}
+	if len(undo) > 0 {
+		if err := s.cache.Free(ctx, undo); err != nil {
+			return fmt.Errorf("scheduler: free %d sequences admitted out of order: %w", len(undo), err)
+		}
+	}
+	n := len(outs)
+	if firstFail >= 0 {
+		n = firstFail
+		if n == 0 && len(s.running) == 0 {
+			q := s.nw[0]
+			return fmt.Errorf("%w: sequence %d (%d tokens): %w", ErrUnschedulable, q.id, len(q.tokens), outs[0].Err)
+		}
+	}
+	for i := range n {
+		q := s.waiting.popFront()
+		o := outs[i]
+		s.order++
+		q.order, q.admitted = s.order, now
+		q.allocated, q.fill = len(q.tokens), len(q.tokens)
+		q.gpu, q.pinned, q.disk = o.GPUTokens, o.PinnedTokens, o.DiskTokens
+		q.ready, q.loaded = o.Ready, o.Loaded
+		s.running = append(s.running, q)
+		rep.Admitted = append(rep.Admitted, q.id)
+		s.startLoad(q, now)
+		if q.phase != phaseRunning || *budget == 0 {
+			continue
+		}
+		t := min(len(q.tokens)-q.computed, *budget)
+		s.batch = append(s.batch, planned{q, t})
+		*budget -= t
+	}
+	return nil
+}

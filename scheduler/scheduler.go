@@ -1,0 +1,325 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/trace"
+)
+
+// Scheduler replays a trace against a Cache with continuous batching. It is a
+// plain, single-owner state machine: not safe for concurrent use, and it does
+// nothing between calls to Step. Run drives one to the end.
+type Scheduler struct {
+	cfg   Config
+	cache Cache
+	clock clock
+	log   *zap.Logger
+
+	reqs    []trace.Request
+	seqs    []*sequence // by trace index
+	pending int         // seqs[pending:] have not arrived
+	waiting queue
+	running []*sequence // admitted (running or onboarding), by admission order
+	order   uint64
+	done    int
+	m       metrics
+
+	// per-step scratch
+	batch []planned
+	work  []Work
+	ids   []SeqID
+	toks  []int64
+	nw    []*sequence
+}
+
+// planned is one sequence's share of the step being built.
+type planned struct {
+	s      *sequence
+	tokens int
+}
+
+// StepReport says what one Step did. Its slices are fresh copies.
+type StepReport struct {
+	Start, End time.Duration // the step's span on the run's clock; equal when idle
+	Idle       bool          // nothing ran: the clock moved to the next event
+	Admitted   []SeqID       // sequences given blocks this step, in admission order
+	Scheduled  []Scheduled   // sequences computed this step, in batch order
+	Preempted  []SeqID       // victims, in the order chosen (most recent first)
+	Finished   []SeqID
+}
+
+// Scheduled is one sequence's share of a step.
+type Scheduled struct {
+	Seq     SeqID
+	Tokens  int // tokens computed: 1 for a decode
+	Prefill bool
+}
+
+// New returns a Scheduler for reqs (sorted by Timestamp, as trace.Read and
+// trace.Synthetic return them; ties keep trace order). reqs and cfg are not
+// modified; reqs must not change during the run.
+func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
+	if cache == nil {
+		return nil, fmt.Errorf("%w: nil Cache", ErrBadConfig)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: c, cache: cache, clock: newClock(c.Clock), log: c.Logger, reqs: reqs}
+	s.m.res.SeriesInterval = c.SeriesInterval
+	s.seqs = make([]*sequence, len(reqs))
+	var prev time.Duration
+	for i, r := range reqs {
+		if r.InputLength <= 0 {
+			return nil, fmt.Errorf("%w: request %d has input length %d", ErrBadConfig, i, r.InputLength)
+		}
+		at := time.Duration(float64(r.Timestamp) * c.TimeScale * float64(time.Millisecond))
+		if at < prev {
+			return nil, fmt.Errorf("%w: request %d arrives at %v, before request %d (%v): sort by timestamp", ErrBadConfig, i, at, i-1, prev)
+		}
+		prev = at
+		target := max(r.OutputLength, 1)
+		if c.MaxOutputTokens > 0 {
+			target = min(target, c.MaxOutputTokens)
+		}
+		salt := ""
+		if c.Salt != nil {
+			salt = c.Salt(i, r)
+		}
+		s.seqs[i] = &sequence{id: SeqID(i + 1), idx: i, arrival: at, salt: salt, prompt: r.InputLength, target: target, phase: phasePending}
+	}
+	return s, nil
+}
+
+// Run replays reqs against cache until every request has finished, flushes the
+// cache and returns the summary. On error it returns the summary so far.
+func Run(ctx context.Context, cache Cache, reqs []trace.Request, cfg Config) (Result, error) {
+	s, err := New(cache, reqs, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	for !s.Done() {
+		if _, err := s.Step(ctx); err != nil {
+			return s.Result(), err
+		}
+	}
+	if err := cache.Flush(ctx); err != nil {
+		return s.Result(), fmt.Errorf("scheduler: flush: %w", err)
+	}
+	return s.Result(), nil
+}
+
+// Done reports whether every request has finished.
+func (s *Scheduler) Done() bool { return s.done == len(s.seqs) }
+
+// Now is the run's clock.
+func (s *Scheduler) Now() time.Duration { return s.clock.now() }
+
+// Result returns the summary so far (a copy).
+func (s *Scheduler) Result() Result {
+	r := s.m.result()
+	return r
+}
+
+// Waiting returns the ids in the waiting queue, front first.
+func (s *Scheduler) Waiting() []SeqID {
+	out := make([]SeqID, s.waiting.len())
+	for i := range out {
+		out[i] = s.waiting.at(i).id
+	}
+	return out
+}
+
+// Running returns the ids of admitted sequences (computing or onboarding), in
+// admission order.
+func (s *Scheduler) Running() []SeqID {
+	out := make([]SeqID, len(s.running))
+	for i, q := range s.running {
+		out[i] = q.id
+	}
+	return out
+}
+
+// Step runs one scheduler step: release arrivals, resolve finished loads,
+// schedule the running sequences (one Cache.Append for their decode tokens,
+// preempting on ErrNoBlocks), admit waiting ones (one Cache.Allocate), advance
+// the clock by the step's cost and free what finished (one Cache.Free). With
+// nothing to compute it moves the clock to the next event instead and reports
+// Idle. It returns ErrDone once every request has finished.
+func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
+	if s.Done() {
+		return StepReport{}, ErrDone
+	}
+	if err := ctx.Err(); err != nil {
+		return StepReport{}, err
+	}
+	now := s.clock.now()
+	rep := StepReport{Start: now, End: now}
+	s.release(now)
+	s.resolveLoads(now)
+
+	budget := s.cfg.MaxNumBatchedTokens
+	s.batch = s.batch[:0]
+	for _, q := range s.running {
+		if budget == 0 {
+			break
+		}
+		if q.phase != phaseRunning {
+			continue
+		}
+		n := min(len(q.tokens)-q.computed, budget)
+		s.batch = append(s.batch, planned{q, n})
+		budget -= n
+	}
+	preempted, err := s.appendDecodes(ctx, &rep)
+	if err != nil {
+		return rep, err
+	}
+	if !preempted {
+		if err := s.admit(ctx, now, &budget, &rep); err != nil {
+			return rep, err
+		}
+	}
+	if len(s.batch) == 0 && preempted {
+		return rep, nil // every runnable sequence was preempted: admit next step
+	}
+	if len(s.batch) == 0 {
+		rep.Idle = true
+		err := s.idle(ctx, now)
+		rep.End = s.clock.now()
+		return rep, err
+	}
+
+	s.work = s.work[:0]
+	for _, p := range s.batch {
+		s.work = append(s.work, Work{Tokens: p.tokens, Context: p.s.computed})
+	}
+	end, err := s.clock.stepDone(ctx, now, s.cfg.CostModel.StepTime(s.work))
+	if err != nil {
+		return rep, err
+	}
+	rep.End = end
+	s.m.res.Steps++
+	if err := s.finishStep(ctx, end, &rep); err != nil {
+		return rep, err
+	}
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(Progress{Finished: s.done, Total: len(s.seqs), Now: end, Steps: s.m.res.Steps})
+	}
+	return rep, nil
+}
+
+// release moves every request that has arrived by now to the waiting queue.
+func (s *Scheduler) release(now time.Duration) {
+	for s.pending < len(s.seqs) && s.seqs[s.pending].arrival <= now {
+		q := s.seqs[s.pending]
+		q.tokens = trace.Tokens(s.reqs[q.idx], s.cfg.Vocab)
+		q.phase = phaseWaiting
+		s.waiting.pushBack(q)
+		s.m.arrival(q.arrival)
+		s.pending++
+	}
+}
+
+// finishStep applies a computed step that ended at end: sample tokens, record
+// first tokens, and free what finished.
+func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *StepReport) error {
+	s.m.last = end
+	s.ids = s.ids[:0]
+	for _, p := range s.batch {
+		q := p.s
+		prefill := q.computed < q.fill
+		if prefill {
+			s.m.res.PrefillTokens += int64(p.tokens)
+		}
+		rep.Scheduled = append(rep.Scheduled, Scheduled{Seq: q.id, Tokens: p.tokens, Prefill: prefill})
+		q.computed += p.tokens
+		if q.computed < len(q.tokens) {
+			continue // a prefill chunk that does not reach the end
+		}
+		if !q.firstOut {
+			q.firstOut = true
+			s.m.ttfts = append(s.m.ttfts, end-q.arrival)
+		}
+		q.generated++
+		s.m.sampled(end, 1)
+		if q.generated >= q.target {
+			q.phase = phaseFinished
+			s.ids = append(s.ids, q.id)
+			continue
+		}
+		q.tokens = append(q.tokens, q.nextToken(s.cfg.Vocab))
+	}
+	if len(s.ids) == 0 {
+		return nil
+	}
+	if err := s.cache.Free(ctx, s.ids); err != nil {
+		return fmt.Errorf("scheduler: free %d finished sequences: %w", len(s.ids), err)
+	}
+	rep.Finished = append(rep.Finished, s.ids...)
+	kept := s.running[:0]
+	for _, q := range s.running {
+		if q.phase == phaseFinished {
+			s.done++
+			s.m.res.Requests++
+			s.m.res.PromptTokens += int64(q.prompt)
+			q.tokens = nil
+			continue
+		}
+		kept = append(kept, q)
+	}
+	clear(s.running[len(kept):])
+	s.running = kept
+	return nil
+}
+
+// idle moves the clock to the next event when no sequence could compute.
+func (s *Scheduler) idle(ctx context.Context, now time.Duration) error {
+	until, has := time.Duration(0), false
+	next := func(t time.Duration) {
+		if !has || t < until {
+			until, has = t, true
+		}
+	}
+	if s.pending < len(s.seqs) {
+		next(s.seqs[s.pending].arrival)
+	}
+	var chans []<-chan struct{}
+	for _, q := range s.running {
+		if q.phase != phaseOnboarding {
+			continue
+		}
+		closed := isClosed(q.ready)
+		if s.cfg.Onboard == Timeout {
+			next(q.deadline)
+		}
+		switch {
+		case closed && (s.cfg.Onboard != Timeout || q.readyAt <= q.deadline):
+			next(q.readyAt)
+		case !closed && q.readyAt <= now:
+			chans = append(chans, q.ready) // the cache owes the data now
+		case !closed:
+			next(q.readyAt)
+		}
+	}
+	if !has && len(chans) == 0 {
+		if s.waiting.len() > 0 && len(s.running) == 0 {
+			q := s.waiting.at(0)
+			return fmt.Errorf("%w: sequence %d (%d tokens)", ErrUnschedulable, q.id, len(q.tokens))
+		}
+		return fmt.Errorf("%w: %d waiting, %d admitted, nothing pending", ErrStalled, s.waiting.len(), len(s.running))
+	}
+	if has && until <= now && len(chans) == 0 {
+		return fmt.Errorf("%w: next event at %v is not after now (%v)", ErrStalled, until, now)
+	}
+	return s.clock.idle(ctx, until, has, chans)
+}
+
+// noBlocks reports whether a cache error means "no GPU blocks".
+func noBlocks(err error) bool { return errors.Is(err, ErrNoBlocks) }
