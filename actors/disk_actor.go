@@ -1,0 +1,392 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// DefaultDiskWorkers is the number of I/O goroutines when DiskConfig.Workers
+// is zero.
+const DefaultDiskWorkers = 4
+
+// DefaultDiskWriteQuota is the in-flight write limit when
+// DiskConfig.WriteQuota is zero.
+const DefaultDiskWriteQuota = 64
+
+var (
+	// ErrDiskConfig means NewDiskActor rejected its DiskConfig.
+	ErrDiskConfig = errors.New("kvtier: actors: invalid disk config")
+	// ErrDiskStopped answers requests that reach the disk actor after it
+	// began to stop.
+	ErrDiskStopped = errors.New("kvtier: actors: disk actor stopped")
+)
+
+// DiskConfig configures the disk tier actor.
+type DiskConfig struct {
+	// Store is opened by the caller and owned by the actor from then on:
+	// the actor is its only user and Closes it when it stops. The caller
+	// must not touch it again.
+	Store *disk.Store
+	// Index receives IndexUpdate{Tier: messages.Disk}.
+	Index *actor.PID
+	// WriteQuota bounds write items in flight (planned, not yet completed);
+	// an item over it is denied and counted, never queued. Zero means
+	// DefaultDiskWriteQuota.
+	WriteQuota int
+	// Workers is the number of I/O goroutines; zero means
+	// DefaultDiskWorkers.
+	Workers int
+	// Log receives rare events; nil means zap.NewNop().
+	Log *zap.Logger
+}
+
+// withDefaults validates c and returns a copy with defaults filled in.
+func (c DiskConfig) withDefaults() (DiskConfig, error) {
+	switch {
+	case c.Store == nil:
+		return c, fmt.Errorf("%w: nil Store", ErrDiskConfig)
+	case c.Index == nil:
+		return c, fmt.Errorf("%w: nil Index", ErrDiskConfig)
+	case c.WriteQuota < 0:
+		return c, fmt.Errorf("%w: WriteQuota %d must be >= 0", ErrDiskConfig, c.WriteQuota)
+	case c.Workers < 0:
+		return c, fmt.Errorf("%w: Workers %d must be >= 0", ErrDiskConfig, c.Workers)
+	}
+	if c.WriteQuota == 0 {
+		c.WriteQuota = DefaultDiskWriteQuota
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultDiskWorkers
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	return c, nil
+}
+
+// DiskActor owns the disk tier: a disk.Store (slot allocation, eviction,
+// the on-disk index) and the worker goroutines that run its blocking I/O.
+//
+// The store is a plain state machine that the actor drives from its own
+// goroutine: PlanWrite/PlanRead here, Execute on a worker, CompleteWrite/
+// CompleteRead here when the worker's report (a message) arrives. The actor
+// never blocks on I/O or on a future, except once when it stops, where it
+// waits for the I/O already handed to workers so the store can be closed.
+//
+// # Messages
+//
+//   - *messages.DiskWrite (ctx.Request) -> one *messages.DiskWriteDone.
+//   - *messages.DiskRead (ctx.Request) -> one *messages.DiskReadDone.
+//   - *messages.DiskQuery, *messages.Flush, *messages.StatsRequest: answered
+//     on their Reply channel.
+//
+// # Memory of pinned slots
+//
+// A write's Bytes are read in place by a worker; DiskWriteDone is sent only
+// after every worker of the request reported, so the pinned actor may reuse
+// the slots from then on. A read goes into a private aligned buffer owned by
+// the actor and is copied into the item's Bytes by the actor goroutine when
+// the read completes, if the request has not been answered yet. DiskReadDone
+// is sent from the same goroutine, so no byte of a pinned slot is written
+// after it, even by a read that finishes past the deadline. The cost is one
+// memcpy per delivered block, which also serves coalesced waiters.
+//
+// # Lifecycle
+//
+// On *actor.Started the actor starts its workers and publishes every record
+// of the (possibly reopened) store to the index, so blocks survive restarts.
+// On *actor.Stopping it waits for the I/O handed to workers, completes every
+// op (queued jobs are cancelled without I/O), answers every pending request
+// (unfinished items as not written / not read, flushes with ErrDiskStopped
+// if any write is left) and closes the store. On *actor.Restarting it does
+// the same but leaves the store open for the next incarnation.
+type DiskActor struct {
+	cfg   DiskConfig
+	store *disk.Store
+	log   *zap.Logger
+
+	self    *actor.PID
+	sys     *actor.ActorSystem
+	workers *diskWorkers
+	stopped bool
+
+	// Writes.
+	writeSeq       uint64
+	writes         map[uint64]*diskWriteReq // pending DiskWrites by seq
+	writesInFlight int                      // planned write items not completed
+	// unannounced maps hashes published on disk but not yet announced to
+	// the index (their DiskWrite is still pending) to that request.
+	unannounced map[uint64]*diskWriteReq
+	flushers    []diskFlusher
+
+	// Reads.
+	readSeq  uint64
+	reads    map[uint64]*diskReadReq // pending DiskReads by seq
+	readJobs map[*disk.ReadOp]*diskReadJob
+	bufs     [][]byte // free private read buffers
+
+	reopenRecords int
+	stats         diskCounters
+}
+
+// diskCounters are the actor's own counters; the store keeps the rest.
+type diskCounters struct {
+	hits, misses, denied, failed, timeouts uint64
+	written, skipped, coalesced, cancelled uint64
+}
+
+type diskFlusher struct {
+	barrier uint64 // answered once no DiskWrite with seq < barrier is pending
+	reply   chan error
+}
+
+// NewDiskActor validates cfg and returns the actor's producer. The store in
+// cfg belongs to the actor from now on.
+func NewDiskActor(cfg DiskConfig) (actor.Producer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return func() actor.Actor {
+		return &DiskActor{
+			cfg:         cfg,
+			store:       cfg.Store,
+			log:         cfg.Log,
+			writes:      make(map[uint64]*diskWriteReq),
+			unannounced: make(map[uint64]*diskWriteReq),
+			reads:       make(map[uint64]*diskReadReq),
+			readJobs:    make(map[*disk.ReadOp]*diskReadJob),
+		}
+	}, nil
+}
+
+// Receive implements actor.Actor.
+func (a *DiskActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *diskJobDone:
+		if a.workers != nil && a.workers.done(m.job) {
+			a.finish(ctx, m.job)
+		}
+	case *diskReadExpired:
+		a.expire(ctx, m.seq)
+	case *messages.DiskWrite:
+		a.write(ctx, m)
+	case *messages.DiskRead:
+		a.read(ctx, m)
+	case *messages.DiskQuery:
+		m.Reply <- a.query(ctx, m)
+	case *messages.Flush:
+		a.flush(m)
+	case *messages.StatsRequest:
+		m.Reply <- a.snapshot()
+	case *actor.Started:
+		a.start(ctx)
+	case *actor.Stopping, *actor.Stopped:
+		a.shutdown(ctx, true /* closeStore */)
+	case *actor.Restarting:
+		a.shutdown(ctx, false /* closeStore */)
+	default:
+		a.log.Warn("disk actor: unexpected message", zap.String("type", typeName(m)))
+	}
+}
+
+// start launches the workers and publishes the store's records to the index.
+func (a *DiskActor) start(ctx actor.Context) {
+	a.self, a.sys = ctx.Self(), ctx.ActorSystem()
+	root, self := a.sys.Root, a.self
+	a.workers = startDiskWorkers(a.cfg.Workers, func(j *diskJob) {
+		root.Send(self, &diskJobDone{job: j})
+	})
+	var hashes []uint64
+	a.store.Range(func(m disk.Meta) bool {
+		hashes = append(hashes, m.Hash)
+		return true
+	})
+	slices.Sort(hashes)
+	a.reopenRecords = len(hashes)
+	if len(hashes) > 0 {
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Added: hashes})
+	}
+	a.log.Info("disk actor: started", zap.Int("records", len(hashes)),
+		zap.Stringer("mode", a.store.Mode()), zap.Int("workers", a.cfg.Workers))
+}
+
+// finish completes a job in the store, on the actor goroutine.
+func (a *DiskActor) finish(ctx actor.Context, j *diskJob) {
+	if j.write != nil {
+		a.finishWrite(ctx, j)
+	} else {
+		a.finishRead(ctx, j)
+	}
+}
+
+// forget handles hashes that left the disk: those not yet announced to the
+// index are dropped from their pending announcement, the rest are sent as
+// one IndexUpdate Remove. This keeps Added and Remove for a hash in order.
+func (a *DiskActor) forget(ctx actor.Context, hashes []uint64) {
+	var remove []uint64
+	for _, h := range hashes {
+		if req, ok := a.unannounced[h]; ok {
+			delete(a.unannounced, h)
+			req.announce = slices.DeleteFunc(req.announce, func(x uint64) bool { return x == h })
+			continue
+		}
+		remove = append(remove, h)
+	}
+	if len(remove) > 0 {
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Remove: remove})
+	}
+}
+
+func (a *DiskActor) flush(m *messages.Flush) {
+	if a.stopped {
+		m.Reply <- ErrDiskStopped
+		return
+	}
+	f := diskFlusher{barrier: a.writeSeq, reply: m.Reply}
+	if a.oldestWrite() >= f.barrier {
+		f.reply <- nil
+		return
+	}
+	a.flushers = append(a.flushers, f)
+}
+
+// oldestWrite returns the seq of the oldest pending DiskWrite, or MaxUint64.
+func (a *DiskActor) oldestWrite() uint64 {
+	oldest := uint64(math.MaxUint64)
+	for seq := range a.writes {
+		oldest = min(oldest, seq)
+	}
+	return oldest
+}
+
+// answerFlushers answers the flushes whose writes have all finished.
+func (a *DiskActor) answerFlushers() {
+	if len(a.flushers) == 0 {
+		return
+	}
+	oldest := a.oldestWrite()
+	a.flushers = slices.DeleteFunc(a.flushers, func(f diskFlusher) bool {
+		if f.barrier <= oldest {
+			f.reply <- nil
+			return true
+		}
+		return false
+	})
+}
+
+func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) *messages.QueryResult {
+	res := &messages.QueryResult{}
+	if a.stopped {
+		res.Err = ErrDiskStopped
+		return res
+	}
+	switch m.Kind {
+	case messages.QueryExists:
+		for _, h := range m.Hashes {
+			if !a.store.Contains(h) {
+				break
+			}
+			res.DiskTokens++ // in blocks; the Manager converts
+		}
+	case messages.QueryDelete:
+		var removed []uint64
+		for _, h := range m.Hashes {
+			if a.store.Remove(h) {
+				removed = append(removed, h)
+			}
+		}
+		res.Deleted = len(removed)
+		a.forget(ctx, removed)
+	default:
+		res.Err = fmt.Errorf("kvtier: actors: disk query kind %d not supported", m.Kind)
+	}
+	return res
+}
+
+// shutdown ends the workers, completes every op, answers every pending
+// request and, with closeStore, closes the store. It runs once.
+func (a *DiskActor) shutdown(ctx actor.Context, closeStore bool) {
+	if a.stopped {
+		return
+	}
+	a.stopped = true
+	if a.workers != nil {
+		cancelled, finished := a.workers.stop()
+		for _, j := range finished {
+			a.finish(ctx, j)
+		}
+		for _, j := range cancelled {
+			a.stats.cancelled++
+			a.finish(ctx, j)
+		}
+	}
+	// Every op is complete, so every request has been answered; these loops
+	// only guard against a bug leaving a requester waiting for ever.
+	for _, req := range a.reads {
+		a.replyRead(ctx, req)
+	}
+	for _, req := range a.writes {
+		a.log.Error("disk actor: write request left pending at stop", zap.Int("items", len(req.slots)))
+		a.replyWrite(ctx, req)
+	}
+	for _, f := range a.flushers {
+		f.reply <- ErrDiskStopped
+	}
+	a.flushers = nil
+	if closeStore {
+		if err := a.store.Close(); err != nil {
+			a.log.Error("disk actor: closing the store", zap.Error(err))
+		}
+	}
+}
+
+// snapshot returns the tier's counters.
+func (a *DiskActor) snapshot() messages.TierStats {
+	st := a.store.Stats()
+	slotBytes := disk.SlotBytes(a.store.PayloadBytes())
+	inFlight := a.writesInFlight + len(a.readJobs)
+	queued := 0
+	if a.workers != nil {
+		queued = a.workers.queued()
+	}
+	return messages.TierStats{
+		Tier:       messages.Disk,
+		Blocks:     st.Slots,
+		UsedBlocks: st.Live,
+		BytesUsed:  int64(st.Live) * slotBytes,
+		Hits:       a.stats.hits,
+		Misses:     a.stats.misses,
+		Evictions:  uint64(st.Evictions),
+		Offloaded:  a.stats.written,
+		Onboarded:  a.stats.hits,
+		Denied:     a.stats.denied,
+		Timeouts:   a.stats.timeouts,
+		Failed:     a.stats.failed,
+		InFlight:   inFlight,
+		Extra: map[string]float64{
+			"io_direct":      b2f(st.Mode == disk.IODirect),
+			"reopen_records": float64(a.reopenRecords),
+			"corrupt":        float64(st.ReadErrors.Corrupt),
+			"read_errors":    float64(st.ReadErrors.Total()),
+			"write_errors":   float64(st.WriteErrors.Total()),
+			"write_enospc":   float64(st.WriteErrors.ENOSPC),
+			"removes":        float64(st.Removes),
+			"skipped":        float64(a.stats.skipped),
+			"coalesced":      float64(a.stats.coalesced),
+			"cancelled":      float64(a.stats.cancelled),
+			"queued":         float64(queued),
+			"doomed":         float64(st.Doomed),
+			"bytes_written":  float64(st.BytesWritten),
+			"bytes_read":     float64(st.BytesRead),
+		},
+	}
+}

@@ -1,0 +1,193 @@
+package actors
+
+import (
+	"errors"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// diskReadReq tracks one DiskRead until it is answered.
+type diskReadReq struct {
+	seq     uint64
+	msg     *messages.DiskRead
+	sender  *actor.PID
+	ok      []bool
+	waiting []bool // item still waits for its read
+	pending int    // items waiting
+	timer   *time.Timer
+	done    bool // answered; its Bytes must not be touched again
+}
+
+// diskReadJob is one disk read shared by every item waiting for its hash.
+type diskReadJob struct {
+	op      *disk.ReadOp
+	waiters []diskWaiter
+}
+
+type diskWaiter struct {
+	req  *diskReadReq
+	item int
+}
+
+// diskReadExpired is sent by a DiskRead's deadline timer.
+type diskReadExpired struct{ seq uint64 }
+
+// read plans every item of m: a miss is answered at once, a hash already
+// being read joins that read, any other starts one.
+func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
+	n := len(m.Items)
+	req := &diskReadReq{seq: a.readSeq, msg: m, sender: ctx.Sender(), ok: make([]bool, n), waiting: make([]bool, n)}
+	a.readSeq++
+	a.reads[req.seq] = req
+	switch {
+	case a.stopped:
+		a.stats.misses += uint64(n)
+		a.replyRead(ctx, req)
+		return
+	case !m.Deadline.IsZero() && !time.Now().Before(m.Deadline):
+		a.stats.timeouts += uint64(n)
+		a.stats.misses += uint64(n)
+		a.replyRead(ctx, req)
+		return
+	}
+	for i, it := range m.Items {
+		op, first := a.store.PlanRead(it.Hash)
+		if op == nil {
+			a.stats.misses++
+			continue
+		}
+		var job *diskReadJob
+		if first {
+			job = &diskReadJob{op: op}
+			a.readJobs[op] = job
+			a.workers.submit(&diskJob{read: op, buf: a.getBuf(), rjob: job})
+		} else {
+			job = a.readJobs[op]
+			a.stats.coalesced++
+		}
+		if len(it.Bytes) < op.Len() {
+			// The read still runs (and completes) for the other waiters.
+			a.stats.failed++
+			a.stats.misses++
+			a.log.Error("disk actor: DiskRead item shorter than the payload",
+				zap.Uint64("hash", it.Hash), zap.Int("bytes", len(it.Bytes)), zap.Int("payload", op.Len()))
+			continue
+		}
+		job.waiters = append(job.waiters, diskWaiter{req: req, item: i})
+		req.waiting[i] = true
+		req.pending++
+	}
+	if req.pending == 0 {
+		a.replyRead(ctx, req)
+		return
+	}
+	if !m.Deadline.IsZero() {
+		root, self, seq := a.sys.Root, a.self, req.seq
+		req.timer = time.AfterFunc(time.Until(m.Deadline), func() {
+			root.Send(self, &diskReadExpired{seq: seq})
+		})
+	}
+}
+
+// finishRead completes a read in the store and copies the verified payload
+// into every waiter whose request is still unanswered.
+func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
+	op, job := j.read, j.rjob
+	h := op.Hash()
+	delete(a.readJobs, op)
+	err := j.err
+	if j.cancelled {
+		// Execute never ran. Completing with nil keeps the block on disk
+		// (an error would remove it); no waiter gets the unread buffer.
+		a.store.CompleteRead(op, nil)
+	} else {
+		a.store.CompleteRead(op, err)
+		if err != nil {
+			if !errors.Is(err, disk.ErrCorrupt) {
+				a.stats.failed++
+			}
+			a.log.Warn("disk actor: read failed, block dropped", zap.Uint64("hash", h), zap.Error(err))
+			if !a.store.Contains(h) {
+				a.forget(ctx, []uint64{h})
+			}
+		}
+	}
+	for _, w := range job.waiters {
+		req := w.req
+		if req.done {
+			continue // answered at its deadline; its slots are not ours
+		}
+		if err == nil && !j.cancelled {
+			copy(req.msg.Items[w.item].Bytes, j.buf[:op.Len()])
+			req.ok[w.item] = true
+			a.stats.hits++
+		} else {
+			a.stats.misses++
+		}
+		req.waiting[w.item] = false
+		req.pending--
+		if req.pending == 0 {
+			a.replyRead(ctx, req)
+		}
+	}
+	a.putBuf(j.buf)
+}
+
+// expire answers a request at its deadline: items still waiting report
+// false and count as timeouts.
+func (a *DiskActor) expire(ctx actor.Context, seq uint64) {
+	req, ok := a.reads[seq]
+	if !ok {
+		return
+	}
+	for i, w := range req.waiting {
+		if w {
+			req.waiting[i] = false
+			a.stats.timeouts++
+			a.stats.misses++
+		}
+	}
+	req.pending = 0
+	a.replyRead(ctx, req)
+}
+
+// replyRead sends DiskReadDone; from here on the request's Bytes belong to
+// the requester again.
+func (a *DiskActor) replyRead(ctx actor.Context, req *diskReadReq) {
+	if req.done {
+		return
+	}
+	req.done = true
+	if req.timer != nil {
+		req.timer.Stop()
+	}
+	delete(a.reads, req.seq)
+	if req.sender == nil {
+		a.log.Warn("disk actor: DiskRead without a sender (use ctx.Request)", zap.Uint64("id", req.msg.ID))
+		return
+	}
+	ctx.Send(req.sender, &messages.DiskReadDone{ID: req.msg.ID, OK: req.ok})
+}
+
+// getBuf returns a private aligned buffer that holds any payload with its
+// O_DIRECT padding.
+func (a *DiskActor) getBuf() []byte {
+	if n := len(a.bufs); n > 0 {
+		b := a.bufs[n-1]
+		a.bufs = a.bufs[:n-1]
+		return b
+	}
+	return disk.AlignedBuffer(int(disk.SlotBytes(a.store.PayloadBytes()) - disk.BlockSize))
+}
+
+// putBuf keeps a buffer for reuse, up to two per worker.
+func (a *DiskActor) putBuf(b []byte) {
+	if len(a.bufs) < 2*a.cfg.Workers {
+		a.bufs = append(a.bufs, b)
+	}
+}

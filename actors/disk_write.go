@@ -1,0 +1,127 @@
+package actors
+
+import (
+	"errors"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// diskWriteReq tracks one DiskWrite until every item has finished.
+type diskWriteReq struct {
+	seq     uint64
+	sender  *actor.PID
+	slots   []int    // every item's slot, returned in DiskWriteDone
+	written []uint64 // published hashes
+	// announce is written minus the hashes that left the disk again before
+	// the request finished; it goes to the index as Added.
+	announce []uint64
+	pending  int // items handed to workers, not yet completed
+}
+
+// write plans every item of m and hands the planned ones to the workers.
+// Items already on disk are skipped; items over the quota or with no
+// evictable slot are denied. Victims evicted to make room leave the index
+// at once.
+func (a *DiskActor) write(ctx actor.Context, m *messages.DiskWrite) {
+	req := &diskWriteReq{seq: a.writeSeq, sender: ctx.Sender(), slots: make([]int, len(m.Items))}
+	a.writeSeq++
+	a.writes[req.seq] = req
+	if a.stopped {
+		for i, it := range m.Items {
+			req.slots[i] = it.Slot
+		}
+		a.stats.denied += uint64(len(m.Items))
+		a.replyWrite(ctx, req)
+		return
+	}
+	var evicted []uint64
+	for i, it := range m.Items {
+		req.slots[i] = it.Slot
+		if a.store.Contains(it.Hash) {
+			a.stats.skipped++
+			continue
+		}
+		if a.writesInFlight >= a.cfg.WriteQuota {
+			a.stats.denied++
+			continue
+		}
+		if len(it.Bytes) > a.store.PayloadBytes() {
+			a.stats.failed++
+			a.log.Error("disk actor: payload larger than a disk slot",
+				zap.Uint64("hash", it.Hash), zap.Int("bytes", len(it.Bytes)), zap.Int("max", a.store.PayloadBytes()))
+			continue
+		}
+		op, err := a.store.PlanWrite(disk.Meta{Hash: it.Hash, Parent: it.Parent, Namespace: it.Namespace, Tokens: it.Tokens})
+		switch {
+		case errors.Is(err, disk.ErrExists): // being written by an earlier request
+			a.stats.skipped++
+			continue
+		case errors.Is(err, disk.ErrNoSpace):
+			a.stats.denied++
+			continue
+		case err != nil:
+			a.stats.failed++
+			a.log.Warn("disk actor: plan write", zap.Uint64("hash", it.Hash), zap.Error(err))
+			continue
+		}
+		if v, ok := op.Victim(); ok {
+			evicted = append(evicted, v.Hash)
+		}
+		a.writesInFlight++
+		req.pending++
+		a.workers.submit(&diskJob{write: op, payload: it.Bytes, wreq: req})
+	}
+	a.forget(ctx, evicted)
+	if req.pending == 0 {
+		a.replyWrite(ctx, req)
+	}
+}
+
+// finishWrite completes one written item and answers its request when it
+// was the last.
+func (a *DiskActor) finishWrite(ctx actor.Context, j *diskJob) {
+	err := j.err
+	if j.cancelled {
+		err = ErrDiskStopped
+	}
+	a.store.CompleteWrite(j.write, err)
+	a.writesInFlight--
+	req := j.wreq
+	h := j.write.Meta().Hash
+	switch {
+	case err == nil:
+		a.stats.written++
+		req.written = append(req.written, h)
+		req.announce = append(req.announce, h)
+		a.unannounced[h] = req
+	case !j.cancelled:
+		a.stats.failed++
+	}
+	req.pending--
+	if req.pending == 0 {
+		a.replyWrite(ctx, req)
+	}
+}
+
+// replyWrite announces the request's surviving writes to the index, returns
+// every slot to the requester and releases waiting flushes.
+func (a *DiskActor) replyWrite(ctx actor.Context, req *diskWriteReq) {
+	for _, h := range req.announce {
+		delete(a.unannounced, h)
+	}
+	if len(req.announce) > 0 {
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Added: req.announce})
+	}
+	delete(a.writes, req.seq)
+	if req.sender != nil {
+		ctx.Send(req.sender, &messages.DiskWriteDone{Slots: req.slots, Written: req.written})
+	} else {
+		a.log.Warn("disk actor: DiskWrite without a sender (use ctx.Request); slots not returned",
+			zap.Int("slots", len(req.slots)))
+	}
+	a.answerFlushers()
+}
