@@ -39,6 +39,12 @@ func (p *Pool) CheckInvariants() error {
 			holders[id]++
 		}
 	}
+	for id, n := range p.pins {
+		if n <= 0 {
+			return fmt.Errorf("block %d: pin count %d", id, n)
+		}
+		holders[id] += n
+	}
 	reserved := 0
 	for rid, ids := range p.resv {
 		for _, id := range ids {
@@ -56,7 +62,7 @@ func (p *Pool) CheckInvariants() error {
 	for i := range p.blocks {
 		b := &p.blocks[i]
 		if b.ref != holders[i] {
-			return fmt.Errorf("block %d: ref %d, held by %d sequences", i, b.ref, holders[i])
+			return fmt.Errorf("block %d: ref %d, held by %d sequences and pins", i, b.ref, holders[i])
 		}
 		switch {
 		case b.state == stateUsed && b.ref == 0:

@@ -99,7 +99,8 @@ type Pool struct {
 	byHash    map[prefixhash.Hash]BlockID
 	seqs      map[SeqID]*sequence
 	resv      map[SeqID][]BlockID
-	spare     []*sequence // recycled sequence records
+	pins      map[BlockID]int32 // references held by in-flight copies
+	spare     []*sequence       // recycled sequence records
 	hasher    prefixhash.Hasher
 	scratch   []prefixhash.Hash
 	evicted   []Evicted

@@ -312,3 +312,39 @@ func TestRefCountUnderflowPanics(t *testing.T) {
 	}()
 	p.unhold(0)
 }
+
+func TestPinDetachRecache(t *testing.T) {
+	p := newPool(t, 4, 2)
+	a, _ := p.Allocate(1, []int64{1, 2, 3, 4}, "")
+	p.Uncache(a.Blocks[1]) // loading: not findable
+	p.Pin(a.Blocks[1])
+	fresh, err := p.Detach(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, _ := p.Table(nil, 1)
+	if tbl[1] != fresh || fresh == a.Blocks[1] || p.RefCount(a.Blocks[1]) != 1 {
+		t.Fatalf("table %v fresh %d old ref %d", tbl, fresh, p.RefCount(a.Blocks[1]))
+	}
+	check(t, p)
+	p.Unpin(a.Blocks[1])
+	if p.RefCount(a.Blocks[1]) != 0 || p.NumFree() != 2 {
+		t.Fatalf("old block ref %d free %d", p.RefCount(a.Blocks[1]), p.NumFree())
+	}
+	p.Recache(fresh)
+	if id, ok := p.Lookup(p.scratch[0]); !ok || id != a.Blocks[0] {
+		t.Fatal("first block lost")
+	}
+	if _, cached := p.BlockHash(fresh); !cached {
+		t.Fatal("recache of the fresh block did not register it")
+	}
+	check(t, p)
+	// A pinned free block is not reused.
+	p.Deallocate(1)
+	p.Pin(a.Blocks[0])
+	if _, err := p.Allocate(2, seq(8, 50), ""); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("allocation took a pinned block: %v", err)
+	}
+	p.Unpin(a.Blocks[0])
+	check(t, p)
+}

@@ -1,0 +1,88 @@
+package blockpool
+
+import "fmt"
+
+// Pin adds a reference to block id held by the pool's owner rather than by a
+// sequence — an in-flight copy reading or writing the block. A free block is taken
+// out of the free queue (keeping its cached contents); a pinned block is never
+// reused. Every Pin must be matched by one Unpin.
+func (p *Pool) Pin(id BlockID) {
+	b := &p.blocks[id]
+	if b.state == stateReserved {
+		panic(fmt.Sprintf("kvtier: blockpool: pin of reserved block %d", id))
+	}
+	p.hold(id)
+	if p.pins == nil {
+		p.pins = make(map[BlockID]int32)
+	}
+	p.pins[id]++
+}
+
+// Unpin drops a reference taken by Pin; at zero references the block becomes free.
+func (p *Pool) Unpin(id BlockID) {
+	n := p.pins[id]
+	if n <= 0 {
+		panic(fmt.Sprintf("kvtier: blockpool: unpin of block %d that is not pinned", id))
+	}
+	if n == 1 {
+		delete(p.pins, id)
+	} else {
+		p.pins[id] = n - 1
+	}
+	p.unhold(id)
+}
+
+// Pinned returns how many pins block id holds.
+func (p *Pool) Pinned(id BlockID) int { return int(p.pins[id]) }
+
+// Detach replaces the block at table position idx of seq with a fresh block and
+// drops seq's reference to the old one, which must be pinned (an in-flight copy
+// still owns it). It returns the fresh block. Used when a load from a lower tier
+// misses its deadline: the caller recomputes into the fresh block while the late
+// copy finishes into the old one. Fails with *NoSpaceError when no block is free.
+func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
+	s, ok := p.seqs[seq]
+	if !ok {
+		return 0, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+	}
+	if idx < 0 || idx >= len(s.table) {
+		return 0, fmt.Errorf("%w: table index %d of %d", ErrBadArgument, idx, len(s.table))
+	}
+	old := s.table[idx]
+	if p.pins[old] == 0 {
+		panic(fmt.Sprintf("kvtier: blockpool: detach of block %d that no copy pins", old))
+	}
+	if p.free.n+len(p.resv[seq]) == 0 {
+		return 0, &NoSpaceError{Needed: 1, Free: 0}
+	}
+	fresh := p.take(seq)
+	b, o := &p.blocks[fresh], &p.blocks[old]
+	if len(o.tokens) == p.cfg.BlockSize {
+		// Keep the tokens and hash so the fresh block is registered once recomputed.
+		b.hash = o.hash
+		b.tokens = append(b.tokens[:0], o.tokens...)
+	}
+	s.table[idx] = fresh
+	p.unhold(old)
+	return fresh, nil
+}
+
+// Recache makes a block findable by its hash again after Uncache (its contents
+// became valid: a load finished). It does nothing if the block holds no full
+// block or another block already holds the hash.
+func (p *Pool) Recache(id BlockID) {
+	b := &p.blocks[id]
+	if b.cached || len(b.tokens) != p.cfg.BlockSize {
+		return
+	}
+	if _, dup := p.byHash[b.hash]; dup {
+		return
+	}
+	p.byHash[b.hash] = id
+	b.cached = true
+	if b.state == stateFree {
+		p.freeCache++
+		p.free.remove(p.blocks, int32(id))
+		p.free.pushTail(p.blocks, int32(id))
+	}
+}

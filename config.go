@@ -1,0 +1,170 @@
+package kvtier
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/actors"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/policy"
+)
+
+// Ingestion policies for writing GPU blocks down to pinned memory.
+type Ingestion = actors.Ingestion
+
+const (
+	IngestEvict = actors.IngestEvict
+	IngestAll   = actors.IngestAll
+	IngestHot   = actors.IngestHot
+)
+
+// Config configures a Manager. New validates it and never modifies it; zero
+// fields take the defaults documented on each.
+type Config struct {
+	// GPUBlocks is the number of GPU blocks (required, >= 1).
+	GPUBlocks int
+	// BlockTokens is the number of tokens per block (default 16).
+	BlockTokens int
+	// Model sets the bytes of a block (default gpu.TinySpec, 64 bytes a token:
+	// set the served model's spec, e.g. gpu.Llama3_8B).
+	Model gpu.ModelSpec
+	// VocabSize, when > 0, rejects token ids outside [0, VocabSize).
+	VocabSize int
+
+	// PinnedBytes is the pinned host tier's capacity; 0 disables the tier.
+	PinnedBytes int64
+	// PinnedPolicy is the pinned tier's eviction policy (default LRU).
+	PinnedPolicy policy.Kind
+	// PinnedLock asks for mlock'ed memory; refusal is reported in Stats, not an error.
+	PinnedLock bool
+
+	Ingestion Ingestion // default IngestEvict
+	HotHits   int       // IngestHot: hits before a block is written down (default 2)
+	// OffloadThreshold: above this fraction of GPU blocks holding data, free
+	// cached blocks are offloaded ahead of need (default 0.85, in (0, 1]).
+	OffloadThreshold float64
+	// OffloadAhead bounds blocks offloaded ahead of need per batch (default 64).
+	OffloadAhead int
+	// WriteQuota bounds block writes in flight to the lower tier (default 256).
+	WriteQuota int
+
+	// Double get: lower tiers are asked only when they hold at least
+	// DoubleGetMinBlocks blocks of a prompt (default 1) and at least
+	// DoubleGetMinRatio of its blocks (default 0).
+	DoubleGetMinBlocks int
+	DoubleGetMinRatio  float64
+
+	// Loads from lower tiers must finish within ReadDeadlineBase +
+	// tokens*ReadDeadlinePerToken (defaults 50ms and 20µs); negative disables.
+	ReadDeadlineBase     time.Duration
+	ReadDeadlinePerToken time.Duration
+
+	// Device is the GPU (default gpu.Default(): host memory, or CUDA under the
+	// cuda build tag). A Device passed in is not closed by Close.
+	Device gpu.Device
+	// System, when set, hosts kvtier's actors inside the caller's actor system.
+	System *actor.ActorSystem
+	// Logger receives kvtier's logs (default: none).
+	Logger *zap.Logger
+}
+
+// ErrBadConfig is wrapped by every validation error of New.
+var ErrBadConfig = errors.New("kvtier: bad config")
+
+// ConfigError names the invalid field.
+type ConfigError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("kvtier: config %s = %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrBadConfig) hold.
+func (e *ConfigError) Unwrap() error { return ErrBadConfig }
+
+// withDefaults returns a copy of c with defaults filled in and the errors of every
+// invalid field.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(field string, v any, reason string) { errs = append(errs, &ConfigError{field, v, reason}) }
+	if c.GPUBlocks <= 0 {
+		bad("GPUBlocks", c.GPUBlocks, "must be >= 1")
+	}
+	if c.BlockTokens == 0 {
+		c.BlockTokens = 16
+	} else if c.BlockTokens < 0 {
+		bad("BlockTokens", c.BlockTokens, "must be >= 1")
+	}
+	if c.Model == (gpu.ModelSpec{}) {
+		c.Model = gpu.TinySpec
+	}
+	if err := c.Model.Validate(); err != nil {
+		bad("Model", c.Model, err.Error())
+	}
+	if c.VocabSize < 0 {
+		bad("VocabSize", c.VocabSize, "must be >= 0")
+	}
+	if c.PinnedBytes < 0 {
+		bad("PinnedBytes", c.PinnedBytes, "must be >= 0")
+	}
+	if c.PinnedPolicy == 0 {
+		c.PinnedPolicy = policy.LRU
+	} else if !c.PinnedPolicy.Valid() {
+		bad("PinnedPolicy", c.PinnedPolicy, "unknown policy")
+	}
+	switch c.Ingestion {
+	case 0:
+		c.Ingestion = IngestEvict
+	case IngestEvict, IngestAll, IngestHot:
+	default:
+		bad("Ingestion", c.Ingestion, "unknown ingestion policy")
+	}
+	if c.HotHits == 0 {
+		c.HotHits = 2
+	} else if c.HotHits < 0 {
+		bad("HotHits", c.HotHits, "must be >= 1")
+	}
+	if c.OffloadThreshold == 0 {
+		c.OffloadThreshold = 0.85
+	} else if c.OffloadThreshold < 0 || c.OffloadThreshold > 1 {
+		bad("OffloadThreshold", c.OffloadThreshold, "must be in (0, 1]")
+	}
+	if c.OffloadAhead == 0 {
+		c.OffloadAhead = 64
+	} else if c.OffloadAhead < 0 {
+		bad("OffloadAhead", c.OffloadAhead, "must be >= 0")
+	}
+	if c.WriteQuota == 0 {
+		c.WriteQuota = 256
+	} else if c.WriteQuota < 0 {
+		bad("WriteQuota", c.WriteQuota, "must be >= 1")
+	}
+	if c.DoubleGetMinBlocks == 0 {
+		c.DoubleGetMinBlocks = 1
+	} else if c.DoubleGetMinBlocks < 0 {
+		bad("DoubleGetMinBlocks", c.DoubleGetMinBlocks, "must be >= 1")
+	}
+	if c.DoubleGetMinRatio < 0 || c.DoubleGetMinRatio > 1 {
+		bad("DoubleGetMinRatio", c.DoubleGetMinRatio, "must be in [0, 1]")
+	}
+	if c.ReadDeadlineBase == 0 {
+		c.ReadDeadlineBase = 50 * time.Millisecond
+	}
+	if c.ReadDeadlinePerToken == 0 {
+		c.ReadDeadlinePerToken = 20 * time.Microsecond
+	}
+	if c.ReadDeadlineBase < 0 || c.ReadDeadlinePerToken < 0 {
+		c.ReadDeadlineBase, c.ReadDeadlinePerToken = 0, 0
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,44 @@
+// Package kvtier manages the KV cache of an LLM inference server across memory
+// tiers: GPU memory, pinned host memory and (with the disk tier) local disk.
+//
+// A Manager is an embedded actor system: separate actors own the GPU block pool,
+// the pinned host pool and the prefix index and exchange messages, so allocation,
+// eviction and copies proceed across goroutines with no shared lock. The Manager's
+// methods are safe for concurrent use; each takes a context and sends one message
+// per call (one per scheduler step for the batch forms).
+//
+// # Allocation and onboarding
+//
+// Allocate gives a sequence its block table. Leading blocks already on the GPU are
+// shared; blocks that continue the prefix in pinned memory are copied up
+// (onboarded). The result says how many tokens are ready (GPUTokens) and how many
+// are loading (PinnedTokens, DiskTokens); Ready completes when the copies are done
+// and reports how many tokens hold valid KV. A load that misses its deadline
+// becomes a miss to recompute (counted), never an error.
+//
+// # Offload
+//
+// Under the default ingestion policy (IngestEvict) a cached GPU block's bytes go
+// to pinned memory before the block is reused, and ahead of need once the GPU's
+// blocks are more than OffloadThreshold full. IngestAll writes blocks through as
+// soon as their sequence moves past them; IngestHot after HotHits hits. Writes run
+// under an in-flight quota: over it a write is skipped and counted as denied;
+// allocation never waits on the quota.
+//
+// # Contract
+//
+// The caller writes a block's KV after Allocate (or Append) gives it the block
+// and after Ready completes, and has written it before it calls Append past the
+// block or Free; offloads read blocks only once their sequence has moved past
+// them or ended.
+//
+// # Usage
+//
+//	m, err := kvtier.New(kvtier.Config{GPUBlocks: 4096, BlockTokens: 16, PinnedBytes: 8 << 30})
+//	if err != nil { ... }
+//	defer m.Close(ctx)
+//	res, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 1, Tokens: prompt})
+//	<-res.Ready.Done() // then compute from res.Ready.Outcome().ValidTokens
+//	err = m.Append(ctx, 1, []int64{tok})
+//	err = m.Free(ctx, 1)
+package kvtier

@@ -1,0 +1,387 @@
+package kvtier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/actors"
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/pinned"
+	"github.com/kvtier/kvtier/prefixhash"
+)
+
+// Request and result types, shared with the actors.
+type (
+	AllocRequest   = messages.AllocRequest
+	AllocResult    = messages.AllocResult
+	AppendItem     = messages.AppendItem
+	OnboardOutcome = messages.OnboardOutcome
+	TierStats      = messages.TierStats
+	BlockID        = blockpool.BlockID
+)
+
+var (
+	// ErrClosed is returned by every call after Close, and by calls in flight
+	// when Close stops the actors.
+	ErrClosed = errors.New("kvtier: manager closed")
+	// ErrTooLong rejects a prompt longer than its MaxSeqLen without Truncate.
+	ErrTooLong = actors.ErrTooLong
+	// ErrNoSpace (errors.Is) reports too few free GPU blocks; see *blockpool.NoSpaceError.
+	ErrNoSpace = blockpool.ErrNoSpace
+)
+
+// Manager is kvtier's embeddable KV-cache manager. See the package doc.
+type Manager struct {
+	cfg     Config
+	system  *actor.ActorSystem
+	ownSys  bool
+	device  gpu.Device
+	ownDev  bool
+	arena   gpu.Arena
+	pinned  *pinned.Pool
+	gpuPID  *actor.PID
+	pinPID  *actor.PID
+	idxPID  *actor.PID
+	layout  gpu.Layout
+	done    chan struct{}
+	closing sync.Once
+	closeMu chan struct{} // one Close at a time
+}
+
+// New validates cfg, allocates the tiers and starts the actors.
+func New(cfg Config) (*Manager, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	layout, err := gpu.NewLayout(c.Model, c.BlockTokens)
+	if err != nil {
+		return nil, &ConfigError{"Model", c.Model, err.Error()}
+	}
+	pool, err := blockpool.New(blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), closeMu: make(chan struct{}, 1)}
+	if m.device = c.Device; m.device == nil {
+		if m.device, err = gpu.Default(); err != nil {
+			return nil, fmt.Errorf("kvtier: opening the device: %w", err)
+		}
+		m.ownDev = true
+	}
+	fail := func(err error) (*Manager, error) {
+		m.release()
+		return nil, err
+	}
+	if m.arena, err = m.device.NewArena(c.GPUBlocks, layout.BlockBytes()); err != nil {
+		return fail(fmt.Errorf("kvtier: GPU arena of %d x %d bytes: %w", c.GPUBlocks, layout.BlockBytes(), err))
+	}
+	stream, err := m.device.NewStream(m.arena)
+	if err != nil {
+		return fail(fmt.Errorf("kvtier: GPU stream: %w", err))
+	}
+	if c.PinnedBytes > 0 {
+		m.pinned, err = pinned.New(pinned.Config{CapacityBytes: c.PinnedBytes, SlotBytes: layout.BlockBytes(), Policy: c.PinnedPolicy, Lock: c.PinnedLock})
+		if err != nil {
+			return fail(fmt.Errorf("%w: pinned tier: %w", ErrBadConfig, err))
+		}
+	}
+	if m.system = c.System; m.system == nil {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+		m.ownSys = true
+	}
+	root := m.system.Root
+	gcfg := actors.GPUConfig{
+		Pool: pool, Arena: m.arena, Stream: stream,
+		Ingestion: c.Ingestion, HotHits: c.HotHits,
+		OffloadThreshold: c.OffloadThreshold, OffloadAhead: c.OffloadAhead,
+		DoubleGetMinBlocks: c.DoubleGetMinBlocks, DoubleGetMinRatio: c.DoubleGetMinRatio,
+		ReadBase: c.ReadDeadlineBase, ReadPerToken: c.ReadDeadlinePerToken,
+		Log: c.Logger.Named("gpu"),
+	}
+	if m.pinned != nil {
+		m.idxPID = root.Spawn(actor.PropsFromProducer(actors.NewIndexActor(c.Logger.Named("index"))))
+		m.pinPID = root.Spawn(actor.PropsFromProducer(actors.NewPinnedActor(actors.PinnedConfig{
+			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"),
+		})))
+		gcfg.Pinned, gcfg.Index = m.pinPID, m.idxPID
+	}
+	m.gpuPID = root.Spawn(actor.PropsFromProducer(actors.NewGPUActor(gcfg)))
+	c.Logger.Info("kvtier manager started", zap.Int("gpu_blocks", c.GPUBlocks), zap.Int("block_bytes", layout.BlockBytes()),
+		zap.Int64("pinned_bytes", c.PinnedBytes), zap.Stringer("ingestion", c.Ingestion), zap.String("device", m.device.Name()))
+	return m, nil
+}
+
+// Layout returns the KV layout of one block.
+func (m *Manager) Layout() gpu.Layout { return m.layout }
+
+// Arena returns the GPU arena holding the blocks, for the caller's kernels (and
+// tests) to read and write block contents.
+func (m *Manager) Arena() gpu.Arena { return m.arena }
+
+// BlockTokens returns the tokens per block.
+func (m *Manager) BlockTokens() int { return m.cfg.BlockTokens }
+
+// ask sends msg to pid and waits for a reply on reply, the context or Close.
+func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, msg any, reply chan T) (T, error) {
+	var zero T
+	select {
+	case <-m.done:
+		return zero, ErrClosed
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	m.system.Root.Send(pid, msg)
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-m.done:
+		return zero, ErrClosed
+	}
+}
+
+// AllocateBatch allocates several sequences in one message (one scheduler step).
+// Per-request failures are in each result's Err; the error is for the call.
+func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
+	msg := &messages.AllocateBatch{Reqs: make([]AllocRequest, len(reqs)), Reply: make(chan *messages.AllocateBatchResult, 1)}
+	copy(msg.Reqs, reqs)
+	for i := range msg.Reqs {
+		if len(msg.Reqs[i].Tokens) == 0 {
+			continue // the pool reports ErrEmptySequence
+		}
+		msg.Reqs[i].Tokens = append([]int64(nil), msg.Reqs[i].Tokens...)
+	}
+	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+	if err != nil {
+		return nil, err
+	}
+	return r.Results, r.Err
+}
+
+// Allocate allocates one sequence.
+func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, error) {
+	res, err := m.AllocateBatch(ctx, []AllocRequest{req})
+	if err != nil {
+		return AllocResult{}, err
+	}
+	return res[0], res[0].Err
+}
+
+// AppendBatch adds decoded tokens to several sequences in one message.
+func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]error, error) {
+	msg := &messages.AppendBatch{Items: make([]AppendItem, len(items)), Reply: make(chan *messages.AppendBatchResult, 1)}
+	for i, it := range items {
+		msg.Items[i] = AppendItem{Seq: it.Seq, Tokens: append([]int64(nil), it.Tokens...)}
+	}
+	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+	if err != nil {
+		return nil, err
+	}
+	return r.Errs, r.Err
+}
+
+// Append adds decoded tokens to one sequence.
+func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) error {
+	errs, err := m.AppendBatch(ctx, []AppendItem{{Seq: seq, Tokens: tokens}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// FreeBatch frees several sequences; their blocks stay cached.
+func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error) {
+	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Reply: make(chan *messages.FreeBatchResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+	if err != nil {
+		return nil, err
+	}
+	return r.Errs, r.Err
+}
+
+// Free frees one sequence.
+func (m *Manager) Free(ctx context.Context, seq uint64) error {
+	errs, err := m.FreeBatch(ctx, []uint64{seq})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// Presence says how many leading tokens of a chain each tier holds.
+type Presence struct {
+	GPUTokens, PinnedTokens, DiskTokens int
+}
+
+func (m *Manager) chain(tokens []int64, salt string) []uint64 {
+	var h prefixhash.Hasher
+	hashes := h.Chain(nil, salt, tokens, m.cfg.BlockTokens)
+	out := make([]uint64, len(hashes))
+	for i, x := range hashes {
+		out[i] = uint64(x)
+	}
+	return out
+}
+
+// Exists reports how many leading tokens of tokens each tier holds.
+func (m *Manager) Exists(ctx context.Context, tokens []int64, salt string) (Presence, error) {
+	q := &messages.Query{Kind: messages.QueryExists, Tokens: append([]int64(nil), tokens...), Salt: salt, Reply: make(chan *messages.QueryResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, q, q.Reply)
+	if err != nil {
+		return Presence{}, err
+	}
+	p := Presence{GPUTokens: r.GPUTokens}
+	if m.pinPID != nil {
+		pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
+		pr, err := ask(ctx, m, m.pinPID, pq, pq.Reply)
+		if err != nil {
+			return Presence{}, err
+		}
+		p.PinnedTokens = pr.PinnedTokens * m.cfg.BlockTokens
+	}
+	return p, nil
+}
+
+// Delete drops the chain's cached blocks from every tier (blocks held by live
+// sequences stay on the GPU) and returns how many blocks were dropped.
+func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int, error) {
+	q := &messages.Query{Kind: messages.QueryDelete, Tokens: append([]int64(nil), tokens...), Salt: salt, Reply: make(chan *messages.QueryResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, q, q.Reply)
+	if err != nil {
+		return 0, err
+	}
+	n := r.Deleted
+	if m.pinPID != nil {
+		pq := &messages.PinnedQuery{Kind: messages.QueryDelete, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
+		pr, err := ask(ctx, m, m.pinPID, pq, pq.Reply)
+		if err != nil {
+			return n, err
+		}
+		n += pr.Deleted
+	}
+	return n, nil
+}
+
+// Prefetch asks the tiers below the GPU to bring the chain up to pinned memory and
+// returns how many leading tokens pinned memory holds.
+func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (int, error) {
+	if m.pinPID == nil {
+		return 0, nil
+	}
+	pq := &messages.PinnedQuery{Kind: messages.QueryPrefetch, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
+	pr, err := ask(ctx, m, m.pinPID, pq, pq.Reply)
+	if err != nil {
+		return 0, err
+	}
+	return pr.PinnedTokens * m.cfg.BlockTokens, nil
+}
+
+// Flush waits until every write in flight when it was called has finished, tier
+// by tier from the GPU down.
+func (m *Manager) Flush(ctx context.Context) error {
+	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID} {
+		if pid == nil {
+			continue
+		}
+		f := &messages.Flush{Reply: make(chan error, 1)}
+		r, err := ask(ctx, m, pid, f, f.Reply)
+		if err != nil {
+			return err
+		}
+		if r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// Stats are the Manager's per-tier counters.
+type Stats struct {
+	GPU, Pinned TierStats
+	IndexBlocks int // blocks the prefix index knows below the GPU
+}
+
+// Stats returns a snapshot of every tier's counters.
+func (m *Manager) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+	g, err := ask(ctx, m, m.gpuPID, req, req.Reply)
+	if err != nil {
+		return s, err
+	}
+	s.GPU = g
+	if m.pinPID != nil {
+		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		if s.Pinned, err = ask(ctx, m, m.pinPID, req, req.Reply); err != nil {
+			return s, err
+		}
+		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		ix, err := ask(ctx, m, m.idxPID, req, req.Reply)
+		if err != nil {
+			return s, err
+		}
+		s.IndexBlocks = ix.UsedBlocks
+	}
+	return s, nil
+}
+
+// Close flushes in-flight writes (bounded by ctx), stops the actors and releases
+// memory. Calls in flight end with ErrClosed or their result; later calls return
+// ErrClosed. A second Close returns ErrClosed.
+func (m *Manager) Close(ctx context.Context) error {
+	select {
+	case <-m.done:
+		return ErrClosed
+	case m.closeMu <- struct{}{}:
+	}
+	defer func() { <-m.closeMu }()
+	select {
+	case <-m.done:
+		return ErrClosed
+	default:
+	}
+	flushErr := m.Flush(ctx)
+	close(m.done)
+	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.idxPID} {
+		if pid != nil {
+			if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
+				m.cfg.Logger.Warn("kvtier: stopping an actor", zap.Error(err))
+			}
+		}
+	}
+	err := errors.Join(flushErr, m.release())
+	if m.ownSys {
+		m.system.Shutdown()
+	}
+	return err
+}
+
+// release frees memory in the reverse order of New; the arena's streams drain
+// first, so no copy touches freed memory.
+func (m *Manager) release() error {
+	var errs []error
+	if m.arena != nil {
+		errs = append(errs, m.arena.Free())
+	}
+	if m.pinned != nil {
+		errs = append(errs, m.pinned.Close())
+	}
+	if m.ownDev && m.device != nil {
+		errs = append(errs, m.device.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,446 @@
+package kvtier
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/prefixhash"
+)
+
+const bt = 4 // tokens per block in these tests
+
+func newManager(t *testing.T, cfg Config) *Manager {
+	t.Helper()
+	if cfg.BlockTokens == 0 {
+		cfg.BlockTokens = bt
+	}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+func toks(base, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(base + i)
+	}
+	return out
+}
+
+// pattern fills a block with bytes derived from (block hash, layer, K/V).
+func pattern(l gpu.Layout, h prefixhash.Hash) []byte {
+	buf := make([]byte, l.BlockBytes())
+	for layer := range l.Spec().Layers {
+		for _, kv := range []gpu.KV{gpu.Key, gpu.Value} {
+			off, size := l.Region(layer, kv)
+			for i := 0; i < size; i += 8 {
+				v := uint64(h)*31 + uint64(layer)*7 + uint64(kv)
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], v+uint64(i))
+				copy(buf[off+i:off+size], b[:])
+			}
+		}
+	}
+	return buf
+}
+
+func writeBlocks(t *testing.T, m *Manager, blocks []BlockID, tokens []int64, salt string) {
+	t.Helper()
+	var h prefixhash.Hasher
+	for i, hash := range h.Chain(nil, salt, tokens, m.BlockTokens()) {
+		if err := m.Arena().WriteBlock(int(blocks[i]), 0, pattern(m.Layout(), hash)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func checkBlocks(t *testing.T, m *Manager, blocks []BlockID, tokens []int64, salt string, n int) {
+	t.Helper()
+	var h prefixhash.Hasher
+	got := make([]byte, m.Layout().BlockBytes())
+	for i, hash := range h.Chain(nil, salt, tokens, m.BlockTokens())[:n] {
+		if err := m.Arena().ReadBlock(int(blocks[i]), 0, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pattern(m.Layout(), hash)) {
+			t.Fatalf("block %d (id %d) does not hold its bytes", i, blocks[i])
+		}
+	}
+}
+
+func wait(t *testing.T, r AllocResult) OnboardOutcome {
+	t.Helper()
+	select {
+	case <-r.Ready.Done():
+		return r.Ready.Outcome()
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ready never completed")
+	}
+	return OnboardOutcome{}
+}
+
+func TestConfigValidation(t *testing.T) {
+	cases := []Config{
+		{},
+		{GPUBlocks: 4, BlockTokens: -1},
+		{GPUBlocks: 4, OffloadThreshold: 2},
+		{GPUBlocks: 4, PinnedBytes: -1},
+		{GPUBlocks: 4, Ingestion: 9},
+		{GPUBlocks: 4, DoubleGetMinRatio: 1.5},
+		{GPUBlocks: 4, Model: gpu.ModelSpec{Layers: 1}},
+	}
+	for _, c := range cases {
+		orig := c
+		if _, err := New(c); !errors.Is(err, ErrBadConfig) {
+			t.Fatalf("%+v: got %v, want ErrBadConfig", c, err)
+		}
+		if c != orig {
+			t.Fatal("New changed the caller's config")
+		}
+	}
+	var ce *ConfigError
+	if _, err := New(Config{GPUBlocks: 4, WriteQuota: -2}); !errors.As(err, &ce) || ce.Field != "WriteQuota" {
+		t.Fatalf("got %v, want a ConfigError naming WriteQuota", err)
+	}
+}
+
+// TestRoundTripThroughPinned: blocks written on the GPU go down to pinned memory
+// when evicted, and come back byte-exact when the prefix is allocated again.
+func TestRoundTripThroughPinned(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 64 << 20, OffloadAhead: 1})
+	a := toks(100, 4*bt)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	writeBlocks(t, m, r.Blocks, a, "")
+	if err := m.Free(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	m.Flush(ctx) // a block being offloaded ahead of need is pinned until its copy is out
+	// Fill the GPU with other sequences so a's blocks are evicted.
+	for i := 0; i < 3; i++ {
+		o := toks(1000*(i+2), 8*bt)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(10 + i), Tokens: o})
+		if err != nil {
+			st, _ := m.Stats(ctx)
+			t.Fatalf("fill %d: %v; %+v %v", i, err, st.GPU, st.GPU.Extra)
+		}
+		wait(t, r)
+		m.Free(ctx, uint64(10+i))
+		m.Flush(ctx)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := m.Exists(ctx, a, "")
+	if p.GPUTokens != 0 || p.PinnedTokens != 4*bt {
+		t.Fatalf("presence %+v, want all of a in pinned memory only", p)
+	}
+	r, err = m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.PinnedTokens != 4*bt || r.GPUTokens != 0 {
+		t.Fatalf("allocation %+v, want 16 tokens loading from pinned", r)
+	}
+	out := wait(t, r)
+	if out.ValidTokens != 4*bt {
+		t.Fatalf("outcome %+v", out)
+	}
+	checkBlocks(t, m, r.Blocks, a, "", 4)
+	st, _ := m.Stats(ctx)
+	if st.GPU.Onboarded != 4 || st.GPU.Offloaded < 4 || st.Pinned.Hits != 4 {
+		t.Fatalf("stats %+v / %+v", st.GPU, st.Pinned)
+	}
+}
+
+func TestGPUOnlyAndErrors(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 4})
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 2*bt)})
+	if err != nil || r.GPUTokens != 0 {
+		t.Fatal(r, err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 1)}); err == nil {
+		t.Fatal("second allocation of a live sequence accepted")
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(0, 9*bt)}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("got %v, want ErrNoSpace", err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(0, 10), MaxSeqLen: 8}); !errors.Is(err, ErrTooLong) {
+		t.Fatalf("got %v, want ErrTooLong", err)
+	}
+	r, err = m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(0, 10), MaxSeqLen: 8, Truncate: true})
+	if err != nil || r.Truncated != 2 || r.GPUTokens != 2*bt {
+		t.Fatalf("truncated allocation %+v %v", r, err)
+	}
+	if err := m.Free(ctx, 99); err == nil {
+		t.Fatal("free of an unknown sequence accepted")
+	}
+}
+
+// TestIngestAll writes blocks through as their sequence ends, with no eviction.
+func TestIngestAll(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestAll})
+	a := toks(7, 3*bt+1)
+	r, _ := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	writeBlocks(t, m, r.Blocks, a, "")
+	m.Free(ctx, 1)
+	m.Flush(ctx)
+	p, _ := m.Exists(ctx, a, "")
+	if p.PinnedTokens != 3*bt {
+		t.Fatalf("pinned holds %d tokens, want %d", p.PinnedTokens, 3*bt)
+	}
+}
+
+// TestIngestHot writes a block down only after HotHits hits.
+func TestIngestHot(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestHot, HotHits: 2})
+	a := toks(7, 2*bt)
+	for i := range 3 {
+		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(i), Tokens: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Free(ctx, uint64(i))
+		m.Flush(ctx)
+		p, _ := m.Exists(ctx, a, "")
+		want := 0
+		if i == 2 { // hits after allocations 2 and 3
+			want = 2 * bt
+		}
+		if p.PinnedTokens != want {
+			t.Fatalf("after %d allocations pinned holds %d tokens, want %d (%+v)", i+1, p.PinnedTokens, want, r)
+		}
+	}
+}
+
+// TestThresholdOffload: above the threshold, free cached blocks go down ahead of
+// need, with no eviction.
+func TestThresholdOffload(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 10, PinnedBytes: 1 << 20, OffloadThreshold: 0.5, OffloadAhead: 8})
+	a := toks(7, 6*bt)
+	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	m.Free(ctx, 1)
+	m.Flush(ctx)
+	st, _ := m.Stats(ctx)
+	if st.GPU.Evictions != 0 || st.GPU.Offloaded != 6 {
+		t.Fatalf("evictions %d offloaded %d, want 0 and 6", st.GPU.Evictions, st.GPU.Offloaded)
+	}
+	// Below the threshold nothing moves.
+	m2 := newManager(t, Config{GPUBlocks: 20, PinnedBytes: 1 << 20, OffloadThreshold: 0.5})
+	m2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	m2.Free(ctx, 1)
+	m2.Flush(ctx)
+	if st, _ := m2.Stats(ctx); st.GPU.Offloaded != 0 {
+		t.Fatalf("offloaded %d below the threshold", st.GPU.Offloaded)
+	}
+}
+
+func evictAll(t *testing.T, m *Manager, blocks int) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 999, Tokens: toks(500000, blocks*bt)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	m.Free(ctx, 999)
+	m.Flush(ctx)
+}
+
+// TestDoubleGet: lower tiers are asked only past the count threshold.
+func TestDoubleGet(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, Ingestion: IngestAll, DoubleGetMinBlocks: 3})
+	short, long := toks(1, 2*bt), toks(100, 4*bt)
+	for i, s := range [][]int64{short, long} {
+		m.Allocate(ctx, AllocRequest{Seq: uint64(i), Tokens: s})
+		m.Free(ctx, uint64(i))
+	}
+	m.Flush(ctx)
+	evictAll(t, m, 8)
+	r, _ := m.Allocate(ctx, AllocRequest{Seq: 10, Tokens: short})
+	if r.PinnedTokens != 0 {
+		t.Fatalf("2 blocks below were fetched with DoubleGetMinBlocks 3: %+v", r)
+	}
+	m.Free(ctx, 10)
+	r, _ = m.Allocate(ctx, AllocRequest{Seq: 11, Tokens: long})
+	if r.PinnedTokens != 4*bt {
+		t.Fatalf("4 blocks below were not fetched: %+v", r)
+	}
+	wait(t, r)
+	if st, _ := m.Stats(ctx); st.GPU.DoubleGetSkips != 2 {
+		t.Fatalf("double-get skips %d, want 2", st.GPU.DoubleGetSkips)
+	}
+}
+
+// slowDevice blocks host-to-device copies until release is closed.
+func slowDevice(t *testing.T) (gpu.Device, chan struct{}) {
+	release := make(chan struct{})
+	dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, ops []gpu.CopyOp) error {
+		if dir == gpu.H2D {
+			<-release
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev, release
+}
+
+// TestReadDeadline: a load slower than its deadline becomes a miss with fresh
+// blocks to recompute into, counted, not an error.
+func TestReadDeadline(t *testing.T) {
+	ctx := context.Background()
+	dev, release := slowDevice(t)
+	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+	a := toks(3, 3*bt)
+	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	m.Free(ctx, 1)
+	m.Flush(ctx)
+	evictAll(t, m, 12)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
+	if err != nil || r.PinnedTokens != 3*bt {
+		t.Fatalf("%+v %v", r, err)
+	}
+	out := wait(t, r)
+	if out.ValidTokens != 0 || out.Late != 3 || len(out.Blocks) != 3 {
+		t.Fatalf("outcome %+v, want 3 late blocks and a new table", out)
+	}
+	for i := range out.Blocks {
+		if out.Blocks[i] == r.Blocks[i] {
+			t.Fatal("a late block was not swapped for a fresh one")
+		}
+	}
+	close(release)
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := m.Stats(ctx)
+	if st.GPU.Timeouts != 3 {
+		t.Fatalf("timeouts %d, want 3", st.GPU.Timeouts)
+	}
+	if err := m.Free(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteQuota: offloads over the in-flight quota are denied and counted.
+func TestWriteQuota(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	dev, _ := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, ops []gpu.CopyOp) error {
+		if dir == gpu.D2H {
+			<-release
+		}
+		return nil
+	}})
+	defer dev.Close()
+	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestAll, WriteQuota: 2, Device: dev})
+	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 5*bt)})
+	m.Free(ctx, 1)
+	st, _ := m.Stats(ctx) // after the grant: the GPU actor handled it before Stats
+	close(release)
+	m.Flush(ctx)
+	st, _ = m.Stats(ctx)
+	if st.GPU.Denied != 3 || st.Pinned.Denied != 3 || st.GPU.Offloaded != 2 {
+		t.Fatalf("denied %d/%d offloaded %d, want 3/3 and 2", st.GPU.Denied, st.Pinned.Denied, st.GPU.Offloaded)
+	}
+}
+
+func TestCloseSemantics(t *testing.T) {
+	ctx := context.Background()
+	m, err := New(Config{GPUBlocks: 8, BlockTokens: bt, PinnedBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 8)})
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(0, 8)}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	if err := m.Close(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	m2 := newManager(t, Config{GPUBlocks: 8})
+	if _, err := m2.Allocate(cctx, AllocRequest{Seq: 1, Tokens: toks(0, 8)}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled context: %v", err)
+	}
+}
+
+// TestConcurrentClients: 32 goroutines drive one Manager; after Flush the totals
+// reconcile per tier.
+func TestConcurrentClients(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 256, PinnedBytes: 256 * 512, OffloadThreshold: 0.5})
+	var wg sync.WaitGroup
+	errs := make([]error, 32)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				seq := uint64(g*1000 + i)
+				stem := toks((i%4)*100, 2*bt)
+				tail := toks(g*100000+i*10, 1+(i%3)*bt)
+				r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: append(stem, tail...), Salt: fmt.Sprint(g % 3)})
+				if errors.Is(err, ErrNoSpace) {
+					continue
+				}
+				if err != nil {
+					errs[g] = err
+					return
+				}
+				<-r.Ready.Done()
+				if err := m.Append(ctx, seq, []int64{1, 2}); err != nil && !errors.Is(err, ErrNoSpace) {
+					errs[g] = err
+					return
+				}
+				if err := m.Free(ctx, seq); err != nil {
+					errs[g] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for g, err := range errs {
+		if err != nil {
+			t.Fatalf("goroutine %d: %v", g, err)
+		}
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := m.Stats(ctx)
+	if f := int(st.GPU.Extra["free"]); f != st.GPU.Blocks || st.GPU.Extra["sequences"] != 0 {
+		t.Fatalf("GPU: %d free of %d with %v sequences live", f, st.GPU.Blocks, st.GPU.Extra["sequences"])
+	}
+	if st.Pinned.InFlight != 0 || st.Pinned.UsedBlocks != int(st.Pinned.Extra["resident"]) || st.IndexBlocks != st.Pinned.UsedBlocks {
+		t.Fatalf("pinned: %+v, index %d", st.Pinned, st.IndexBlocks)
+	}
+}

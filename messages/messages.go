@@ -1,0 +1,291 @@
+package messages
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kvtier/kvtier/blockpool"
+)
+
+// Tier is a set of storage tiers.
+type Tier uint8
+
+const (
+	// GPU is device memory (HBM).
+	GPU Tier = 1 << iota
+	// Pinned is page-locked host memory.
+	Pinned
+	// Disk is the local disk tier.
+	Disk
+)
+
+func (t Tier) String() string {
+	var parts []string
+	for _, x := range []struct {
+		t Tier
+		n string
+	}{{GPU, "gpu"}, {Pinned, "pinned"}, {Disk, "disk"}} {
+		if t&x.t != 0 {
+			parts = append(parts, x.n)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "+")
+}
+
+// AllocRequest asks for a sequence's blocks.
+type AllocRequest struct {
+	Seq    uint64
+	Tokens []int64
+	Salt   string // tenant salt; different salts never share a block
+	// MaxSeqLen, when > 0, bounds the prompt: longer prompts are cut to
+	// MaxSeqLen tokens when Truncate is set and denied (ErrTooLong) otherwise.
+	MaxSeqLen int
+	Truncate  bool
+}
+
+// AllocResult answers one AllocRequest.
+type AllocResult struct {
+	Seq    uint64
+	Err    error
+	Blocks []blockpool.BlockID // the block table; belongs to the caller
+	// GPUTokens leading tokens were on the GPU and are ready now.
+	GPUTokens int
+	// PinnedTokens and DiskTokens follow, being copied in from those tiers.
+	PinnedTokens int
+	DiskTokens   int
+	// Truncated is how many prompt tokens MaxSeqLen cut off.
+	Truncated int
+	// Ready completes when every copy this allocation waits on is done:
+	// onboarding from lower tiers and the offload of evicted blocks whose
+	// bytes must leave before the caller writes. Never nil on success.
+	Ready *Completion
+}
+
+// OnboardOutcome is what a Completion reports.
+type OnboardOutcome struct {
+	// ValidTokens leading tokens hold valid KV (GPU hits plus what loaded);
+	// the caller computes the rest.
+	ValidTokens int
+	// Blocks, when not nil, replaces the block table of the AllocResult: a late
+	// load's blocks were swapped for fresh ones to recompute into.
+	Blocks []blockpool.BlockID
+	// Late counts blocks whose load missed its deadline; Failed those whose
+	// load failed.
+	Late, Failed int
+}
+
+// Completion is a one-shot future set by an actor and read by the caller.
+type Completion struct {
+	done chan struct{}
+	out  OnboardOutcome
+}
+
+// NewCompletion returns an incomplete Completion.
+func NewCompletion() *Completion { return &Completion{done: make(chan struct{})} }
+
+// Done is closed when the outcome is set.
+func (c *Completion) Done() <-chan struct{} { return c.done }
+
+// Outcome returns the outcome; valid once Done is closed.
+func (c *Completion) Outcome() OnboardOutcome {
+	<-c.done
+	return c.out
+}
+
+// Complete sets the outcome. Only the owning actor calls it, once.
+func (c *Completion) Complete(o OnboardOutcome) {
+	c.out = o
+	close(c.done)
+}
+
+// AllocateBatch carries one scheduler step's allocations.
+type AllocateBatch struct {
+	Reqs  []AllocRequest
+	Reply chan *AllocateBatchResult
+}
+
+// AllocateBatchResult answers AllocateBatch, one result per request in order.
+type AllocateBatchResult struct {
+	Results []AllocResult
+	Err     error
+}
+
+// AppendItem adds decoded tokens to one sequence.
+type AppendItem struct {
+	Seq    uint64
+	Tokens []int64
+}
+
+// AppendBatch carries one decode step.
+type AppendBatch struct {
+	Items []AppendItem
+	Reply chan *AppendBatchResult
+}
+
+// AppendBatchResult has one error (or nil) per item.
+type AppendBatchResult struct {
+	Errs []error
+	Err  error
+}
+
+// FreeBatch frees finished sequences.
+type FreeBatch struct {
+	Seqs  []uint64
+	Reply chan *FreeBatchResult
+}
+
+// FreeBatchResult has one error (or nil) per sequence.
+type FreeBatchResult struct {
+	Errs []error
+	Err  error
+}
+
+// QueryKind selects what a Query does.
+type QueryKind int
+
+const (
+	// QueryExists reports how many leading tokens each tier holds.
+	QueryExists QueryKind = iota + 1
+	// QueryDelete drops the chain's cached blocks from every tier.
+	QueryDelete
+	// QueryPrefetch copies the chain's blocks found below the GPU into pinned memory.
+	QueryPrefetch
+)
+
+// Query asks about a token chain across tiers.
+type Query struct {
+	Kind   QueryKind
+	Tokens []int64
+	Salt   string
+	Reply  chan *QueryResult
+}
+
+// QueryResult answers a Query. For QueryExists, Tokens[t] is how many leading
+// tokens tier t (GPU, Pinned, Disk) holds, and Any how many leading tokens some
+// tier holds. For QueryDelete, Deleted counts blocks dropped.
+type QueryResult struct {
+	GPUTokens, PinnedTokens, DiskTokens, AnyTokens int
+	Deleted                                        int
+	Err                                            error
+}
+
+// Flush is a barrier: answered once every write in flight when it arrived is done.
+type Flush struct {
+	Reply chan error
+}
+
+// StatsRequest asks an actor for its counters.
+type StatsRequest struct {
+	Reply chan TierStats
+}
+
+// TierStats are one tier's counters.
+type TierStats struct {
+	Tier           Tier
+	Blocks         int   // capacity in blocks (slots)
+	UsedBlocks     int   // blocks holding data or owned by sequences
+	BytesUsed      int64 // bytes of UsedBlocks
+	Hits, Misses   uint64
+	Evictions      uint64
+	Offloaded      uint64 // blocks written down to the next tier
+	Onboarded      uint64 // blocks copied up from a lower tier
+	Denied         uint64 // writes skipped by the in-flight quota or lack of space
+	Timeouts       uint64 // reads that missed their deadline (became misses)
+	Failed         uint64 // copies or I/O that failed (became misses)
+	DoubleGetSkips uint64 // lower-tier hits not fetched: below the double-get thresholds
+	InFlight       int
+	Extra          map[string]float64 `json:",omitempty"`
+}
+
+func (s TierStats) String() string {
+	return fmt.Sprintf("%s: used %d/%d, hits %d misses %d evictions %d offloaded %d onboarded %d denied %d timeouts %d failed %d",
+		s.Tier, s.UsedBlocks, s.Blocks, s.Hits, s.Misses, s.Evictions, s.Offloaded, s.Onboarded, s.Denied, s.Timeouts, s.Failed)
+}
+
+// Lookup asks the index which lower tier holds each hash of a chain, for several
+// chains at once. Sent by the GPU actor.
+type Lookup struct {
+	ID     uint64
+	Chains [][]uint64
+}
+
+// LookupResult answers Lookup: for each chain, the tier of each hash in its
+// leading run of hashes held below the GPU (shorter than the chain when a hash is
+// missing). Pinned is preferred over Disk when both hold a block.
+type LookupResult struct {
+	ID    uint64
+	Tiers [][]Tier
+}
+
+// IndexUpdate tells the index that a tier gained or lost blocks.
+type IndexUpdate struct {
+	Tier          Tier
+	Added, Remove []uint64
+}
+
+// OffloadItem is one GPU block to write down.
+type OffloadItem struct {
+	Hash   uint64
+	Tokens int
+}
+
+// OffloadRequest asks the pinned actor for slots to copy GPU blocks into.
+type OffloadRequest struct {
+	ID    uint64
+	Items []OffloadItem
+}
+
+// Grant values for a slot that was not granted.
+const (
+	SlotDenied = -1 // over the in-flight quota or no space
+	SlotExists = -2 // already held in pinned memory
+)
+
+// OffloadGrant answers OffloadRequest: Slots[i] is a Filling slot for Items[i],
+// or SlotDenied/SlotExists; Bytes[i] is its memory, which the GPU actor's copy
+// worker may write until it sends OffloadDone.
+type OffloadGrant struct {
+	ID    uint64
+	Slots []int
+	Bytes [][]byte
+}
+
+// OffloadDone returns granted slots: committed when Err is nil, else aborted.
+type OffloadDone struct {
+	Slots  []int
+	Hashes []uint64
+	Err    error
+}
+
+// FetchRequest asks the pinned actor for read references on a chain's blocks,
+// loading from disk first when needed, before Deadline.
+type FetchRequest struct {
+	ID       uint64
+	Hashes   []uint64
+	Deadline time.Time
+}
+
+// FetchGrant answers FetchRequest with read references on the leading run of
+// Hashes that pinned memory holds: Slots[i], Bytes[i] for Hashes[i]. The GPU
+// actor's copy worker may read Bytes until FetchRelease.
+type FetchGrant struct {
+	ID    uint64
+	Slots []int
+	Bytes [][]byte
+}
+
+// FetchRelease drops the read references of a FetchGrant.
+type FetchRelease struct {
+	Slots []int
+}
+
+// PinnedQuery asks the pinned actor to delete or prefetch hashes.
+type PinnedQuery struct {
+	Kind   QueryKind
+	Hashes []uint64
+	Reply  chan *QueryResult
+}
