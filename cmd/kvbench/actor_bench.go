@@ -11,7 +11,8 @@ import (
 	"github.com/kvtier/kvtier"
 )
 
-// runActor measures the alloc workload through the Manager API: one client,
+// runActor measures the alloc workload through the Manager API (default
+// Config: GPU tier only, host gpu backend): one client,
 // then actorClients clients at once, each sending batches of actorBatch
 // allocations and freeing its previous batch, on a Manager of poolBlocks GPU
 // blocks (the size of the direct run it is compared with).
@@ -113,6 +114,15 @@ func (c *actorClient) step(ctx context.Context, m *kvtier.Manager) error {
 			return fmt.Errorf("allocate seq %d: %w", c.cur[i], res[i].Err)
 		}
 	}
+	// An engine writes KV only once Ready is done (evicted bytes have left),
+	// so the wait is part of the allocation's cost.
+	for i := range res {
+		select {
+		case <-res[i].Ready.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if err := c.drain(ctx, m); err != nil {
 		return err
 	}
@@ -125,8 +135,14 @@ func (c *actorClient) drain(ctx context.Context, m *kvtier.Manager) error {
 	if len(c.held) == 0 {
 		return nil
 	}
-	if err := m.FreeBatch(ctx, c.held); err != nil {
+	errs, err := m.FreeBatch(ctx, c.held)
+	if err != nil {
 		return fmt.Errorf("free batch: %w", err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("free seq %d: %w", c.held[i], err)
+		}
 	}
 	c.held = c.held[:0]
 	return nil
