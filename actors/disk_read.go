@@ -67,7 +67,9 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
 			a.readJobs[op] = job
 			a.workers.submit(&diskJob{read: op, buf: a.getBuf(), rjob: job})
 		} else {
-			job = a.readJobs[op]
+			if job = a.readJobs[op]; job == nil {
+				panic("kvtier: actors: disk store coalesced a read the actor did not start")
+			}
 			a.stats.coalesced++
 		}
 		if len(it.Bytes) < op.Len() {

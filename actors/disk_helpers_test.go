@@ -1,0 +1,313 @@
+package actors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/messages"
+)
+
+const (
+	testDiskPayload = 8 << 10 // 8 KiB payloads keep the slot files small
+	testDiskSlots   = 32
+	// testWait bounds every wait for a reply; it is a failsafe for a hung
+	// actor, never a way to synchronise.
+	testWait = 10 * time.Second
+)
+
+// gateFS wraps an FS so a test can hold one I/O in flight: after arm (or
+// armWrite), the next read (write) signals entered and blocks until the test
+// sends on release.
+type gateFS struct {
+	disk.FS
+	hold, holdWrite atomic.Bool
+	entered         chan struct{}
+	release         chan struct{}
+}
+
+func newGateFS(inner disk.FS) *gateFS {
+	return &gateFS{FS: inner, entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (g *gateFS) arm()      { g.hold.Store(true) }
+func (g *gateFS) armWrite() { g.holdWrite.Store(true) }
+
+// OpenFile implements disk.FS.
+func (g *gateFS) OpenFile(name string, direct bool) (disk.File, error) {
+	f, err := g.FS.OpenFile(name, direct)
+	if err != nil {
+		return nil, err
+	}
+	return &gateFile{File: f, g: g}, nil
+}
+
+type gateFile struct {
+	disk.File
+	g *gateFS
+}
+
+func (f *gateFile) wait(hold *atomic.Bool) {
+	if hold.CompareAndSwap(true, false) {
+		f.g.entered <- struct{}{}
+		<-f.g.release
+	}
+}
+
+func (f *gateFile) WriteAt(p []byte, off int64) (int, error) {
+	f.wait(&f.g.holdWrite)
+	return f.File.WriteAt(p, off)
+}
+
+func (f *gateFile) ReadAt(p []byte, off int64) (int, error) {
+	f.wait(&f.g.hold)
+	return f.File.ReadAt(p, off)
+}
+
+// ReadvAt keeps the store's single-preadv read path.
+func (f *gateFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
+	f.wait(&f.g.hold)
+	if v, ok := f.File.(disk.VectoredReader); ok {
+		return v.ReadvAt(bufs, off)
+	}
+	n := 0
+	for _, b := range bufs {
+		k, err := f.File.ReadAt(b, off+int64(n))
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// diskEnv is one disk actor under test with a recording index actor.
+type diskEnv struct {
+	t       *testing.T
+	sys     *actor.ActorSystem
+	dir     string
+	fault   *disk.FaultFS
+	gate    *gateFS
+	quota   int
+	workers int
+	index   *actor.PID
+	updates chan *messages.IndexUpdate
+	pid     *actor.PID
+}
+
+// newDiskEnv opens a store in a fresh temp dir and starts a disk actor on it.
+func newDiskEnv(t *testing.T, quota int) *diskEnv {
+	t.Helper()
+	fault := &disk.FaultFS{}
+	e := &diskEnv{t: t, sys: actor.NewActorSystem(), dir: t.TempDir(), fault: fault, gate: newGateFS(fault), quota: quota}
+	e.start()
+	return e
+}
+
+// start opens the store in e.dir and spawns a new index recorder and disk actor.
+func (e *diskEnv) start() {
+	e.t.Helper()
+	st, _, err := disk.Open(disk.Config{
+		Dir:           e.dir,
+		CapacityBytes: testDiskSlots * disk.SlotBytes(testDiskPayload),
+		PayloadBytes:  testDiskPayload,
+		Fingerprint:   0xd15c,
+		FS:            e.gate,
+	})
+	if err != nil {
+		e.t.Fatalf("disk.Open: %v", err)
+	}
+	updates := make(chan *messages.IndexUpdate, 1024)
+	e.updates = updates
+	e.index = e.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if u, ok := ctx.Message().(*messages.IndexUpdate); ok {
+			updates <- u
+		}
+	}))
+	prod, err := NewDiskActor(DiskConfig{Store: st, Index: e.index, WriteQuota: e.quota, Workers: e.workers})
+	if err != nil {
+		e.t.Fatalf("NewDiskActor: %v", err)
+	}
+	e.pid = e.sys.Root.Spawn(actor.PropsFromProducer(prod))
+}
+
+// stop stops the disk actor (which closes the store) and the index recorder.
+func (e *diskEnv) stop() {
+	e.t.Helper()
+	for _, pid := range []*actor.PID{e.pid, e.index} {
+		if err := e.sys.Root.StopFuture(pid).Wait(); err != nil {
+			e.t.Fatalf("stop %v: %v", pid, err)
+		}
+	}
+}
+
+// request sends msg with RequestFuture and returns the reply.
+func request[R any](e *diskEnv, msg any) R {
+	e.t.Helper()
+	res, err := e.sys.Root.RequestFuture(e.pid, msg, testWait).Result()
+	if err != nil {
+		e.t.Fatalf("request %T: %v", msg, err)
+	}
+	r, ok := res.(R)
+	if !ok {
+		e.t.Fatalf("request %T: reply %T", msg, res)
+	}
+	return r
+}
+
+func (e *diskEnv) write(hashes ...uint64) *messages.DiskWriteDone {
+	e.t.Helper()
+	return request[*messages.DiskWriteDone](e, writeMsg(hashes...))
+}
+
+func writeMsg(hashes ...uint64) *messages.DiskWrite {
+	m := &messages.DiskWrite{}
+	for i, h := range hashes {
+		m.Items = append(m.Items, messages.DiskWriteItem{
+			Hash: h, Parent: h - 1, Namespace: 7, Tokens: 16, Slot: 100 + i, Bytes: payloadOf(h),
+		})
+	}
+	return m
+}
+
+// readMsg builds a DiskRead whose item buffers are filled with a sentinel.
+func readMsg(id uint64, deadline time.Time, hashes ...uint64) *messages.DiskRead {
+	m := &messages.DiskRead{ID: id, Deadline: deadline}
+	for i, h := range hashes {
+		b := disk.AlignedBuffer(testDiskPayload)
+		for j := range b {
+			b[j] = 0xAA
+		}
+		m.Items = append(m.Items, messages.DiskReadItem{Hash: h, Slot: 200 + i, Bytes: b})
+	}
+	return m
+}
+
+func (e *diskEnv) read(hashes ...uint64) (*messages.DiskRead, *messages.DiskReadDone) {
+	e.t.Helper()
+	m := readMsg(1, time.Time{}, hashes...)
+	return m, request[*messages.DiskReadDone](e, m)
+}
+
+// checkRead checks that each item reported ok[i] and, when ok, holds its
+// block's exact payload.
+func checkRead(t *testing.T, m *messages.DiskRead, done *messages.DiskReadDone, ok ...bool) {
+	t.Helper()
+	if done.ID != m.ID || !slices.Equal(done.OK, ok) {
+		t.Fatalf("DiskReadDone %d %v, want %d %v", done.ID, done.OK, m.ID, ok)
+	}
+	for i, it := range m.Items {
+		if ok[i] && !bytes.Equal(it.Bytes, payloadOf(it.Hash)) {
+			t.Fatalf("item %d (hash %d): bytes differ from the block written", i, it.Hash)
+		}
+	}
+}
+
+func (e *diskEnv) flush() {
+	e.t.Helper()
+	reply := make(chan error, 1)
+	e.sys.Root.Send(e.pid, &messages.Flush{Reply: reply})
+	if err := recv(e.t, reply); err != nil {
+		e.t.Fatalf("Flush: %v", err)
+	}
+}
+
+func (e *diskEnv) stats() messages.TierStats {
+	e.t.Helper()
+	reply := make(chan messages.TierStats, 1)
+	e.sys.Root.Send(e.pid, &messages.StatsRequest{Reply: reply})
+	return recv(e.t, reply)
+}
+
+func (e *diskEnv) query(kind messages.QueryKind, hashes ...uint64) *messages.QueryResult {
+	e.t.Helper()
+	reply := make(chan *messages.QueryResult, 1)
+	e.sys.Root.Send(e.pid, &messages.DiskQuery{Kind: kind, Hashes: hashes, Reply: reply})
+	return recv(e.t, reply)
+}
+
+// nextUpdate returns the next IndexUpdate the index received.
+func (e *diskEnv) nextUpdate() *messages.IndexUpdate {
+	e.t.Helper()
+	u := recv(e.t, e.updates)
+	if u.Tier != messages.Disk {
+		e.t.Fatalf("IndexUpdate for tier %v", u.Tier)
+	}
+	return u
+}
+
+// noUpdate checks that the index has received nothing more. Callers make
+// sure every update the actor sent has arrived, e.g. by a later update.
+func (e *diskEnv) noUpdate() {
+	e.t.Helper()
+	select {
+	case u := <-e.updates:
+		e.t.Fatalf("unexpected IndexUpdate %+v", u)
+	default:
+	}
+}
+
+func recv[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(testWait):
+		t.Fatalf("no reply within %v", testWait)
+		panic("unreachable")
+	}
+}
+
+// payloadOf returns block h's deterministic, page-aligned payload.
+func payloadOf(h uint64) []byte {
+	r := rand.New(rand.NewPCG(h, 0xd15c))
+	p := disk.AlignedBuffer(testDiskPayload)
+	for i := 0; i < len(p); i += 8 {
+		binary.LittleEndian.PutUint64(p[i:], r.Uint64())
+	}
+	return p
+}
+
+func seq(n int) []uint64 {
+	hs := make([]uint64, n)
+	for i := range hs {
+		hs[i] = uint64(i + 1)
+	}
+	return hs
+}
+
+// corruptPayload flips a bit in the middle of block h's payload in the
+// closed store under dir.
+func corruptPayload(t *testing.T, dir string, h uint64) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, de := range entries {
+		name := filepath.Join(dir, de.Name())
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := bytes.Index(data, payloadOf(h)[:256])
+		if i < 0 {
+			continue
+		}
+		data[i+testDiskPayload/2] ^= 0x10
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("payload of block %d not found under %s", h, dir)
+}
