@@ -1,5 +1,3 @@
-//go:build kvtier_actor
-
 package main
 
 import (
