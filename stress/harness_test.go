@@ -1,0 +1,357 @@
+package stress
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/prefixhash"
+)
+
+const (
+	bt        = 4 // tokens per block
+	numStems  = 8 // shared prompt stems, identical across tenants
+	stemBlks  = 3 // blocks per stem
+	maxLive   = 2 // live sequences per goroutine
+	hangAfter = 30 * time.Second
+)
+
+// envInt reads a positive integer knob from the environment.
+func envInt(t testing.TB, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, s)
+	}
+	return n
+}
+
+func salt(tenant int) string { return "tenant-" + strconv.Itoa(tenant) }
+
+// stem returns shared stem i: the same tokens for every tenant, and no stem is
+// a prefix of another.
+func stem(i int) []int64 {
+	out := make([]int64, stemBlks*bt)
+	for j := range out {
+		out[j] = int64(1000*(i+1) + j)
+	}
+	return out
+}
+
+// pattern is the content of the block with hash h for tenant: any block read
+// back must equal it byte for byte.
+func pattern(buf []byte, h prefixhash.Hash, tenant int) []byte {
+	x := uint64(h)*0x9e3779b97f4a7c15 ^ uint64(tenant+1)<<56
+	for i := 0; i+8 <= len(buf); i += 8 {
+		x ^= x >> 33
+		x *= 0xff51afd7ed558ccd
+		x ^= x >> 29
+		binary.LittleEndian.PutUint64(buf[i:], x+uint64(i))
+	}
+	return buf
+}
+
+// writers counts, per block hash, goroutines between raising it before their
+// Allocate and having written what they compute. See the package doc.
+type writers struct{ m sync.Map }
+
+func (w *writers) ctr(h prefixhash.Hash) *atomic.Int32 {
+	v, ok := w.m.Load(h)
+	if !ok {
+		v, _ = w.m.LoadOrStore(h, new(atomic.Int32))
+	}
+	return v.(*atomic.Int32)
+}
+
+// counts are figures summed over goroutines once they are done.
+type counts struct {
+	ops, allocs, noSpace, appends, frees, exists, deletes, prefetches int
+	allocBlocks                                                       int // blocks of successful allocations
+	hitBlocks, onboarded, late, failed                                int
+	verified, verifiedHit, verifiedOnboard, skippedBusy               int
+	written                                                           int
+}
+
+func (c *counts) add(o *counts) {
+	c.ops += o.ops
+	c.allocs += o.allocs
+	c.noSpace += o.noSpace
+	c.appends += o.appends
+	c.frees += o.frees
+	c.exists += o.exists
+	c.deletes += o.deletes
+	c.prefetches += o.prefetches
+	c.allocBlocks += o.allocBlocks
+	c.hitBlocks += o.hitBlocks
+	c.onboarded += o.onboarded
+	c.late += o.late
+	c.failed += o.failed
+	c.verified += o.verified
+	c.verifiedHit += o.verifiedHit
+	c.verifiedOnboard += o.verifiedOnboard
+	c.skippedBusy += o.skippedBusy
+	c.written += o.written
+}
+
+// live is a sequence a worker owns.
+type live struct {
+	seq    uint64
+	tokens []int64
+}
+
+// worker is one goroutine's state: its tenant, its sequences (seq ids g<<32+n)
+// and its figures. Only its goroutine touches it.
+type worker struct {
+	g, tenant int
+	m         *kvtier.Manager
+	w         *writers
+	rng       *rand.Rand
+	hasher    prefixhash.Hasher
+	next      uint64
+	live      []live
+	c         counts
+	buf, want []byte
+	// closing: errors.Is(err, kvtier.ErrClosed) ends the worker without failing.
+	closing bool
+}
+
+func newWorker(m *kvtier.Manager, w *writers, g, tenants int, seed uint64) *worker {
+	n := m.Layout().BlockBytes()
+	return &worker{
+		g: g, tenant: g % tenants, m: m, w: w,
+		rng: rand.New(rand.NewPCG(seed, uint64(g))),
+		buf: make([]byte, n), want: make([]byte, n),
+	}
+}
+
+var errStop = errors.New("stress: manager closed")
+
+// check maps an error of a call to the worker's verdict: nil to go on, errStop
+// when the manager closed under a worker that expects it, else the error.
+func (k *worker) check(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case k.closing && errors.Is(err, kvtier.ErrClosed):
+		return errStop
+	}
+	return fmt.Errorf("goroutine %d: %s: %w", k.g, op, err)
+}
+
+// prompt is a shared stem plus, half the time, a tail unique to the sequence,
+// and sometimes a partial last block.
+func (k *worker) prompt(seq uint64) []int64 {
+	p := stem(k.rng.IntN(numStems))
+	if k.rng.IntN(2) == 0 {
+		n := k.rng.IntN(2*bt) + 1
+		for i := range n {
+			p = append(p, int64(1<<40)+int64(seq)*64+int64(i))
+		}
+	}
+	return p
+}
+
+// round runs ops random operations, then frees every sequence it still owns.
+func (k *worker) round(ctx context.Context, ops int) error {
+	for range ops {
+		if err := k.step(ctx); err != nil {
+			return err
+		}
+	}
+	for len(k.live) > 0 {
+		if err := k.free(ctx, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *worker) step(ctx context.Context) error {
+	k.c.ops++
+	switch r := k.rng.IntN(12); {
+	case r < 4:
+		if len(k.live) >= maxLive {
+			return k.free(ctx, k.rng.IntN(len(k.live)))
+		}
+		k.next++
+		seq := uint64(k.g)<<32 | k.next
+		return k.allocate(ctx, seq, k.prompt(seq), false /* wantMiss */)
+	case r < 6:
+		if len(k.live) == 0 {
+			return nil
+		}
+		return k.append(ctx, k.rng.IntN(len(k.live)))
+	case r < 8:
+		if len(k.live) == 0 {
+			return nil
+		}
+		return k.free(ctx, k.rng.IntN(len(k.live)))
+	case r < 10:
+		k.c.exists++
+		p := stem(k.rng.IntN(numStems))
+		pr, err := k.m.Exists(ctx, p, salt(k.tenant))
+		if err := k.check("exists", err); err != nil {
+			return err
+		}
+		if pr.GPUTokens%bt != 0 || pr.GPUTokens > len(p) || pr.PinnedTokens%bt != 0 || pr.PinnedTokens > len(p) {
+			return fmt.Errorf("goroutine %d: exists: presence %+v of a %d-token stem", k.g, pr, len(p))
+		}
+	case r < 11:
+		k.c.deletes++
+		_, err := k.m.Delete(ctx, stem(k.rng.IntN(numStems)), salt(k.tenant))
+		return k.check("delete", err)
+	default:
+		k.c.prefetches++
+		p := stem(k.rng.IntN(numStems))
+		n, err := k.m.Prefetch(ctx, p, salt(k.tenant))
+		if err := k.check("prefetch", err); err != nil {
+			return err
+		}
+		if n%bt != 0 || n > len(p) {
+			return fmt.Errorf("goroutine %d: prefetch: %d tokens of a %d-token stem", k.g, n, len(p))
+		}
+	}
+	return nil
+}
+
+// allocate allocates seq, waits for Ready, checks the blocks it did not compute
+// and writes the ones it does. With wantMiss, any hit is a tenant-isolation
+// failure (the caller knows no allocation of this tenant had the prompt).
+func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantMiss bool) error {
+	hashes := k.hasher.Chain(nil, salt(k.tenant), tokens, bt)
+	ctrs := make([]*atomic.Int32, len(hashes))
+	for i, h := range hashes {
+		ctrs[i] = k.w.ctr(h)
+		ctrs[i].Add(1)
+	}
+	lowered := 0 // ctrs[:lowered] are lowered already
+	lower := func(to int) {
+		for ; lowered < to; lowered++ {
+			ctrs[lowered].Add(-1)
+		}
+	}
+	done := len(ctrs)
+	r, err := k.m.Allocate(ctx, kvtier.AllocRequest{Seq: seq, Tokens: tokens, Salt: salt(k.tenant)})
+	if errors.Is(err, kvtier.ErrNoSpace) {
+		lower(done)
+		k.c.noSpace++
+		return nil
+	}
+	if err := k.check("allocate", err); err != nil {
+		lower(done)
+		return err
+	}
+	k.c.allocs++
+	k.live = append(k.live, live{seq: seq, tokens: tokens})
+	nb := (len(tokens) + bt - 1) / bt
+	k.c.allocBlocks += nb
+	if wantMiss && (r.GPUTokens != 0 || r.PinnedTokens != 0 || r.DiskTokens != 0) {
+		lower(done)
+		return fmt.Errorf("goroutine %d (tenant %d): first allocation of a prompt by its tenant hit: %+v", k.g, k.tenant, r)
+	}
+	var out kvtier.OnboardOutcome
+	select {
+	case <-r.Ready.Done():
+		out = r.Ready.Outcome()
+	case <-ctx.Done():
+		lower(done)
+		return fmt.Errorf("goroutine %d: seq %d: Ready never completed: %w", k.g, seq, ctx.Err())
+	}
+	blocks := r.Blocks
+	if out.Blocks != nil {
+		blocks = out.Blocks
+	}
+	k.c.late += out.Late
+	k.c.failed += out.Failed
+	gpuHit := r.GPUTokens / bt
+	valid := out.ValidTokens / bt
+	k.c.hitBlocks += gpuHit
+	k.c.onboarded += valid - gpuHit
+	switch {
+	case len(blocks) != nb:
+		lower(done)
+		return fmt.Errorf("goroutine %d: seq %d: %d blocks for %d tokens", k.g, seq, len(blocks), len(tokens))
+	case out.ValidTokens%bt != 0 || r.GPUTokens%bt != 0 || out.ValidTokens < r.GPUTokens ||
+		out.ValidTokens > r.GPUTokens+r.PinnedTokens+r.DiskTokens || valid > len(hashes):
+		lower(done)
+		return fmt.Errorf("goroutine %d: seq %d: outcome %+v does not fit allocation %+v", k.g, seq, out, r)
+	}
+	// Blocks hit or loaded: this goroutine computes none of them.
+	lower(valid)
+	for i := range valid {
+		if i < gpuHit && ctrs0(k.w, hashes[i]) != 0 {
+			k.c.skippedBusy++
+			continue
+		}
+		if err := k.verify(blocks[i], hashes[i]); err != nil {
+			return fmt.Errorf("goroutine %d: seq %d block %d of %d (hit %d, valid %d): %w", k.g, seq, i, nb, gpuHit, valid, err)
+		}
+		k.c.verified++
+		if i < gpuHit {
+			k.c.verifiedHit++
+		} else {
+			k.c.verifiedOnboard++
+		}
+	}
+	// Write what it computes, then let readers check those blocks.
+	for i := valid; i < len(hashes); i++ {
+		if err := k.m.Arena().WriteBlock(int(blocks[i]), 0, pattern(k.buf, hashes[i], k.tenant)); err != nil {
+			lower(done)
+			return fmt.Errorf("goroutine %d: writing block %d: %w", k.g, blocks[i], err)
+		}
+		k.c.written++
+	}
+	lower(done)
+	return nil
+}
+
+func ctrs0(w *writers, h prefixhash.Hash) int32 { return w.ctr(h).Load() }
+
+func (k *worker) verify(id kvtier.BlockID, h prefixhash.Hash) error {
+	if err := k.m.Arena().ReadBlock(int(id), 0, k.buf); err != nil {
+		return err
+	}
+	if !bytes.Equal(k.buf, pattern(k.want, h, k.tenant)) {
+		return fmt.Errorf("block id %d does not hold the bytes of hash %x for tenant %d", id, uint64(h), k.tenant)
+	}
+	return nil
+}
+
+func (k *worker) append(ctx context.Context, i int) error {
+	k.c.appends++
+	l := &k.live[i]
+	n := k.rng.IntN(bt+1) + 1
+	add := make([]int64, n)
+	for j := range add {
+		add[j] = int64(2<<40) + int64(l.seq)*64 + int64(len(l.tokens)+j)
+	}
+	err := k.m.Append(ctx, l.seq, add)
+	if errors.Is(err, kvtier.ErrNoSpace) {
+		return nil
+	}
+	if err := k.check("append", err); err != nil {
+		return err
+	}
+	l.tokens = append(l.tokens, add...)
+	return nil
+}
+
+func (k *worker) free(ctx context.Context, i int) error {
+	k.c.frees++
+	seq := k.live[i].seq
+	k.live = append(k.live[:i], k.live[i+1:]...)
+	return k.check("free", k.m.Free(ctx, seq))
+}
