@@ -20,7 +20,7 @@ func newManager(t testing.TB, cfg kvtier.Config) *kvtier.Manager {
 		cfg.GPUBlocks = 192
 	}
 	if cfg.PinnedBytes == 0 {
-		cfg.PinnedBytes = 96 * 4 * bt * 64 // 96 blocks of gpu.TinySpec
+		cfg.PinnedBytes = 160 << 12 // 160 slots: pinned slots of gpu.TinySpec blocks take a 4 KiB page
 	}
 	if cfg.OffloadThreshold == 0 {
 		cfg.OffloadThreshold = 0.3
@@ -144,7 +144,7 @@ func randomPhase(ctx context.Context, k *worker, ops int) error { return k.round
 // after each barrier.
 func TestConcurrentManager(t *testing.T) {
 	goroutines := envInt(t, "KVTIER_STRESS_GOROUTINES", 64)
-	ops := envInt(t, "KVTIER_STRESS_OPS", 40)
+	ops := envInt(t, "KVTIER_STRESS_OPS", 100)
 	const phases = 4
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 	defer cancel()

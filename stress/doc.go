@@ -10,7 +10,7 @@
 // The short run is the CI run. Knobs, read from the environment:
 //
 //	KVTIER_STRESS_GOROUTINES  goroutines per test (default 64)
-//	KVTIER_STRESS_OPS         operations per goroutine per phase (default 40)
+//	KVTIER_STRESS_OPS         operations per goroutine per phase (default 100)
 //	KVTIER_SOAK=1             run TestSoak, the long run
 //	KVTIER_SOAK_OPS           operations of the soak in all (default 1e6)
 //

@@ -19,10 +19,10 @@ import (
 )
 
 const (
-	bt        = 4 // tokens per block
-	numStems  = 8 // shared prompt stems, identical across tenants
-	stemBlks  = 3 // blocks per stem
-	maxLive   = 2 // live sequences per goroutine
+	bt        = 4  // tokens per block
+	numStems  = 16 // shared prompt stems, identical across tenants
+	stemBlks  = 3  // blocks per stem
+	maxLive   = 2  // live sequences per goroutine
 	hangAfter = 30 * time.Second
 )
 
@@ -155,7 +155,7 @@ func (k *worker) check(op string, err error) error {
 // and sometimes a partial last block.
 func (k *worker) prompt(seq uint64) []int64 {
 	p := stem(k.rng.IntN(numStems))
-	if k.rng.IntN(2) == 0 {
+	if k.rng.IntN(3) == 0 {
 		n := k.rng.IntN(2*bt) + 1
 		for i := range n {
 			p = append(p, int64(1<<40)+int64(seq)*64+int64(i))
