@@ -126,6 +126,10 @@ type worker struct {
 	buf, want []byte
 	// closing: errors.Is(err, kvtier.ErrClosed) ends the worker without failing.
 	closing bool
+	// closed, when set, is closed once Close has returned: a Ready still
+	// pending then is abandoned (counted) rather than waited for.
+	closed    <-chan struct{}
+	abandoned int
 }
 
 func newWorker(m *kvtier.Manager, w *writers, g, tenants int, seed uint64) *worker {
@@ -266,6 +270,15 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 	select {
 	case <-r.Ready.Done():
 		out = r.Ready.Outcome()
+	case <-k.closed:
+		select {
+		case <-r.Ready.Done():
+			out = r.Ready.Outcome()
+		case <-time.After(2 * time.Second): // hang detector for a Ready that outlives Close
+			lower(done)
+			k.abandoned++
+			return errStop
+		}
 	case <-ctx.Done():
 		lower(done)
 		return fmt.Errorf("goroutine %d: seq %d: Ready never completed: %w", k.g, seq, ctx.Err())
