@@ -42,6 +42,21 @@ type Config struct {
 	// PinnedLock asks for mlock'ed memory; refusal is reported in Stats, not an error.
 	PinnedLock bool
 
+	// DiskDir enables the disk tier in this directory (created if missing,
+	// locked against a second opener); blocks written there survive restarts.
+	DiskDir string
+	// DiskBytes is the disk tier's capacity (required with DiskDir).
+	DiskBytes int64
+	// DiskPolicy is the disk tier's eviction policy (default LRU).
+	DiskPolicy policy.Kind
+	// DiskIngestion says when pinned blocks go to disk (default IngestEvict:
+	// the pinned tier's victims, drained ahead of need).
+	DiskIngestion Ingestion
+	// DiskWriteQuota bounds disk writes in flight (default 64).
+	DiskWriteQuota int
+	// DiskSync adds fdatasync to every disk write (power-loss safety).
+	DiskSync bool
+
 	Ingestion Ingestion // default IngestEvict
 	HotHits   int       // IngestHot: hits before a block is written down (default 2)
 	// OffloadThreshold: above this fraction of GPU blocks holding data, free
@@ -125,6 +140,33 @@ func (c Config) withDefaults() (Config, error) {
 	case IngestEvict, IngestAll, IngestHot:
 	default:
 		bad("Ingestion", c.Ingestion, "unknown ingestion policy")
+	}
+	if c.DiskDir != "" {
+		if c.PinnedBytes == 0 {
+			bad("DiskDir", c.DiskDir, "the disk tier needs a pinned tier above it (PinnedBytes > 0)")
+		}
+		if c.DiskBytes <= 0 {
+			bad("DiskBytes", c.DiskBytes, "must be > 0 with DiskDir")
+		}
+		if c.DiskPolicy == 0 {
+			c.DiskPolicy = policy.LRU
+		} else if !c.DiskPolicy.Valid() {
+			bad("DiskPolicy", c.DiskPolicy, "unknown policy")
+		}
+		switch c.DiskIngestion {
+		case 0:
+			c.DiskIngestion = IngestEvict
+		case IngestEvict, IngestAll, IngestHot:
+		default:
+			bad("DiskIngestion", c.DiskIngestion, "unknown ingestion policy")
+		}
+		if c.DiskWriteQuota == 0 {
+			c.DiskWriteQuota = 64
+		} else if c.DiskWriteQuota < 0 {
+			bad("DiskWriteQuota", c.DiskWriteQuota, "must be >= 1")
+		}
+	} else if c.DiskBytes != 0 {
+		bad("DiskBytes", c.DiskBytes, "set without DiskDir")
 	}
 	if c.HotHits == 0 {
 		c.HotHits = 2

@@ -9,10 +9,12 @@ import (
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cespare/xxhash/v2"
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/actors"
 	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
 	"github.com/kvtier/kvtier/pinned"
@@ -48,9 +50,12 @@ type Manager struct {
 	ownDev  bool
 	arena   gpu.Arena
 	pinned  *pinned.Pool
+	store   *disk.Store // handed to the disk actor, which closes it
+	diskRep disk.OpenReport
 	gpuPID  *actor.PID
 	pinPID  *actor.PID
 	idxPID  *actor.PID
+	diskPID *actor.PID
 	layout  gpu.Layout
 	done    chan struct{}
 	closing sync.Once
@@ -95,6 +100,15 @@ func New(cfg Config) (*Manager, error) {
 			return fail(fmt.Errorf("%w: pinned tier: %w", ErrBadConfig, err))
 		}
 	}
+	if c.DiskDir != "" {
+		m.store, m.diskRep, err = disk.Open(disk.Config{Dir: c.DiskDir, CapacityBytes: c.DiskBytes, PayloadBytes: layout.BlockBytes(),
+			Fingerprint: fingerprint(c, layout), Policy: c.DiskPolicy, Sync: c.DiskSync, Logger: c.Logger.Named("disk")})
+		if err != nil {
+			return fail(fmt.Errorf("kvtier: disk tier: %w", err))
+		}
+		c.Logger.Info("kvtier disk tier opened", zap.String("dir", c.DiskDir), zap.Int("records", m.diskRep.Records),
+			zap.Int("dropped", m.diskRep.DroppedTotal()), zap.Duration("reopen", m.diskRep.Duration), zap.Stringer("io", m.store.Mode()))
+	}
 	if m.system = c.System; m.system == nil {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
@@ -111,9 +125,20 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if m.pinned != nil {
 		m.idxPID = root.Spawn(actor.PropsFromProducer(actors.NewIndexActor(c.Logger.Named("index"))))
-		m.pinPID = root.Spawn(actor.PropsFromProducer(actors.NewPinnedActor(actors.PinnedConfig{
+		pcfg := actors.PinnedConfig{
 			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"),
-		})))
+			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: max(c.OffloadAhead, m.pinned.NumSlots()/16),
+		}
+		if m.store != nil {
+			prod, err := actors.NewDiskActor(actors.DiskConfig{Store: m.store, Index: m.idxPID, WriteQuota: c.DiskWriteQuota, Log: c.Logger.Named("disk")})
+			if err != nil {
+				return fail(err)
+			}
+			m.diskPID = root.Spawn(actor.PropsFromProducer(prod))
+			m.store = nil // the actor owns it now
+			pcfg.Disk = m.diskPID
+		}
+		m.pinPID = root.Spawn(actor.PropsFromProducer(actors.NewPinnedActor(pcfg)))
 		gcfg.Pinned, gcfg.Index = m.pinPID, m.idxPID
 	}
 	m.gpuPID = root.Spawn(actor.PropsFromProducer(actors.NewGPUActor(gcfg)))
@@ -253,6 +278,14 @@ func (m *Manager) Exists(ctx context.Context, tokens []int64, salt string) (Pres
 		}
 		p.PinnedTokens = pr.PinnedTokens * m.cfg.BlockTokens
 	}
+	if m.diskPID != nil {
+		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
+		dr, err := ask(ctx, m, m.diskPID, dq, dq.Reply)
+		if err != nil {
+			return Presence{}, err
+		}
+		p.DiskTokens = dr.DiskTokens * m.cfg.BlockTokens
+	}
 	return p, nil
 }
 
@@ -272,6 +305,14 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 			return n, err
 		}
 		n += pr.Deleted
+	}
+	if m.diskPID != nil {
+		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
+		dr, err := ask(ctx, m, m.diskPID, dq, dq.Reply)
+		if err != nil {
+			return n, err
+		}
+		n += dr.Deleted
 	}
 	return n, nil
 }
@@ -293,7 +334,7 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 // Flush waits until every write in flight when it was called has finished, tier
 // by tier from the GPU down.
 func (m *Manager) Flush(ctx context.Context) error {
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID} {
+	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.diskPID} {
 		if pid == nil {
 			continue
 		}
@@ -311,8 +352,10 @@ func (m *Manager) Flush(ctx context.Context) error {
 
 // Stats are the Manager's per-tier counters.
 type Stats struct {
-	GPU, Pinned TierStats
-	IndexBlocks int // blocks the prefix index knows below the GPU
+	GPU, Pinned, Disk TierStats
+	IndexBlocks       int // blocks the prefix index knows below the GPU
+	// DiskOpen is what opening the disk tier found (records, dropped, time).
+	DiskOpen disk.OpenReport
 }
 
 // Stats returns a snapshot of every tier's counters.
@@ -336,6 +379,13 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 		}
 		s.IndexBlocks = ix.UsedBlocks
 	}
+	if m.diskPID != nil {
+		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		if s.Disk, err = ask(ctx, m, m.diskPID, req, req.Reply); err != nil {
+			return s, err
+		}
+		s.DiskOpen = m.diskRep
+	}
 	return s, nil
 }
 
@@ -356,7 +406,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	flushErr := m.Flush(ctx)
 	close(m.done)
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.idxPID} {
+	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.diskPID, m.idxPID} {
 		if pid != nil {
 			if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
 				m.cfg.Logger.Warn("kvtier: stopping an actor", zap.Error(err))
@@ -380,8 +430,17 @@ func (m *Manager) release() error {
 	if m.pinned != nil {
 		errs = append(errs, m.pinned.Close())
 	}
+	if m.store != nil { // opened, never handed to an actor
+		errs = append(errs, m.store.Close())
+	}
 	if m.ownDev && m.device != nil {
 		errs = append(errs, m.device.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// fingerprint names the block format on disk: a different model layout, block
+// size or hash scheme must not read another's records.
+func fingerprint(c Config, l gpu.Layout) uint64 {
+	return xxhash.Sum64String(fmt.Sprintf("kvtier/%d/%+v/%d/%d", prefixhash.SchemeVersion, c.Model, c.BlockTokens, l.BlockBytes()))
 }

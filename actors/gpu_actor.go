@@ -110,13 +110,19 @@ func NewGPUActor(cfg GPUConfig) actor.Producer {
 type waiter struct {
 	seq     blockpool.SeqID
 	c       *messages.Completion
+	onDone  func() // instead of c, for a batch reply that waits
 	pending int
 	out     messages.OnboardOutcome
 }
 
 func (w *waiter) done(a *GPUActor) {
 	w.pending--
-	if w.pending == 0 {
+	if w.pending > 0 {
+		return
+	}
+	if w.onDone != nil {
+		w.onDone()
+	} else {
 		w.c.Complete(w.out)
 	}
 }
@@ -147,8 +153,11 @@ type offloadOp struct {
 	items   []messages.OffloadItem
 	evict   bool // the blocks were evicted: their flags are not theirs any more
 	waiters []*waiter
-	slots   []int
-	hashes  []uint64
+	// then runs once the copy is enqueued (or found unnecessary): a load into
+	// the same blocks is enqueued after it, so stream order puts it behind.
+	then   []func(actor.Context)
+	slots  []int
+	hashes []uint64
 }
 
 // copyDone reports a finished copy batch to the actor.
@@ -298,7 +307,7 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *me
 	w := &waiter{seq: blockpool.SeqID(r.Seq), c: messages.NewCompletion(), pending: 1}
 	w.out.ValidTokens = alloc.CachedTokens
 	out.Ready = w.c
-	a.offloadEvicted(ctx, w) // before the reused blocks' flags are reset
+	evictOp := a.offloadEvicted(ctx, w) // before the reused blocks' flags are reset
 	for _, id := range alloc.Blocks[alloc.HitBlocks:] {
 		a.flags[id], a.hits[id] = 0, 0
 	}
@@ -343,21 +352,28 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *me
 			self, sys := ctx.Self(), ctx.ActorSystem()
 			op.timer = time.AfterFunc(d, func() { sys.Root.Send(self, &fetchTimeout{id: id}) })
 		}
-		ctx.Request(a.cfg.Pinned, &messages.FetchRequest{ID: id, Hashes: op.hashes, Deadline: deadline})
+		req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Deadline: deadline}
+		if evictOp != nil {
+			// The loads land in blocks whose old bytes are still being copied out.
+			evictOp.then = append(evictOp.then, func(ctx actor.Context) { ctx.Request(a.cfg.Pinned, req) })
+		} else {
+			ctx.Request(a.cfg.Pinned, req)
+		}
 	}
 	w.done(a)
 }
 
 // offloadEvicted writes down evicted blocks whose contents are nowhere below yet;
 // w (the allocation that reuses them) waits for the copy.
-func (a *GPUActor) offloadEvicted(ctx actor.Context, w *waiter) {
+// It returns the offload, or nil when nothing needs copying.
+func (a *GPUActor) offloadEvicted(ctx actor.Context, w *waiter) *offloadOp {
 	a.evicted = a.pool.DrainEvicted(a.evicted[:0])
 	if len(a.evicted) == 0 {
-		return
+		return nil
 	}
 	a.stats.Evictions += uint64(len(a.evicted))
 	if !a.lower() || a.cfg.Ingestion != IngestEvict {
-		return
+		return nil
 	}
 	op := &offloadOp{evict: true}
 	for _, e := range a.evicted {
@@ -368,13 +384,12 @@ func (a *GPUActor) offloadEvicted(ctx actor.Context, w *waiter) {
 		op.items = append(op.items, messages.OffloadItem{Hash: uint64(e.Hash), Tokens: a.bs})
 	}
 	if len(op.blocks) == 0 {
-		return
+		return nil
 	}
-	if w != nil {
-		op.waiters = append(op.waiters, w)
-		w.pending++
-	}
+	op.waiters = append(op.waiters, w)
+	w.pending++
 	a.startOffload(ctx, op)
+	return op
 }
 
 // offloadResident writes down blocks still in the pool (free cached or held),
@@ -435,11 +450,16 @@ func (a *GPUActor) offloadGranted(ctx actor.Context, g *messages.OffloadGrant) {
 		}
 	}
 	op.blocks = keep
+	if len(ops) > 0 {
+		a.startCopy(ctx, g.ID, false, gpu.D2H, ops)
+	}
+	for _, f := range op.then {
+		f(ctx)
+	}
+	op.then = nil
 	if len(ops) == 0 {
 		a.finishOffload(g.ID, op)
-		return
 	}
-	a.startCopy(ctx, g.ID, false, gpu.D2H, ops)
 }
 
 // startCopy enqueues a batch on the stream and reports its completion by message.
@@ -611,19 +631,22 @@ func (a *GPUActor) endFetch(id uint64, op *fetchOp) {
 	a.maybeFlushed()
 }
 
+// appendBatch appends and answers once the evicted bytes of any block the
+// appends took are copied out, since the caller writes those blocks next.
 func (a *GPUActor) appendBatch(ctx actor.Context, m *messages.AppendBatch) {
 	res := &messages.AppendBatchResult{Errs: make([]error, len(m.Items))}
+	w := &waiter{pending: 1, onDone: func() { m.Reply <- res }}
 	var all []blockpool.BlockID
 	for i, it := range m.Items {
 		res.Errs[i] = a.pool.AppendTokens(blockpool.SeqID(it.Seq), it.Tokens)
-		a.offloadEvicted(ctx, nil)
+		a.offloadEvicted(ctx, w)
 		if res.Errs[i] == nil && a.cfg.Ingestion == IngestAll {
 			all = a.sealedBlocks(all, blockpool.SeqID(it.Seq), true)
 		}
 	}
 	a.offloadResident(ctx, all)
 	a.afterBatch(ctx)
-	m.Reply <- res
+	w.done(a)
 }
 
 // sealedBlocks appends seq's full, cached blocks not yet written down; with

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
@@ -17,7 +18,16 @@ type PinnedConfig struct {
 	// WriteQuota bounds slots being filled at once (offloads in flight); an
 	// offload over it is denied and counted, never queued.
 	WriteQuota int
-	Log        *zap.Logger
+	// Disk is the disk tier actor below; nil for none.
+	Disk *actor.PID
+	// DiskIngestion says when pinned blocks are written to disk: IngestEvict
+	// (victims drain to disk before their slot is reused; the actor keeps
+	// FreeTarget slots free ahead of need), IngestAll (every committed block
+	// is written through) or IngestHot (after HotHits fetches).
+	DiskIngestion Ingestion
+	HotHits       int
+	FreeTarget    int
+	Log           *zap.Logger
 }
 
 // PinnedActor owns the pinned host pool: slot allocation, eviction (its policy is
@@ -28,12 +38,42 @@ type PinnedActor struct {
 	inFlight int
 	flushers []chan error
 	stats    messages.TierStats
+
+	// Disk tier state.
+	nextID   uint64
+	draining map[int]bool          // slots sent to disk: true = draining (Free when done), false = read reference (Release)
+	reads    map[uint64]*diskFetch // disk reads in flight
+	hot      map[uint64]uint16     // fetch counts, IngestHot
+	written  map[uint64]struct{}   // hashes known written to disk (a hint)
+	queue    []pendingGrant        // offloads waiting for slots to drain to disk
+	readQ    []pendingRead         // disk reads waiting for slots to drain
+}
+
+type pendingRead struct {
+	f        *diskFetch
+	hashes   []uint64
+	deadline time.Time
+}
+
+type pendingGrant struct {
+	req *messages.OffloadRequest
+	to  *actor.PID
+}
+
+// diskFetch is a fetch or prefetch waiting for blocks to come up from disk.
+type diskFetch struct {
+	replyTo  *actor.PID           // the GPU actor, for a fetch
+	grant    *messages.FetchGrant // the pinned part, granted already
+	items    []messages.DiskReadItem
+	prefetch chan *messages.QueryResult
+	have     int // leading blocks already in pinned memory (prefetch)
 }
 
 // NewPinnedActor returns the actor's producer.
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	return func() actor.Actor {
-		return &PinnedActor{cfg: cfg, pool: cfg.Pool, stats: messages.TierStats{Tier: messages.Pinned}}
+		return &PinnedActor{cfg: cfg, pool: cfg.Pool, stats: messages.TierStats{Tier: messages.Pinned, Extra: map[string]float64{}},
+			draining: map[int]bool{}, reads: map[uint64]*diskFetch{}, hot: map[uint64]uint16{}, written: map[uint64]struct{}{}}
 	}
 }
 
@@ -41,23 +81,28 @@ func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 func (a *PinnedActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.OffloadRequest:
-		ctx.Respond(a.grant(ctx, m))
+		a.queue = append(a.queue, pendingGrant{req: m, to: ctx.Sender()})
+		a.serveGrants(ctx)
+		a.drain(ctx, 0)
 	case *messages.OffloadDone:
 		a.finishOffload(ctx, m)
 	case *messages.FetchRequest:
-		ctx.Respond(a.fetch(m))
+		a.fetch(ctx, m)
+	case *messages.DiskWriteDone:
+		a.diskWritten(ctx, m)
+	case *messages.DiskReadDone:
+		a.diskRead(ctx, m)
 	case *messages.FetchRelease:
 		for _, s := range m.Slots {
 			a.pool.Release(s)
 		}
 	case *messages.PinnedQuery:
-		m.Reply <- a.query(ctx, m)
-	case *messages.Flush:
-		if a.inFlight == 0 {
-			m.Reply <- nil
-		} else {
-			a.flushers = append(a.flushers, m.Reply)
+		if r := a.query(ctx, m); r != nil {
+			m.Reply <- r
 		}
+	case *messages.Flush:
+		a.flushers = append(a.flushers, m.Reply)
+		a.maybeFlushed()
 	case *messages.StatsRequest:
 		m.Reply <- a.snapshot()
 	case *actor.Started, *actor.Stopping, *actor.Restarting:
@@ -86,14 +131,7 @@ func (a *PinnedActor) grant(ctx actor.Context, m *messages.OffloadRequest) *mess
 			a.stats.Denied++
 			continue
 		}
-		slot, err := a.pool.Reserve(it.Hash)
-		if errors.Is(err, pinned.ErrNoSpace) {
-			if k, ok := a.pool.EvictOne(); ok {
-				evicted = append(evicted, k)
-				a.stats.Evictions++
-				slot, err = a.pool.Reserve(it.Hash)
-			}
-		}
+		slot, err := a.reserve(ctx, it.Hash, &evicted)
 		switch {
 		case errors.Is(err, pinned.ErrExists):
 			g.Slots[i] = messages.SlotExists
@@ -112,6 +150,74 @@ func (a *PinnedActor) grant(ctx actor.Context, m *messages.OffloadRequest) *mess
 	return g
 }
 
+// serveGrants answers queued offload requests in order. With a disk tier below,
+// a request that needs more slots than are free waits while victims drain to
+// disk; it is answered (with denials for what still does not fit) once nothing
+// is draining.
+func (a *PinnedActor) serveGrants(ctx actor.Context) {
+	for len(a.queue) > 0 {
+		q := a.queue[0]
+		if a.cfg.Disk != nil {
+			need := 0
+			for _, it := range q.req.Items {
+				if _, ok := a.pool.Lookup(it.Hash); !ok {
+					need++
+				}
+			}
+			need = min(need, a.cfg.WriteQuota-a.inFlight)
+			if free := a.pool.Stats().Free; need > free {
+				a.drain(ctx, need-free-a.drainingCount())
+				if a.drainingCount() > 0 {
+					return // DiskWriteDone frees slots and calls again
+				}
+			}
+		}
+		ctx.Send(q.to, a.grant(ctx, q.req))
+		a.queue = a.queue[1:]
+	}
+}
+
+func (a *PinnedActor) drainingCount() int {
+	n := 0
+	for _, d := range a.draining {
+		if d {
+			n++
+		}
+	}
+	return n
+}
+
+// reserve takes a Filling slot for h. When the pool is full the policy's victim
+// goes: at once with no disk tier, or when the disk already holds it (a clean
+// victim); a dirty victim drains to disk and this reservation fails.
+func (a *PinnedActor) reserve(ctx actor.Context, h uint64, evicted *[]uint64) (int, error) {
+	slot, err := a.pool.Reserve(h)
+	if !errors.Is(err, pinned.ErrNoSpace) {
+		return slot, err
+	}
+	if a.cfg.Disk == nil {
+		if k, ok := a.pool.EvictOne(); ok {
+			*evicted = append(*evicted, k)
+			a.stats.Evictions++
+			slot, err = a.pool.Reserve(h)
+		}
+		return slot, err
+	}
+	victims := a.pool.Evict(1)
+	if len(victims) == 0 {
+		return slot, err
+	}
+	v := victims[0]
+	if _, clean := a.written[v.Key]; !clean {
+		a.drainVictims(ctx, victims)
+		return slot, err
+	}
+	a.pool.Free(v.Slot)
+	*evicted = append(*evicted, v.Key)
+	a.stats.Evictions++
+	return a.pool.Reserve(h)
+}
+
 func (a *PinnedActor) finishOffload(ctx actor.Context, m *messages.OffloadDone) {
 	var added []uint64
 	for i, s := range m.Slots {
@@ -127,29 +233,240 @@ func (a *PinnedActor) finishOffload(ctx actor.Context, m *messages.OffloadDone) 
 	a.inFlight -= len(m.Slots)
 	if len(added) > 0 {
 		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Added: added})
-	}
-	if a.inFlight == 0 {
-		for _, f := range a.flushers {
-			f <- nil
+		if a.cfg.Disk != nil && a.cfg.DiskIngestion == IngestAll {
+			a.writeThrough(ctx, added)
 		}
-		a.flushers = nil
+	}
+	a.drain(ctx, 0)
+	a.maybeFlushed()
+}
+
+func (a *PinnedActor) maybeFlushed() {
+	if len(a.flushers) == 0 || a.inFlight > 0 || len(a.draining) > 0 || len(a.reads) > 0 || len(a.queue) > 0 || len(a.readQ) > 0 {
+		return
+	}
+	for _, f := range a.flushers {
+		f <- nil
+	}
+	a.flushers = nil
+}
+
+// drain evicts victims chosen by the policy to disk, where they are written and
+// then freed: extra of them now, plus enough to keep FreeTarget slots free
+// ahead of need. Under IngestAll and IngestHot victims are already on disk or
+// not wanted there; they are still written (the disk skips what it holds), so no
+// victim is lost for lack of time.
+func (a *PinnedActor) drain(ctx actor.Context, extra int) {
+	if a.cfg.Disk == nil {
+		return
+	}
+	n := max(extra, 0)
+	if free := a.pool.Stats().Free + a.drainingCount(); free < a.cfg.FreeTarget {
+		n = max(n, a.cfg.FreeTarget-free)
+	}
+	if n == 0 {
+		return
+	}
+	a.drainVictims(ctx, a.pool.Evict(n))
+}
+
+// drainVictims writes evicted (Draining) slots to disk; DiskWriteDone frees them.
+func (a *PinnedActor) drainVictims(ctx actor.Context, victims []pinned.Victim) {
+	if len(victims) == 0 {
+		return
+	}
+	w := &messages.DiskWrite{Items: make([]messages.DiskWriteItem, len(victims))}
+	removed := make([]uint64, len(victims))
+	for i, v := range victims {
+		w.Items[i] = messages.DiskWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: a.pool.Bytes(v.Slot)}
+		removed[i] = v.Key
+		a.draining[v.Slot] = true
+	}
+	a.stats.Evictions += uint64(len(victims))
+	ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
+	ctx.Request(a.cfg.Disk, w)
+}
+
+// writeThrough writes resident blocks to disk, holding read references on their
+// slots until the disk actor is done with them.
+func (a *PinnedActor) writeThrough(ctx actor.Context, hashes []uint64) {
+	w := &messages.DiskWrite{}
+	for _, h := range hashes {
+		if _, ok := a.written[h]; ok {
+			continue
+		}
+		slot, ok := a.pool.Lookup(h)
+		if !ok {
+			continue
+		}
+		if _, pending := a.draining[slot]; pending {
+			continue
+		}
+		slot, _ = a.pool.Acquire(h)
+		a.draining[slot] = false
+		w.Items = append(w.Items, messages.DiskWriteItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
+	}
+	if len(w.Items) > 0 {
+		ctx.Request(a.cfg.Disk, w)
 	}
 }
 
-// fetch takes read references on the leading run of hashes held here.
-func (a *PinnedActor) fetch(m *messages.FetchRequest) *messages.FetchGrant {
+// diskWritten returns the slots of a finished DiskWrite.
+func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) {
+	for _, h := range m.Written {
+		a.written[h] = struct{}{}
+	}
+	a.stats.Offloaded += uint64(len(m.Written))
+	defer a.serveGrants(ctx)
+	defer a.serveReads(ctx)
+	for _, s := range m.Slots {
+		drain, ok := a.draining[s]
+		if !ok {
+			a.cfg.Log.Error("pinned actor: disk returned a slot it was not given", zap.Int("slot", s))
+			continue
+		}
+		delete(a.draining, s)
+		if drain {
+			a.pool.Free(s)
+		} else {
+			a.pool.Release(s)
+		}
+	}
+	a.maybeFlushed()
+}
+
+// fetch takes read references on the leading run of hashes held here; when a
+// disk tier is below, the rest of the run is read from disk into fresh slots
+// first, under the request's deadline, and the grant goes out when it is done.
+func (a *PinnedActor) fetch(ctx actor.Context, m *messages.FetchRequest) {
 	g := &messages.FetchGrant{ID: m.ID}
+	n := 0
 	for _, h := range m.Hashes {
 		slot, ok := a.pool.Acquire(h)
 		if !ok {
-			a.stats.Misses++
 			break
 		}
 		a.stats.Hits++
 		g.Slots = append(g.Slots, slot)
 		g.Bytes = append(g.Bytes, a.pool.Bytes(slot))
+		a.touchHot(ctx, h)
+		n++
 	}
-	return g
+	rest := m.Hashes[n:]
+	if len(rest) == 0 || a.cfg.Disk == nil {
+		a.stats.Misses += uint64(len(rest))
+		ctx.Send(ctx.Sender(), g)
+		return
+	}
+	a.readFromDisk(ctx, &diskFetch{replyTo: ctx.Sender(), grant: g}, rest, m.Deadline)
+}
+
+// readFromDisk reserves Filling slots for hashes and asks the disk actor to fill
+// them; diskRead finishes the fetch or prefetch.
+func (a *PinnedActor) readFromDisk(ctx actor.Context, f *diskFetch, hashes []uint64, deadline time.Time) {
+	if free := a.pool.Stats().Free; len(hashes) > free {
+		a.drain(ctx, len(hashes)-free-a.drainingCount())
+		if a.drainingCount() > 0 {
+			a.readQ = append(a.readQ, pendingRead{f, hashes, deadline})
+			return // diskWritten calls serveReads
+		}
+	}
+	a.startRead(ctx, f, hashes, deadline)
+}
+
+func (a *PinnedActor) serveReads(ctx actor.Context) {
+	for len(a.readQ) > 0 {
+		r := a.readQ[0]
+		if free := a.pool.Stats().Free; len(r.hashes) > free && a.drainingCount() > 0 {
+			return
+		}
+		a.readQ = a.readQ[1:]
+		a.startRead(ctx, r.f, r.hashes, r.deadline)
+	}
+}
+
+func (a *PinnedActor) startRead(ctx actor.Context, f *diskFetch, hashes []uint64, deadline time.Time) {
+	var evicted []uint64
+	for _, h := range hashes {
+		slot, err := a.reserve(ctx, h, &evicted)
+		if err != nil {
+			break
+		}
+		f.items = append(f.items, messages.DiskReadItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
+	}
+	if len(evicted) > 0 {
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: evicted})
+	}
+	if len(f.items) == 0 {
+		a.finishFetch(ctx, f, nil)
+		return
+	}
+	a.nextID++
+	a.reads[a.nextID] = f
+	ctx.Request(a.cfg.Disk, &messages.DiskRead{ID: a.nextID, Items: f.items, Deadline: deadline})
+}
+
+// diskRead commits what arrived from disk and finishes the fetch.
+func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
+	f, ok := a.reads[m.ID]
+	if !ok {
+		a.cfg.Log.Error("pinned actor: disk read done for an unknown read", zap.Uint64("id", m.ID))
+		return
+	}
+	delete(a.reads, m.ID)
+	var added []uint64
+	for i, it := range f.items {
+		if i < len(m.OK) && m.OK[i] {
+			a.pool.Commit(it.Slot)
+			added = append(added, it.Hash)
+			a.written[it.Hash] = struct{}{}
+			a.stats.Onboarded++
+		} else {
+			a.pool.Abort(it.Slot)
+		}
+	}
+	if len(added) > 0 {
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Added: added})
+	}
+	a.finishFetch(ctx, f, m.OK)
+	a.maybeFlushed()
+}
+
+func (a *PinnedActor) finishFetch(ctx actor.Context, f *diskFetch, ok []bool) {
+	if f.prefetch != nil {
+		n := f.have
+		for i := range f.items {
+			if i >= len(ok) || !ok[i] {
+				break
+			}
+			n++
+		}
+		f.prefetch <- &messages.QueryResult{PinnedTokens: n}
+		return
+	}
+	g := f.grant
+	for i, it := range f.items {
+		if i >= len(ok) || !ok[i] {
+			a.stats.Misses += uint64(len(f.items) - i)
+			break
+		}
+		slot, _ := a.pool.Acquire(it.Hash)
+		g.Slots = append(g.Slots, slot)
+		g.Bytes = append(g.Bytes, a.pool.Bytes(slot))
+	}
+	ctx.Send(f.replyTo, g)
+}
+
+// touchHot counts a fetch of h and writes it through to disk at HotHits.
+func (a *PinnedActor) touchHot(ctx actor.Context, h uint64) {
+	if a.cfg.Disk == nil || a.cfg.DiskIngestion != IngestHot {
+		return
+	}
+	a.hot[h]++
+	if int(a.hot[h]) >= a.cfg.HotHits {
+		delete(a.hot, h)
+		a.writeThrough(ctx, []uint64{h})
+	}
 }
 
 func (a *PinnedActor) query(ctx actor.Context, m *messages.PinnedQuery) *messages.QueryResult {
@@ -167,13 +484,17 @@ func (a *PinnedActor) query(ctx actor.Context, m *messages.PinnedQuery) *message
 			ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
 		}
 	case messages.QueryPrefetch, messages.QueryExists:
-		// Count the leading run held here; with no tier below pinned memory there
-		// is nothing to bring up.
+		// The leading run held here, in blocks (the Manager converts).
 		for _, h := range m.Hashes {
 			if _, ok := a.pool.Lookup(h); !ok {
 				break
 			}
-			res.PinnedTokens++ // in blocks; the Manager converts
+			res.PinnedTokens++
+		}
+		if m.Kind == messages.QueryPrefetch && a.cfg.Disk != nil && res.PinnedTokens < len(m.Hashes) {
+			f := &diskFetch{prefetch: m.Reply, have: res.PinnedTokens}
+			a.readFromDisk(ctx, f, m.Hashes[res.PinnedTokens:], time.Time{})
+			return nil
 		}
 	}
 	return res
@@ -186,7 +507,8 @@ func (a *PinnedActor) snapshot() messages.TierStats {
 	s.UsedBlocks = ps.Slots - ps.Free
 	s.BytesUsed = ps.BytesUsed
 	s.InFlight = a.inFlight
-	s.Extra = map[string]float64{"locked": b2f(ps.Locked), "resident": float64(ps.Resident)}
+	s.Extra = map[string]float64{"locked": b2f(ps.Locked), "resident": float64(ps.Resident),
+		"draining": float64(ps.Draining), "queued_offloads": float64(len(a.queue))}
 	return s
 }
 
