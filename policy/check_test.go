@@ -46,7 +46,7 @@ func freeCount(a *arena) int {
 
 // checkPolicy verifies the internal structure of p: queue links, index
 // agreement and node accounting. It returns the resident keys in eviction
-// order of their queues (small then main for S3-FIFO).
+// order of their queues (small then main for S3-FIFO, T1 then T2 for ARC).
 func checkPolicy(t *testing.T, p Policy) []Key {
 	t.Helper()
 	var (
@@ -54,6 +54,7 @@ func checkPolicy(t *testing.T, p Policy) []Key {
 		index  map[Key]int32
 		queues []*queue
 		tags   []uint8
+		ghosts []bool // per queue; nil: only S3-FIFO's onGhost queue is a ghost
 	)
 	switch p := p.(type) {
 	case *lru:
@@ -65,6 +66,16 @@ func checkPolicy(t *testing.T, p Policy) []Key {
 		queues, tags = []*queue{&p.small, &p.main, &p.ghost}, []uint8{onSmall, onMain, onGhost}
 		if p.ghost.n > p.ghostCap {
 			t.Fatalf("ghost holds %d keys, cap %d", p.ghost.n, p.ghostCap)
+		}
+	case *arc:
+		a, index = &p.arena, p.index
+		queues, tags = []*queue{&p.t1, &p.t2, &p.b1, &p.b2}, []uint8{onT1, onT2, onB1, onB2}
+		ghosts = []bool{false, false, true, true}
+		if p.b1.n > p.ghostCap || p.b2.n > p.ghostCap {
+			t.Fatalf("ghosts hold %d and %d keys, cap %d", p.b1.n, p.b2.n, p.ghostCap)
+		}
+		if p.target < 0 || p.target > p.capacity {
+			t.Fatalf("target %d outside 0..%d", p.target, p.capacity)
 		}
 	default:
 		t.Fatalf("unknown policy type %T", p)
@@ -82,7 +93,11 @@ func checkPolicy(t *testing.T, p Policy) []Key {
 				t.Fatalf("%v: key %d on queue %d but index says %d, %v", p.Kind(), k, qi, i, ok)
 			}
 		}
-		if tags[qi] != onGhost {
+		ghost := tags[qi] == onGhost
+		if ghosts != nil {
+			ghost = ghosts[qi]
+		}
+		if !ghost {
 			resident = append(resident, keys...)
 		}
 		total += len(keys)

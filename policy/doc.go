@@ -1,5 +1,5 @@
 // Package policy holds the eviction policies shared by kvtier's host (pinned)
-// and disk tiers: LRU, FIFO and S3-FIFO.
+// and disk tiers: LRU, FIFO, S3-FIFO and ARC.
 //
 // A policy only orders keys; it owns no memory and does no I/O. The tier that
 // owns the bytes tells the policy what became resident (Add), what was hit
@@ -17,6 +17,13 @@
 //     FIFO, a main FIFO with second chances and a ghost FIFO that remembers keys
 //     recently evicted from the small queue. It filters one-hit wonders out of
 //     the main queue.
+//   - ARC: Adaptive Replacement Cache (Megiddo and Modha, FAST'03): an LRU
+//     list T1 for keys seen once, an LRU list T2 for keys hit again, and ghost
+//     lists of recently evicted keys whose hits move the T1/T2 boundary. It
+//     is the policy to pick for a prefix cache under real traffic, where most
+//     blocks (the tails of prompts) are used once and would flush the reused
+//     prefixes out of an LRU; see package cachesim's report for how close it
+//     gets to the clairvoyant optimum.
 //   - Pinned keys: Evict takes an evictable filter, so a tier can keep keys
 //     that have readers; those keys are skipped and keep their place.
 //
@@ -29,8 +36,9 @@
 //
 // Add, Access, Remove, Contains and Len are O(1). Evict is O(1) plus the number
 // of keys it skips (rejected by the filter, or given a second chance by
-// S3-FIFO). Nodes live in one slice with a free list, so steady-state churn
-// does not allocate.
+// S3-FIFO). ARC and S3-FIFO also keep ghost keys (no data) in their index:
+// ARC up to 2x capacity per ghost list, S3-FIFO up to capacity. Nodes live
+// in one slice with a free list, so steady-state churn does not allocate.
 //
 // # Usage
 //

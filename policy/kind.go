@@ -17,9 +17,14 @@ const (
 	FIFO
 	// S3FIFO is the small/main/ghost FIFO policy of the S3-FIFO paper.
 	S3FIFO
+	// ARC is Adaptive Replacement Cache: a recency list for keys seen once,
+	// a frequency list for keys hit again, and ghost lists that move the
+	// boundary between them. It keeps reused prefixes from being flushed by
+	// one-use blocks and needs no tuning per trace.
+	ARC
 )
 
-// String returns "lru", "fifo" or "s3fifo", and "Kind(n)" for other values.
+// String returns "lru", "fifo", "s3fifo" or "arc", and "Kind(n)" for other values.
 func (k Kind) String() string {
 	switch k {
 	case LRU:
@@ -28,13 +33,15 @@ func (k Kind) String() string {
 		return "fifo"
 	case S3FIFO:
 		return "s3fifo"
+	case ARC:
+		return "arc"
 	default:
 		return "Kind(" + strconv.Itoa(int(k)) + ")"
 	}
 }
 
 // Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return k >= LRU && k <= S3FIFO }
+func (k Kind) Valid() bool { return k >= LRU && k <= ARC }
 
 // ParseKind returns the Kind named by s. It accepts the String forms in any
 // case, and "s3-fifo" for S3FIFO. An unknown name returns an error wrapping
@@ -47,6 +54,8 @@ func ParseKind(s string) (Kind, error) {
 		return FIFO, nil
 	case "s3fifo", "s3-fifo":
 		return S3FIFO, nil
+	case "arc":
+		return ARC, nil
 	default:
 		return 0, fmt.Errorf("kvtier: policy: parse %q: %w", s, ErrUnknownKind)
 	}

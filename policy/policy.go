@@ -11,7 +11,7 @@ type Key = uint64
 
 // Errors returned by New and ParseKind; test with errors.Is.
 var (
-	// ErrUnknownKind means the Kind or its name is not one of LRU, FIFO, S3FIFO.
+	// ErrUnknownKind means the Kind or its name is not one of LRU, FIFO, S3FIFO, ARC.
 	ErrUnknownKind = errors.New("kvtier: policy: unknown kind")
 	// ErrBadCapacity means the capacity passed to New is not positive.
 	ErrBadCapacity = errors.New("kvtier: policy: capacity must be > 0")
@@ -47,7 +47,8 @@ type Policy interface {
 const maxHint = 1 << 16
 
 // New returns an empty policy of the given kind. capacity is the number of
-// entries the tier holds; S3-FIFO sizes its small and ghost queues from it,
+// entries the tier holds; S3-FIFO and ARC size their ghost queues (and
+// S3-FIFO its small queue) from it,
 // and every kind uses it as a preallocation hint. New returns an error
 // wrapping ErrUnknownKind or ErrBadCapacity for bad input.
 func New(kind Kind, capacity int) (Policy, error) {
@@ -62,6 +63,8 @@ func New(kind Kind, capacity int) (Policy, error) {
 		return newLRU(capacity), nil
 	case FIFO:
 		return newFIFO(capacity), nil
+	case ARC:
+		return newARC(capacity), nil
 	default:
 		return newS3FIFO(capacity), nil
 	}
