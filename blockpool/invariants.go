@@ -4,7 +4,7 @@ import "fmt"
 
 // CheckInvariants walks the whole pool and reports the first inconsistency: free
 // queue links and count, each block in exactly one state, reference counts equal to
-// the number of sequences holding each block, the hash map and cached flags in
+// the number of sequences holding each block, the hash table and cached flags in
 // agreement. It is O(blocks + held blocks); tests and the invariants build call it.
 func (p *Pool) CheckInvariants() error {
 	seen := make([]bool, len(p.blocks))
@@ -58,7 +58,7 @@ func (p *Pool) CheckInvariants() error {
 	if reserved != p.reserved {
 		return fmt.Errorf("reserved count %d, walked %d", p.reserved, reserved)
 	}
-	freeCached := 0
+	freeCached, cached := 0, 0
 	for i := range p.blocks {
 		b := &p.blocks[i]
 		if b.ref != holders[i] {
@@ -73,8 +73,9 @@ func (p *Pool) CheckInvariants() error {
 			return fmt.Errorf("block %d: reserved with ref %d", i, b.ref)
 		}
 		if b.cached {
-			if id, ok := p.byHash[b.hash]; !ok || int(id) != i {
-				return fmt.Errorf("block %d: cached but the hash map says %d, %v", i, id, ok)
+			cached++
+			if id, ok := p.byHash.get(b.hash); !ok || int(id) != i {
+				return fmt.Errorf("block %d: cached but the hash table says %d, %v", i, id, ok)
 			}
 			if len(b.tokens) != p.cfg.BlockSize {
 				return fmt.Errorf("block %d: cached with %d tokens", i, len(b.tokens))
@@ -87,10 +88,41 @@ func (p *Pool) CheckInvariants() error {
 	if freeCached != p.freeCache {
 		return fmt.Errorf("free cached count %d, walked %d", p.freeCache, freeCached)
 	}
-	for h, id := range p.byHash {
-		if b := &p.blocks[id]; !b.cached || b.hash != h {
-			return fmt.Errorf("hash %x maps to block %d which holds %x cached=%v", h, id, b.hash, b.cached)
+	if cached != p.byHash.len() {
+		return fmt.Errorf("hash table: %d entries, %d cached blocks", p.byHash.len(), cached)
+	}
+	return p.checkHashTable()
+}
+
+// checkHashTable checks every slot of the hash table: the entry count, each entry
+// naming a cached block that holds its hash, and each entry lying on its probe run
+// (no empty slot between its home and its slot), so lookups find it.
+func (p *Pool) checkHashTable() error {
+	t := &p.byHash
+	if len(t.slots) == 0 || len(t.slots)&(len(t.slots)-1) != 0 || t.mask != uint64(len(t.slots)-1) {
+		return fmt.Errorf("hash table: %d slots, mask %x", len(t.slots), t.mask)
+	}
+	n := 0
+	for i, s := range t.slots {
+		if s.ref == 0 {
+			continue
 		}
+		n++
+		id := int64(s.ref) - 1
+		if id >= int64(len(p.blocks)) {
+			return fmt.Errorf("hash table: slot %d names block %d of %d", i, id, len(p.blocks))
+		}
+		if b := &p.blocks[id]; !b.cached || b.hash != s.hash {
+			return fmt.Errorf("hash %x maps to block %d which holds %x cached=%v", s.hash, id, b.hash, b.cached)
+		}
+		for j := t.home(s.hash); j != uint64(i); j = (j + 1) & t.mask {
+			if t.slots[j].ref == 0 {
+				return fmt.Errorf("hash table: slot %d (hash %x) is cut off from its home %d by empty slot %d", i, s.hash, t.home(s.hash), j)
+			}
+		}
+	}
+	if n != t.n {
+		return fmt.Errorf("hash table: %d slots in use, count %d", n, t.n)
 	}
 	return nil
 }

@@ -75,10 +75,9 @@ func (p *Pool) Recache(id BlockID) {
 	if b.cached || len(b.tokens) != p.cfg.BlockSize {
 		return
 	}
-	if _, dup := p.byHash[b.hash]; dup {
+	if !p.byHash.add(b.hash, id) {
 		return
 	}
-	p.byHash[b.hash] = id
 	b.cached = true
 	if b.state == stateFree {
 		p.freeCache++

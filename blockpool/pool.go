@@ -96,7 +96,7 @@ type Pool struct {
 	cfg       Config
 	blocks    []block
 	free      freeQueue
-	byHash    map[prefixhash.Hash]BlockID
+	byHash    hashTable // cached blocks by hash
 	seqs      map[SeqID]*sequence
 	resv      map[SeqID][]BlockID
 	pins      map[BlockID]int32 // references held by in-flight copies
@@ -117,10 +117,10 @@ func New(cfg Config) (*Pool, error) {
 	p := &Pool{
 		cfg:    cfg,
 		blocks: make([]block, cfg.NumBlocks),
-		byHash: make(map[prefixhash.Hash]BlockID),
 		seqs:   make(map[SeqID]*sequence),
 		resv:   make(map[SeqID][]BlockID),
 	}
+	p.byHash.init()
 	p.free.init()
 	for i := range p.blocks {
 		p.free.pushTail(p.blocks, int32(i))
@@ -155,7 +155,7 @@ func (p *Pool) plan(tokens []int64, salt string) (hits, revive int) {
 	bs := p.cfg.BlockSize
 	p.scratch = p.hasher.Chain(p.scratch[:0], salt, tokens, bs)
 	for i, h := range p.scratch {
-		id, ok := p.byHash[h]
+		id, ok := p.byHash.get(h)
 		if !ok || !slices.Equal(p.blocks[id].tokens, tokens[i*bs:(i+1)*bs]) {
 			break
 		}
@@ -203,7 +203,7 @@ func (p *Pool) Allocate(seq SeqID, tokens []int64, salt string) (Allocation, err
 	s := p.newSequence()
 	bs := p.cfg.BlockSize
 	for i := range hits {
-		id := p.byHash[p.scratch[i]]
+		id, _ := p.byHash.get(p.scratch[i])
 		p.hold(id)
 		s.table = append(s.table, id)
 	}
@@ -375,7 +375,7 @@ func (p *Pool) Uncache(id BlockID) {
 	if !b.cached {
 		return
 	}
-	delete(p.byHash, b.hash)
+	p.byHash.remove(b.hash)
 	b.cached = false
 	if b.state == stateFree {
 		p.freeCache--
@@ -386,8 +386,7 @@ func (p *Pool) Uncache(id BlockID) {
 
 // Lookup returns the cached block holding hash.
 func (p *Pool) Lookup(h prefixhash.Hash) (BlockID, bool) {
-	id, ok := p.byHash[h]
-	return id, ok
+	return p.byHash.get(h)
 }
 
 // FreeCached calls fn for free cached blocks from the next to be evicted onward,
@@ -406,7 +405,7 @@ func (p *Pool) Stats() Stats {
 	s.NumBlocks, s.BlockSize = p.cfg.NumBlocks, p.cfg.BlockSize
 	s.Free, s.FreeCached, s.Reserved = p.free.n, p.freeCache, p.reserved
 	s.Used = p.cfg.NumBlocks - p.free.n - p.reserved
-	s.Cached, s.Sequences = len(p.byHash), len(p.seqs)
+	s.Cached, s.Sequences = p.byHash.len(), len(p.seqs)
 	return s
 }
 
@@ -473,7 +472,7 @@ func (p *Pool) popFree() BlockID {
 	}
 	b := &p.blocks[i]
 	if b.cached {
-		delete(p.byHash, b.hash)
+		p.byHash.remove(b.hash)
 		p.evicted = append(p.evicted, Evicted{Block: BlockID(i), Hash: b.hash})
 		p.freeCache--
 		p.stats.Evictions++
@@ -488,9 +487,5 @@ func (p *Pool) register(id BlockID, h prefixhash.Hash, tokens []int64) {
 	b := &p.blocks[id]
 	b.hash = h
 	b.tokens = append(b.tokens[:0], tokens...)
-	if _, dup := p.byHash[h]; dup {
-		return
-	}
-	p.byHash[h] = id
-	b.cached = true
+	b.cached = p.byHash.add(h, id)
 }

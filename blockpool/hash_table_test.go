@@ -1,0 +1,125 @@
+package blockpool
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvtier/kvtier/prefixhash"
+)
+
+// TestHashTableAgainstMap drives the table and a Go map with the same random adds
+// and removes. It keeps the table near half full (up to 500 entries in 1024
+// slots), so probe runs form and removals shift entries back, across the end of
+// the table too.
+func TestHashTableAgainstMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var tb hashTable
+	tb.init()
+	ref := map[prefixhash.Hash]BlockID{}
+	var keys []prefixhash.Hash
+	for step := range 20000 {
+		if len(keys) > 0 && (r.IntN(3) == 0 || len(keys) >= 500) {
+			i := r.IntN(len(keys))
+			h := keys[i]
+			keys[i] = keys[len(keys)-1]
+			keys = keys[:len(keys)-1]
+			tb.remove(h)
+			delete(ref, h)
+		} else {
+			h := prefixhash.Hash(r.Uint64N(4000))
+			id := BlockID(r.IntN(1 << 20))
+			_, had := ref[h]
+			if added := tb.add(h, id); added == had {
+				t.Fatalf("step %d: add %x reported %v, map had it %v", step, h, added, had)
+			}
+			if !had {
+				ref[h] = id
+				keys = append(keys, h)
+			}
+		}
+		if tb.len() != len(ref) {
+			t.Fatalf("step %d: %d entries, map %d", step, tb.len(), len(ref))
+		}
+		if step%97 == 0 {
+			for h, id := range ref {
+				if got, ok := tb.get(h); !ok || got != id {
+					t.Fatalf("step %d: get %x = %d %v, want %d", step, h, got, ok, id)
+				}
+			}
+			for range 20 {
+				h := prefixhash.Hash(4000 + r.Uint64N(1000))
+				if _, ok := tb.get(h); ok {
+					t.Fatalf("step %d: found absent %x", step, h)
+				}
+			}
+		}
+	}
+}
+
+// TestCheckInvariantsSeesHashTableDamage corrupts the hash table in each way a bug
+// could and expects CheckInvariants to report it.
+func TestCheckInvariantsSeesHashTableDamage(t *testing.T) {
+	setup := func(t *testing.T) (*Pool, int) {
+		p := newPool(t, 16, 2)
+		if _, err := p.Allocate(1, seq(12, 100), ""); err != nil {
+			t.Fatal(err)
+		}
+		check(t, p)
+		for i, s := range p.byHash.slots {
+			if s.ref != 0 {
+				return p, i
+			}
+		}
+		t.Fatal("empty hash table")
+		return nil, 0
+	}
+	for _, c := range []struct {
+		name    string
+		corrupt func(p *Pool, i int)
+	}{
+		{"entry cleared", func(p *Pool, i int) { p.byHash.slots[i] = hashSlot{}; p.byHash.n-- }},
+		{"entry names another block", func(p *Pool, i int) {
+			p.byHash.slots[i].ref = p.byHash.slots[i].ref%uint32(len(p.blocks)) + 1
+		}},
+		{"entry names no block", func(p *Pool, i int) { p.byHash.slots[i].ref = uint32(len(p.blocks)) + 1 }},
+		{"hash changed", func(p *Pool, i int) { p.byHash.slots[i].hash++ }},
+		{"count off", func(p *Pool, i int) { p.byHash.n++ }},
+		{"duplicate entry", func(p *Pool, i int) {
+			s := p.byHash.slots[i]
+			for j := (uint64(i) + 1) & p.byHash.mask; ; j = (j + 1) & p.byHash.mask {
+				if p.byHash.slots[j].ref == 0 {
+					p.byHash.slots[j] = s
+					p.byHash.n++
+					return
+				}
+			}
+		}},
+		{"entry cut off from its home", func(p *Pool, i int) {
+			// Move an entry one empty slot past the end of its run.
+			s := p.byHash.slots[i]
+			p.Uncache(BlockID(s.ref - 1))
+			j := p.byHash.home(s.hash)
+			for p.byHash.slots[j].ref != 0 {
+				j = (j + 1) & p.byHash.mask
+			}
+			for k := (j + 1) & p.byHash.mask; ; k = (k + 1) & p.byHash.mask {
+				if p.byHash.slots[k].ref == 0 {
+					p.byHash.slots[k] = s
+					p.byHash.n++
+					p.blocks[s.ref-1].cached = true
+					return
+				}
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, i := setup(t)
+			c.corrupt(p, i)
+			if err := p.CheckInvariants(); err == nil {
+				t.Fatal("CheckInvariants found nothing")
+			} else {
+				t.Log(err)
+			}
+		})
+	}
+}
