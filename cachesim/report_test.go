@@ -9,8 +9,9 @@ import (
 	"github.com/kvtier/kvtier/trace"
 )
 
-// TestReportFullTraces prints LRU, FIFO, S3-FIFO and OPT hit ratios on the
-// shared Mooncake traces. It runs only with KVTIER_CACHESIM_REPORT=1:
+// TestReportFullTraces prints LRU, FIFO, S3-FIFO, ARC and OPT hit ratios on the
+// shared Mooncake traces and the default synthetic trace, with best/OPT (the
+// best online policy over OPT) per capacity. It runs only with KVTIER_CACHESIM_REPORT=1:
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportFullTraces -v ./cachesim
 func TestReportFullTraces(t *testing.T) {
@@ -23,7 +24,7 @@ func TestReportFullTraces(t *testing.T) {
 	}{
 		{"conversation_trace.jsonl", []int{1 << 10, 4 << 10, 16 << 10, 64 << 10}},
 		{"synthetic_trace.jsonl", []int{1 << 10, 4 << 10, 16 << 10, 64 << 10}},
-		{"trace.Synthetic(DefaultSyntheticConfig())", []int{1 << 10, 4 << 10, 16 << 10}},
+		{"trace.Synthetic(DefaultSyntheticConfig())", []int{1 << 10, 4 << 10, 16 << 10, 64 << 10}},
 	}
 	gen, err := trace.Synthetic(trace.DefaultSyntheticConfig())
 	if err != nil {
@@ -36,13 +37,13 @@ func TestReportFullTraces(t *testing.T) {
 		}
 		inf := Infinite(reqs)
 		t.Logf("%s: %d requests, %d refs, ideal %.2f%%, chained: %v", f.name, len(reqs), inf.BlockRefs, 100*inf.HitRatio, CheckChained(reqs))
-		t.Logf("| capacity | LRU | LRU rev | FIFO | S3-FIFO | OPT | best/OPT | OPT time |")
+		t.Logf("| capacity | LRU | LRU rev | FIFO | S3-FIFO | ARC | OPT | ARC/OPT | best/OPT | OPT time |")
 		for _, c := range f.caps {
-			var row [4]float64
+			var row [5]float64
 			for i, run := range []struct {
 				k   policy.Kind
 				rev bool
-			}{{policy.LRU, false}, {policy.LRU, true}, {policy.FIFO, false}, {policy.S3FIFO, false}} {
+			}{{policy.LRU, false}, {policy.LRU, true}, {policy.FIFO, false}, {policy.S3FIFO, false}, {policy.ARC, false}} {
 				r, err := Simulate(reqs, c, run.k, Options{ReverseTouch: run.rev})
 				if err != nil {
 					t.Fatal(err)
@@ -52,9 +53,10 @@ func TestReportFullTraces(t *testing.T) {
 			start := time.Now()
 			opt := OPT(reqs, c)
 			took := time.Since(start)
-			best := max(row[0], row[1], row[2], row[3])
-			t.Logf("| %dk | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.3f | %v |", c>>10,
-				100*row[0], 100*row[1], 100*row[2], 100*row[3], 100*opt.HitRatio, best/opt.HitRatio, took.Round(time.Millisecond))
+			best := max(row[0], row[1], row[2], row[3], row[4])
+			t.Logf("| %dk | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.3f | %.3f | %v |", c>>10,
+				100*row[0], 100*row[1], 100*row[2], 100*row[3], 100*row[4], 100*opt.HitRatio,
+				row[4]/opt.HitRatio, best/opt.HitRatio, took.Round(time.Millisecond))
 		}
 	}
 }
