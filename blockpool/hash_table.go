@@ -9,51 +9,59 @@ import (
 
 // hashTable maps the hash of each cached block to the block: an open-addressed
 // table with linear probing and backward-shift deletion, so it holds no
-// tombstones and a lookup stops at the first empty slot. A slot is 16 bytes, four
-// to a cache line, and a lookup usually reads one line where a Go map at a
-// million entries reads several.
+// tombstones and a probe stops at the first empty slot.
 //
-// It never holds more than NumBlocks entries (one per cached block). It doubles
-// while it is at most half full, so it ends at the first power of two of at least
-// twice the cached blocks and never grows past 2*NumBlocks rounded up: at most 32
-// bytes a block.
+// A slot is 8 bytes, eight to a cache line: the hash's low 32 bits (its tag) and
+// the block id plus one (zero marks an empty slot, so a new table is all empty).
+// A slot's home depends on its tag alone, so the table moves entries and grows
+// without reading blocks. Two hashes can share a tag, so a lookup confirms a tag
+// match against the block's full hash; removal names the block and matches the
+// slot exactly.
+//
+// It holds one entry per cached block, at most NumBlocks. It doubles when it
+// would be more than half full, so it never grows past 2*NumBlocks rounded up to
+// a power of two: at most 16 bytes a block.
 type hashTable struct {
-	slots []hashSlot
-	mask  uint64
-	shift uint8  // 64 - log2(len(slots)): home takes the product's top bits
-	seed  uint64 // per table, so crafted hashes cannot aim at one probe run
-	n     int
-}
-
-// hashSlot is one entry; ref is the block id plus one, and zero marks an empty slot,
-// so a freshly made table is all empty.
-type hashSlot struct {
-	hash prefixhash.Hash
-	ref  uint32
+	slots  []uint64
+	mask   uint64
+	shift  uint8  // 64 - log2(len(slots)): home takes the product's top bits
+	seed   uint32 // per table, so crafted hashes cannot aim at one probe run
+	n      int
+	blocks []block // the pool's blocks, to confirm tag matches
 }
 
 const (
 	minHashSlots = 16
 	// hashMix is 2^64 divided by the golden ratio: multiplying spreads any bit of
-	// the key into the product's top bits.
+	// the tag into the product's top bits.
 	hashMix = 0x9e3779b97f4a7c15
 )
 
-func (t *hashTable) init() {
-	t.seed = rand.Uint64()
+func (t *hashTable) init(blocks []block) {
+	t.blocks = blocks
+	t.seed = rand.Uint32()
 	t.alloc(minHashSlots)
 }
 
 func (t *hashTable) alloc(n int) {
-	t.slots = make([]hashSlot, n)
+	t.slots = make([]uint64, n)
 	t.mask = uint64(n - 1)
 	t.shift = uint8(64 - bits.TrailingZeros(uint(n)))
 	t.n = 0
 }
 
-// home is the slot where the probe for h starts.
-func (t *hashTable) home(h prefixhash.Hash) uint64 {
-	return ((uint64(h) ^ t.seed) * hashMix) >> t.shift
+func hashTag(h prefixhash.Hash) uint32 { return uint32(h) }
+
+func packSlot(tag uint32, id BlockID) uint64 { return uint64(tag)<<32 | uint64(uint32(id)+1) }
+
+// slotBlock returns the block a slot names and whether the slot is in use.
+func slotBlock(s uint64) (BlockID, bool) { return BlockID(uint32(s) - 1), uint32(s) != 0 }
+
+func slotTag(s uint64) uint32 { return uint32(s >> 32) }
+
+// home is the slot where the probe for a tag starts.
+func (t *hashTable) home(tag uint32) uint64 {
+	return (uint64(tag^t.seed) * hashMix) >> t.shift
 }
 
 // len returns the number of entries.
@@ -61,53 +69,73 @@ func (t *hashTable) len() int { return t.n }
 
 // get returns the block holding hash h.
 func (t *hashTable) get(h prefixhash.Hash) (BlockID, bool) {
-	for i := t.home(h); ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
-		if s.ref == 0 {
+	tag := hashTag(h)
+	for i := t.home(tag); ; i = (i + 1) & t.mask {
+		s := t.slots[i]
+		id, used := slotBlock(s)
+		if !used {
 			return 0, false
 		}
-		if s.hash == h {
-			return BlockID(s.ref - 1), true
+		if slotTag(s) == tag && t.blocks[id].hash == h {
+			return id, true
 		}
 	}
 }
 
-// add maps h to id unless h is already in the table, and reports whether it did.
+// touch reads the home slot of each hash in hs and returns a value made of what it
+// read, which the caller must keep so the reads are not optimised away. The reads
+// do not depend on each other, so the processor overlaps their cache misses: the
+// adds and removes that follow find their slots in cache instead of waiting for
+// memory once per hash.
+func (t *hashTable) touch(hs []prefixhash.Hash) uint64 {
+	var x uint64
+	for _, h := range hs {
+		x ^= t.slots[t.home(hashTag(h))]
+	}
+	return x
+}
+
+// add maps h to block id, which holds h, unless the table already maps h, and
+// reports whether it did.
 func (t *hashTable) add(h prefixhash.Hash, id BlockID) bool {
 	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
-	for i := t.home(h); ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
-		if s.ref == 0 {
-			s.hash, s.ref = h, uint32(id)+1
+	tag := hashTag(h)
+	for i := t.home(tag); ; i = (i + 1) & t.mask {
+		s := t.slots[i]
+		other, used := slotBlock(s)
+		if !used {
+			t.slots[i] = packSlot(tag, id)
 			t.n++
 			return true
 		}
-		if s.hash == h {
+		if slotTag(s) == tag && t.blocks[other].hash == h {
 			return false
 		}
 	}
 }
 
-// remove deletes h, which must be in the table, and shifts back the entries after
-// it whose probe run passed through its slot.
-func (t *hashTable) remove(h prefixhash.Hash) {
-	i := t.home(h)
-	for ; t.slots[i].hash != h || t.slots[i].ref == 0; i = (i + 1) & t.mask {
-		if t.slots[i].ref == 0 {
+// remove deletes the entry of block id for hash h, which must be in the table, and
+// shifts back the entries after it whose probe run passed through its slot.
+func (t *hashTable) remove(h prefixhash.Hash, id BlockID) {
+	tag := hashTag(h)
+	want := packSlot(tag, id)
+	i := t.home(tag)
+	for ; t.slots[i] != want; i = (i + 1) & t.mask {
+		if t.slots[i] == 0 {
 			panic("kvtier: blockpool: removing a hash the table does not hold")
 		}
 	}
-	for j := (i + 1) & t.mask; t.slots[j].ref != 0; j = (j + 1) & t.mask {
+	for j := (i + 1) & t.mask; t.slots[j] != 0; j = (j + 1) & t.mask {
 		// The entry at j may move to the hole at i when i lies on its probe run,
 		// that is when its home is at least as far back from j as i is.
-		if (j-t.home(t.slots[j].hash))&t.mask >= (j-i)&t.mask {
+		if (j-t.home(slotTag(t.slots[j])))&t.mask >= (j-i)&t.mask {
 			t.slots[i] = t.slots[j]
 			i = j
 		}
 	}
-	t.slots[i] = hashSlot{}
+	t.slots[i] = 0
 	t.n--
 }
 
@@ -116,8 +144,14 @@ func (t *hashTable) grow() {
 	old := t.slots
 	t.alloc(2 * len(old))
 	for _, s := range old {
-		if s.ref != 0 {
-			t.add(s.hash, BlockID(s.ref-1))
+		if s == 0 {
+			continue
 		}
+		i := t.home(slotTag(s))
+		for t.slots[i] != 0 {
+			i = (i + 1) & t.mask
+		}
+		t.slots[i] = s
+		t.n++
 	}
 }

@@ -10,11 +10,17 @@ import (
 // TestHashTableAgainstMap drives the table and a Go map with the same random adds
 // and removes. It keeps the table near half full (up to 500 entries in 1024
 // slots), so probe runs form and removals shift entries back, across the end of
-// the table too.
+// the table too; keys share their low 32 bits eight ways, so tag matches must be
+// confirmed against the block's hash.
 func TestHashTableAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
+	blocks := make([]block, 600)
+	var free []BlockID
+	for i := range blocks {
+		free = append(free, BlockID(i))
+	}
 	var tb hashTable
-	tb.init()
+	tb.init(blocks)
 	ref := map[prefixhash.Hash]BlockID{}
 	var keys []prefixhash.Hash
 	for step := range 20000 {
@@ -23,16 +29,19 @@ func TestHashTableAgainstMap(t *testing.T) {
 			h := keys[i]
 			keys[i] = keys[len(keys)-1]
 			keys = keys[:len(keys)-1]
-			tb.remove(h)
+			tb.remove(h, ref[h])
+			free = append(free, ref[h])
 			delete(ref, h)
 		} else {
-			h := prefixhash.Hash(r.Uint64N(4000))
-			id := BlockID(r.IntN(1 << 20))
+			h := prefixhash.Hash(r.Uint64N(8)<<32 | r.Uint64N(500))
+			id := free[len(free)-1]
+			blocks[id].hash = h
 			_, had := ref[h]
 			if added := tb.add(h, id); added == had {
 				t.Fatalf("step %d: add %x reported %v, map had it %v", step, h, added, had)
 			}
 			if !had {
+				free = free[:len(free)-1]
 				ref[h] = id
 				keys = append(keys, h)
 			}
@@ -47,7 +56,7 @@ func TestHashTableAgainstMap(t *testing.T) {
 				}
 			}
 			for range 20 {
-				h := prefixhash.Hash(4000 + r.Uint64N(1000))
+				h := prefixhash.Hash(r.Uint64N(8)<<32 | (500 + r.Uint64N(500)))
 				if _, ok := tb.get(h); ok {
 					t.Fatalf("step %d: found absent %x", step, h)
 				}
@@ -66,7 +75,7 @@ func TestCheckInvariantsSeesHashTableDamage(t *testing.T) {
 		}
 		check(t, p)
 		for i, s := range p.byHash.slots {
-			if s.ref != 0 {
+			if s != 0 {
 				return p, i
 			}
 		}
@@ -77,17 +86,20 @@ func TestCheckInvariantsSeesHashTableDamage(t *testing.T) {
 		name    string
 		corrupt func(p *Pool, i int)
 	}{
-		{"entry cleared", func(p *Pool, i int) { p.byHash.slots[i] = hashSlot{}; p.byHash.n-- }},
+		{"entry cleared", func(p *Pool, i int) { p.byHash.slots[i] = 0; p.byHash.n-- }},
 		{"entry names another block", func(p *Pool, i int) {
-			p.byHash.slots[i].ref = p.byHash.slots[i].ref%uint32(len(p.blocks)) + 1
+			id, _ := slotBlock(p.byHash.slots[i])
+			p.byHash.slots[i] = packSlot(slotTag(p.byHash.slots[i]), (id+1)%BlockID(len(p.blocks)))
 		}},
-		{"entry names no block", func(p *Pool, i int) { p.byHash.slots[i].ref = uint32(len(p.blocks)) + 1 }},
-		{"hash changed", func(p *Pool, i int) { p.byHash.slots[i].hash++ }},
+		{"entry names no block", func(p *Pool, i int) {
+			p.byHash.slots[i] = packSlot(slotTag(p.byHash.slots[i]), BlockID(len(p.blocks)))
+		}},
+		{"tag changed", func(p *Pool, i int) { p.byHash.slots[i] += 1 << 32 }},
 		{"count off", func(p *Pool, i int) { p.byHash.n++ }},
 		{"duplicate entry", func(p *Pool, i int) {
 			s := p.byHash.slots[i]
 			for j := (uint64(i) + 1) & p.byHash.mask; ; j = (j + 1) & p.byHash.mask {
-				if p.byHash.slots[j].ref == 0 {
+				if p.byHash.slots[j] == 0 {
 					p.byHash.slots[j] = s
 					p.byHash.n++
 					return
@@ -95,18 +107,20 @@ func TestCheckInvariantsSeesHashTableDamage(t *testing.T) {
 			}
 		}},
 		{"entry cut off from its home", func(p *Pool, i int) {
-			// Move an entry one empty slot past the end of its run.
+			// Uncache the entry's block, then put the entry back one empty slot
+			// past the end of its probe run.
 			s := p.byHash.slots[i]
-			p.Uncache(BlockID(s.ref - 1))
-			j := p.byHash.home(s.hash)
-			for p.byHash.slots[j].ref != 0 {
+			id, _ := slotBlock(s)
+			p.Uncache(id)
+			j := p.byHash.home(slotTag(s))
+			for p.byHash.slots[j] != 0 {
 				j = (j + 1) & p.byHash.mask
 			}
 			for k := (j + 1) & p.byHash.mask; ; k = (k + 1) & p.byHash.mask {
-				if p.byHash.slots[k].ref == 0 {
+				if p.byHash.slots[k] == 0 {
 					p.byHash.slots[k] = s
 					p.byHash.n++
-					p.blocks[s.ref-1].cached = true
+					p.blocks[id].cached = true
 					return
 				}
 			}

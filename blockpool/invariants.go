@@ -58,6 +58,10 @@ func (p *Pool) CheckInvariants() error {
 	if reserved != p.reserved {
 		return fmt.Errorf("reserved count %d, walked %d", p.reserved, reserved)
 	}
+	// The table's slots first: the walk below looks blocks up through it.
+	if err := p.checkHashTable(); err != nil {
+		return err
+	}
 	freeCached, cached := 0, 0
 	for i := range p.blocks {
 		b := &p.blocks[i]
@@ -91,12 +95,12 @@ func (p *Pool) CheckInvariants() error {
 	if cached != p.byHash.len() {
 		return fmt.Errorf("hash table: %d entries, %d cached blocks", p.byHash.len(), cached)
 	}
-	return p.checkHashTable()
+	return nil
 }
 
 // checkHashTable checks every slot of the hash table: the entry count, each entry
-// naming a cached block that holds its hash, and each entry lying on its probe run
-// (no empty slot between its home and its slot), so lookups find it.
+// naming a cached block whose hash has the entry's tag, and each entry lying on
+// its probe run (no empty slot between its home and its slot), so lookups find it.
 func (p *Pool) checkHashTable() error {
 	t := &p.byHash
 	if len(t.slots) == 0 || len(t.slots)&(len(t.slots)-1) != 0 || t.mask != uint64(len(t.slots)-1) {
@@ -104,20 +108,21 @@ func (p *Pool) checkHashTable() error {
 	}
 	n := 0
 	for i, s := range t.slots {
-		if s.ref == 0 {
+		id, used := slotBlock(s)
+		if !used {
 			continue
 		}
 		n++
-		id := int64(s.ref) - 1
-		if id >= int64(len(p.blocks)) {
+		if id < 0 || int(id) >= len(p.blocks) {
 			return fmt.Errorf("hash table: slot %d names block %d of %d", i, id, len(p.blocks))
 		}
-		if b := &p.blocks[id]; !b.cached || b.hash != s.hash {
-			return fmt.Errorf("hash %x maps to block %d which holds %x cached=%v", s.hash, id, b.hash, b.cached)
+		if b := &p.blocks[id]; !b.cached || hashTag(b.hash) != slotTag(s) {
+			return fmt.Errorf("hash table: slot %d tag %x names block %d which holds %x cached=%v", i, slotTag(s), id, b.hash, b.cached)
 		}
-		for j := t.home(s.hash); j != uint64(i); j = (j + 1) & t.mask {
-			if t.slots[j].ref == 0 {
-				return fmt.Errorf("hash table: slot %d (hash %x) is cut off from its home %d by empty slot %d", i, s.hash, t.home(s.hash), j)
+		home := t.home(slotTag(s))
+		for j := home; j != uint64(i); j = (j + 1) & t.mask {
+			if t.slots[j] == 0 {
+				return fmt.Errorf("hash table: slot %d is cut off from its home %d by empty slot %d", i, home, j)
 			}
 		}
 	}

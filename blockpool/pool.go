@@ -104,6 +104,8 @@ type Pool struct {
 	hasher    prefixhash.Hasher
 	scratch   []prefixhash.Hash
 	evicted   []Evicted
+	evicting  []prefixhash.Hash // prefetch's scratch
+	sink      uint64            // what prefetch read, kept so its reads stay
 	reserved  int
 	freeCache int
 	stats     Stats
@@ -120,7 +122,7 @@ func New(cfg Config) (*Pool, error) {
 		seqs:   make(map[SeqID]*sequence),
 		resv:   make(map[SeqID][]BlockID),
 	}
-	p.byHash.init()
+	p.byHash.init(p.blocks)
 	p.free.init()
 	for i := range p.blocks {
 		p.free.pushTail(p.blocks, int32(i))
@@ -207,6 +209,7 @@ func (p *Pool) Allocate(seq SeqID, tokens []int64, salt string) (Allocation, err
 		p.hold(id)
 		s.table = append(s.table, id)
 	}
+	p.prefetch(nb-hits-len(resv), p.scratch[hits:])
 	for i := hits; i < nb; i++ {
 		id := p.take(seq)
 		s.table = append(s.table, id)
@@ -375,7 +378,7 @@ func (p *Pool) Uncache(id BlockID) {
 	if !b.cached {
 		return
 	}
-	p.byHash.remove(b.hash)
+	p.byHash.remove(b.hash, id)
 	b.cached = false
 	if b.state == stateFree {
 		p.freeCache--
@@ -416,6 +419,21 @@ func (p *Pool) newSequence() *sequence {
 		return s
 	}
 	return &sequence{}
+}
+
+// prefetch brings into cache the hash table slots that the next n blocks taken
+// from the free queue and the registration of hashes will touch: it reads the
+// hashes the taken blocks hold (each is removed when its block is evicted) and
+// the home slots of both sets in one pass of independent reads. A hint only: it
+// changes nothing.
+func (p *Pool) prefetch(n int, hashes []prefixhash.Hash) {
+	p.evicting = p.evicting[:0]
+	for id := p.free.head; id != none && n > 0; id, n = p.blocks[id].next, n-1 {
+		if b := &p.blocks[id]; b.cached {
+			p.evicting = append(p.evicting, b.hash)
+		}
+	}
+	p.sink += p.byHash.touch(p.evicting) + p.byHash.touch(hashes)
 }
 
 // hold adds a reference to a cached block found by hash, reviving it if free.
@@ -472,7 +490,7 @@ func (p *Pool) popFree() BlockID {
 	}
 	b := &p.blocks[i]
 	if b.cached {
-		p.byHash.remove(b.hash)
+		p.byHash.remove(b.hash, BlockID(i))
 		p.evicted = append(p.evicted, Evicted{Block: BlockID(i), Hash: b.hash})
 		p.freeCache--
 		p.stats.Evictions++
