@@ -90,10 +90,13 @@ func (t *hashTable) get(h prefixhash.Hash) (BlockID, bool) {
 func (t *hashTable) touch(hs []prefixhash.Hash) uint64 {
 	var x uint64
 	for _, h := range hs {
-		x ^= t.slots[t.home(hashTag(h))]
+		x ^= t.touchOne(h)
 	}
 	return x
 }
+
+// touchOne reads the home slot of h; see touch.
+func (t *hashTable) touchOne(h prefixhash.Hash) uint64 { return t.slots[t.home(hashTag(h))] }
 
 // add maps h to block id, which holds h, unless the table already maps h, and
 // reports whether it did.

@@ -60,7 +60,7 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 	if len(o.tokens) == p.cfg.BlockSize {
 		// Keep the tokens and hash so the fresh block is registered once recomputed.
 		b.hash = o.hash
-		b.tokens = append(b.tokens[:0], o.tokens...)
+		p.setTokens(fresh, o.tokens)
 	}
 	s.table[idx] = fresh
 	p.unhold(old)
