@@ -105,7 +105,7 @@ type Pool struct {
 	scratch   []prefixhash.Hash
 	evicted   []Evicted
 	slab      tokenSlab // blocks' token ids
-	sink      uint64            // what prefetch read, kept so its reads stay
+	sink      uint64    // what prefetch read, kept so its reads stay
 	reserved  int
 	freeCache int
 	stats     Stats

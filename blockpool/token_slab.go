@@ -34,5 +34,5 @@ func (s *tokenSlab) block(id BlockID) []int64 {
 		s.chunks[c] = make([]int64, n*s.blockSize)
 	}
 	off := (int(id) & (1<<s.shift - 1)) * s.blockSize
-	return s.chunks[c][off:off:off+s.blockSize]
+	return s.chunks[c][off : off : off+s.blockSize]
 }
