@@ -14,8 +14,13 @@ import (
 //
 // Admission is strictly first come, first served: when a candidate gets
 // ErrNoBlocks it stays at the front, and candidates behind it that did get
-// blocks are freed again (one Cache.Free) and stay behind it.
+// blocks are freed again (one Cache.Free) and stay behind it. After such a
+// failure admission waits until the scheduler has freed blocks (a finish or a
+// preemption): the Cache is assumed to serve this scheduler alone.
 func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, rep *StepReport) error {
+	if s.blocked {
+		return nil
+	}
 	charge := *budget
 	s.nw = s.nw[:0]
 	for charge > 0 && len(s.running)+len(s.nw) < s.cfg.MaxNumSeqs && len(s.nw) < s.waiting.len() {
@@ -61,6 +66,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 	n := len(outs)
 	if firstFail >= 0 {
 		n = firstFail
+		s.blocked = true
 		if n == 0 && len(s.running) == 0 {
 			q := s.nw[0]
 			return fmt.Errorf("%w: sequence %d (%d tokens): %w", ErrUnschedulable, q.id, len(q.tokens), outs[0].Err)

@@ -110,5 +110,6 @@ func (s *Scheduler) preempt(ctx context.Context, victims []*sequence, rep *StepR
 		rep.Preempted = append(rep.Preempted, v.id)
 	}
 	s.m.res.Preemptions += len(victims)
+	s.blocked = false
 	return nil
 }

@@ -27,6 +27,9 @@ type Scheduler struct {
 	running []*sequence // admitted (running or onboarding), by admission order
 	order   uint64
 	done    int
+	// blocked is set when an admission got ErrNoBlocks and cleared when blocks
+	// are freed: until then admitting again would fail the same way.
+	blocked bool
 	m       metrics
 
 	// per-step scratch
@@ -263,6 +266,7 @@ func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *Step
 		return fmt.Errorf("scheduler: free %d finished sequences: %w", len(s.ids), err)
 	}
 	rep.Finished = append(rep.Finished, s.ids...)
+	s.blocked = false
 	kept := s.running[:0]
 	for _, q := range s.running {
 		if q.phase == phaseFinished {

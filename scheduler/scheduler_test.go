@@ -293,28 +293,57 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestDeterminism(t *testing.T) {
-	reqs := trace.Sample()[:200]
-	run := func() Result {
-		f := newFakeCache(fakeConfig{gpuBlocks: 2048, pinnedBlocks: 2048, diskBlocks: 8192, blockSize: 64})
-		r, err := Run(context.Background(), f, reqs, Config{MaxOutputTokens: 64, Onboard: Timeout})
-		if err != nil {
-			t.Fatal(err)
+	t.Parallel()
+	syn := trace.DefaultSyntheticConfig()
+	syn.Sessions, syn.Concurrency, syn.RatePerSecond = 40, 16, 20
+	syn.SystemTokens, syn.UserTokens, syn.MaxInputTokens = trace.IntRange{Min: 512, Max: 2048}, trace.IntRange{Min: 64, Max: 1024}, 12288
+	synthetic, err := trace.Synthetic(syn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		reqs []trace.Request
+		fc   fakeConfig
+		cfg  Config
+	}{
+		{"sample", trace.Sample()[:50], fakeConfig{gpuBlocks: 1000, pinnedBlocks: 1000, diskBlocks: 4000, blockSize: 128},
+			Config{MaxOutputTokens: 16, Onboard: Timeout}},
+		{"synthetic", synthetic, fakeConfig{gpuBlocks: 300, pinnedBlocks: 200, diskBlocks: 1000, blockSize: 64},
+			Config{Preempt: Swap, MaxOutputTokens: 256}},
+	}
+	for _, c := range cases {
+		run := func() Result {
+			r, err := Run(context.Background(), newFakeCache(c.fc), c.reqs, c.cfg)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			return r
 		}
-		return r
-	}
-	a, b := run(), run()
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("two runs differ:\n%+v\n%+v", a, b)
-	}
-	if a.Requests != 200 || a.PinnedTokens+a.DiskTokens == 0 || a.Preemptions == 0 {
-		t.Fatalf("run does not exercise the tiers and preemption: %+v", a)
+		a, b := run(), run()
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s: two runs differ:\n%+v\n%+v", c.name, a, b)
+		}
+		t.Logf("%s: %d requests, hit %.3f (gpu %d pinned %d disk %d), %d preemptions, %d onboarded",
+			c.name, a.Requests, a.HitRatio, a.GPUTokens, a.PinnedTokens, a.DiskTokens, a.Preemptions, a.Onboarded)
+		if a.Requests != len(c.reqs) || a.PinnedTokens+a.DiskTokens == 0 {
+			t.Fatalf("%s: run does not exercise the lower tiers: %+v", c.name, a)
+		}
+		if c.name == "synthetic" && a.Preemptions == 0 {
+			t.Fatalf("%s: no preemptions", c.name)
+		}
 	}
 }
 
-// TestMoreCapacityLessPrefill replays the embedded Mooncake sample with growing
-// GPU caches: the prefill tokens computed never go up.
+// TestMoreCapacityLessPrefill replays the embedded Mooncake sample (its first
+// 120 requests under the race detector) with growing GPU caches: the prefill
+// tokens computed never go up.
 func TestMoreCapacityLessPrefill(t *testing.T) {
+	t.Parallel()
 	reqs := trace.Sample()
+	if raceEnabled {
+		reqs = reqs[:120]
+	}
 	prev := int64(-1)
 	for _, blocks := range []int{2048, 4096, 16384, 65536} {
 		f := newFakeCache(fakeConfig{gpuBlocks: blocks, blockSize: 64})
