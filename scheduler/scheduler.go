@@ -125,10 +125,7 @@ func (s *Scheduler) Done() bool { return s.done == len(s.seqs) }
 func (s *Scheduler) Now() time.Duration { return s.clock.now() }
 
 // Result returns the summary so far (a copy).
-func (s *Scheduler) Result() Result {
-	r := s.m.result()
-	return r
-}
+func (s *Scheduler) Result() Result { return s.m.result() }
 
 // Waiting returns the ids in the waiting queue, front first.
 func (s *Scheduler) Waiting() []SeqID {
