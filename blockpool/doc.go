@@ -10,8 +10,17 @@
 // Each block has an id, a reference count, and, once full, the chained hash of its
 // tokens (package prefixhash) plus a copy of its token ids, kept to confirm a hash
 // hit. A block is in exactly one state: free (in the free queue), used (held by one
-// or more sequences), or reserved (set aside by Reserve). Metadata is 48 bytes a
-// block plus its token ids.
+// or more sequences), or reserved (set aside by Reserve).
+//
+// # Memory
+//
+// Metadata is 48 bytes a block. Token ids sit in a slab indexed by block id (8
+// bytes a token), allocated in chunks of about 1 MiB as blocks first fill. Cached
+// blocks are found through an open-addressed hash table of 8-byte slots, kept at
+// most 3/8 full: 32 bytes a block when NumBlocks is a power of two and every
+// block is cached, at most 43. Allocate reads ahead the table slots and free
+// queue blocks it is about to update, so with a million blocks, whose metadata
+// and table are far larger than the caches, their cache misses overlap.
 //
 // # Free queue and eviction
 //

@@ -137,3 +137,19 @@ func TestCheckInvariantsSeesHashTableDamage(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckInvariantsSeesMisplacedTokens points a block's tokens outside its place
+// in the slab and expects CheckInvariants to report it.
+func TestCheckInvariantsSeesMisplacedTokens(t *testing.T) {
+	p := newPool(t, 8, 2)
+	a, err := p.Allocate(1, seq(4, 1), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, p)
+	b := &p.blocks[a.Blocks[0]]
+	b.tokens = append([]int64(nil), b.tokens...)
+	if err := p.CheckInvariants(); err == nil {
+		t.Fatal("CheckInvariants found nothing")
+	}
+}

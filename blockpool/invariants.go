@@ -4,8 +4,9 @@ import "fmt"
 
 // CheckInvariants walks the whole pool and reports the first inconsistency: free
 // queue links and count, each block in exactly one state, reference counts equal to
-// the number of sequences holding each block, the hash table and cached flags in
-// agreement. It is O(blocks + held blocks); tests and the invariants build call it.
+// the number of sequences holding each block, the hash table (every slot) and cached flags in
+// agreement, and token ids stored in each block's place in the slab. It is
+// O(blocks + held blocks + table slots); tests and the invariants build call it.
 func (p *Pool) CheckInvariants() error {
 	seen := make([]bool, len(p.blocks))
 	n, prev := 0, int32(none)
@@ -75,6 +76,9 @@ func (p *Pool) CheckInvariants() error {
 			return fmt.Errorf("block %d: free but not in the free queue", i)
 		case b.state == stateReserved && b.ref != 0:
 			return fmt.Errorf("block %d: reserved with ref %d", i, b.ref)
+		}
+		if cap(b.tokens) != 0 && !p.slab.holds(BlockID(i), b.tokens) {
+			return fmt.Errorf("block %d: tokens are not its place in the slab", i)
 		}
 		if b.cached {
 			cached++

@@ -42,14 +42,14 @@ const (
 	stateReserved
 )
 
-// block is one block's metadata: 48 bytes plus its token ids.
+// block is one block's metadata: 48 bytes. Its token ids live in the pool's slab.
 type block struct {
-	tokens     []int64 // a full block's tokens, kept to confirm hits
+	tokens     []int64 // a full block's tokens, kept to confirm hits: its place in p.slab
 	hash       prefixhash.Hash
 	ref        int32
 	prev, next int32 // free queue links
 	state      blockState
-	cached     bool // byHash[hash] == this block
+	cached     bool // byHash maps hash to this block
 }
 
 type sequence struct {

@@ -36,3 +36,14 @@ func (s *tokenSlab) block(id BlockID) []int64 {
 	off := (int(id) & (1<<s.shift - 1)) * s.blockSize
 	return s.chunks[c][off : off : off+s.blockSize]
 }
+
+// holds reports whether t is block id's place in the slab (t may be shorter than
+// BlockSize; its capacity must be exactly that place).
+func (s *tokenSlab) holds(id BlockID, t []int64) bool {
+	c := int(id) >> s.shift
+	if c >= len(s.chunks) || s.chunks[c] == nil || cap(t) != s.blockSize {
+		return false
+	}
+	off := (int(id) & (1<<s.shift - 1)) * s.blockSize
+	return &t[:1][0] == &s.chunks[c][off]
+}
