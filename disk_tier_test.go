@@ -1,0 +1,147 @@
+package kvtier
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/kvtier/kvtier/disk"
+)
+
+// diskConfig: 8 GPU blocks, 4 pinned slots, a disk tier of 256 blocks.
+func diskConfig(t *testing.T, dir string) Config {
+	m0, err := New(Config{GPUBlocks: 1, BlockTokens: bt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := int64(m0.Layout().BlockBytes())
+	m0.Close(context.Background())
+	return Config{GPUBlocks: 8, BlockTokens: bt, PinnedBytes: 8 * 4096, DiskDir: dir, DiskBytes: 256 * (bb + 8192), OffloadAhead: 2}
+}
+
+// pushDown writes a's blocks on the GPU, then churns other sequences through
+// until a is only on disk.
+func pushDown(t *testing.T, m *Manager, a []int64) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	writeBlocks(t, m, r.Blocks, a, "")
+	m.Free(ctx, 1)
+	m.Flush(ctx)
+	for i := range 6 {
+		o := toks(10000*(i+2), 8*bt)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(10 + i), Tokens: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+		m.Free(ctx, uint64(10+i))
+		m.Flush(ctx)
+	}
+	p, err := m.Exists(ctx, a, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.GPUTokens != 0 || p.PinnedTokens != 0 || p.DiskTokens != len(a) {
+		st, _ := m.Stats(ctx)
+		t.Fatalf("presence %+v, want a on disk only\n%v\n%v\n%v", p, st.GPU, st.Pinned, st.Disk)
+	}
+}
+
+func TestRoundTripThroughDisk(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, diskConfig(t, t.TempDir()))
+	a := toks(100, 4*bt)
+	pushDown(t, m, a)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.DiskTokens != 4*bt {
+		t.Fatalf("allocation %+v, want 16 tokens loading from disk", r)
+	}
+	if out := wait(t, r); out.ValidTokens != 4*bt {
+		t.Fatalf("outcome %+v", out)
+	}
+	checkBlocks(t, m, r.Blocks, a, "", 4)
+	st, _ := m.Stats(ctx)
+	if st.Disk.Onboarded != 4 || st.Pinned.Onboarded != 4 || st.GPU.Onboarded != 4 {
+		t.Fatalf("onboarded disk %d pinned %d gpu %d, want 4 each", st.Disk.Onboarded, st.Pinned.Onboarded, st.GPU.Onboarded)
+	}
+}
+
+// TestDiskSurvivesRestart: a new Manager on the same directory serves the blocks
+// an earlier one wrote, byte-exact; a second opener is refused while one is open.
+func TestDiskSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := diskConfig(t, dir)
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := toks(100, 4*bt)
+	pushDown(t, m, a)
+	if _, err := New(cfg); !errors.Is(err, disk.ErrLocked) {
+		t.Fatalf("second opener: %v, want disk.ErrLocked", err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newManager(t, cfg)
+	st, _ := m2.Stats(ctx)
+	if st.DiskOpen.Records < 4 {
+		t.Fatalf("reopen found %d records", st.DiskOpen.Records)
+	}
+	if p, _ := m2.Exists(ctx, a, ""); p.DiskTokens != len(a) {
+		t.Fatalf("after restart presence %+v", p)
+	}
+	r, err := m2.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
+	if err != nil || r.DiskTokens != len(a) {
+		t.Fatalf("%+v %v", r, err)
+	}
+	wait(t, r)
+	checkBlocks(t, m2, r.Blocks, a, "", 4)
+}
+
+func TestPrefetchFromDisk(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, diskConfig(t, t.TempDir()))
+	a := toks(100, 3*bt)
+	pushDown(t, m, a)
+	n, err := m.Prefetch(ctx, a, "")
+	if err != nil || n != len(a) {
+		t.Fatalf("prefetch brought %d tokens, %v", n, err)
+	}
+	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != len(a) {
+		t.Fatalf("after prefetch %+v", p)
+	}
+	r, _ := m.Allocate(ctx, AllocRequest{Seq: 5, Tokens: a})
+	if r.PinnedTokens != len(a) {
+		t.Fatalf("prefetched blocks not served from pinned: %+v", r)
+	}
+	if out := wait(t, r); out.ValidTokens != len(a) {
+		t.Fatalf("prefetched blocks did not all load: %+v", out)
+	}
+	checkBlocks(t, m, r.Blocks, a, "", 3)
+	if n, _ := m.Delete(ctx, a, ""); n == 0 {
+		t.Fatal("delete dropped nothing")
+	}
+}
+
+func TestDiskConfigErrors(t *testing.T) {
+	for _, c := range []Config{
+		{GPUBlocks: 4, DiskDir: "x", DiskBytes: 1 << 20},         // no pinned tier
+		{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: "x"},       // no DiskBytes
+		{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskBytes: 1 << 20}, // no DiskDir
+		{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: "x", DiskBytes: 1, DiskIngestion: 7},
+	} {
+		if _, err := New(c); !errors.Is(err, ErrBadConfig) {
+			t.Fatalf("%+v: %v", c, err)
+		}
+	}
+}
