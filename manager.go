@@ -428,7 +428,9 @@ func (m *Manager) release() error {
 		errs = append(errs, m.arena.Free())
 	}
 	if m.pinned != nil {
-		errs = append(errs, m.pinned.Close())
+		// The actors are stopped and the arena's streams drained, so no copy
+		// touches slot memory: whatever was in flight when Close came is dropped.
+		errs = append(errs, m.pinned.Discard())
 	}
 	if m.store != nil { // opened, never handed to an actor
 		errs = append(errs, m.store.Close())

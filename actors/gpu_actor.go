@@ -45,6 +45,9 @@ func (i Ingestion) String() string {
 // not be truncated.
 var ErrTooLong = errors.New("kvtier: sequence longer than MaxSeqLen")
 
+// ErrStopped answers work still waiting when a tier actor stops.
+var ErrStopped = errors.New("kvtier: tier actor stopped")
+
 // GPUConfig configures the GPU pool actor. The actor owns Pool, Arena and Stream.
 type GPUConfig struct {
 	Pool   *blockpool.Pool
@@ -88,7 +91,7 @@ type GPUActor struct {
 	lookups map[uint64]*pendingAlloc
 	fetches map[uint64]*fetchOp
 	offload map[uint64]*offloadOp
-	flushes []chan error
+	flushes []gpuFlush
 	stats   messages.TierStats
 	evicted []blockpool.Evicted
 }
@@ -144,6 +147,7 @@ type fetchOp struct {
 	late   bool
 	copied bool
 	timer  *time.Timer
+	ev     *gpu.Event // the copy, once enqueued
 }
 
 // offloadOp writes blocks down; waiters are allocations that reuse evicted
@@ -158,6 +162,14 @@ type offloadOp struct {
 	then   []func(actor.Context)
 	slots  []int
 	hashes []uint64
+	ev     *gpu.Event // the copy, once enqueued
+}
+
+// gpuFlush waits for the operations with ids up to upto (those in flight when the
+// Flush arrived, and the ones they started), not for later ones.
+type gpuFlush struct {
+	reply chan error
+	upto  uint64
 }
 
 // copyDone reports a finished copy batch to the actor.
@@ -195,21 +207,13 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	case *messages.Query:
 		m.Reply <- a.query(m)
 	case *messages.Flush:
-		a.flushes = append(a.flushes, m.Reply)
+		a.flushes = append(a.flushes, gpuFlush{reply: m.Reply, upto: a.nextID})
 		a.maybeFlushed()
 	case *messages.StatsRequest:
 		m.Reply <- a.snapshot()
 	case *actor.Started, *actor.Stopping, *actor.Restarting:
 	case *actor.Stopped:
-		for _, op := range a.fetches {
-			if op.timer != nil {
-				op.timer.Stop()
-			}
-		}
-		for _, f := range a.flushes {
-			f <- errors.New("kvtier: gpu actor stopped")
-		}
-		a.flushes = nil
+		a.stopped()
 	default:
 		a.cfg.Log.Warn("gpu actor: unexpected message", zap.String("type", typeName(m)))
 	}
@@ -451,7 +455,7 @@ func (a *GPUActor) offloadGranted(ctx actor.Context, g *messages.OffloadGrant) {
 	}
 	op.blocks = keep
 	if len(ops) > 0 {
-		a.startCopy(ctx, g.ID, false, gpu.D2H, ops)
+		op.ev = a.startCopy(ctx, g.ID, false, gpu.D2H, ops)
 	}
 	for _, f := range op.then {
 		f(ctx)
@@ -463,7 +467,7 @@ func (a *GPUActor) offloadGranted(ctx actor.Context, g *messages.OffloadGrant) {
 }
 
 // startCopy enqueues a batch on the stream and reports its completion by message.
-func (a *GPUActor) startCopy(ctx actor.Context, id uint64, fetch bool, dir gpu.Direction, ops []gpu.CopyOp) {
+func (a *GPUActor) startCopy(ctx actor.Context, id uint64, fetch bool, dir gpu.Direction, ops []gpu.CopyOp) *gpu.Event {
 	var ev *gpu.Event
 	var err error
 	if dir == gpu.D2H {
@@ -474,12 +478,13 @@ func (a *GPUActor) startCopy(ctx actor.Context, id uint64, fetch bool, dir gpu.D
 	self, sys := ctx.Self(), ctx.ActorSystem()
 	if err != nil {
 		sys.Root.Send(self, &copyDone{id: id, fetch: fetch, err: err})
-		return
+		return nil
 	}
 	go func() {
 		<-ev.Done()
 		sys.Root.Send(self, &copyDone{id: id, fetch: fetch, err: ev.Err()})
 	}()
+	return ev
 }
 
 func (a *GPUActor) offloadCopied(ctx actor.Context, m *copyDone) {
@@ -548,7 +553,7 @@ func (a *GPUActor) fetchGranted(ctx actor.Context, g *messages.FetchGrant) {
 	for i := range ops {
 		ops[i] = gpu.CopyOp{Block: int(op.blocks[i]), Host: g.Bytes[i]}
 	}
-	a.startCopy(ctx, g.ID, true, gpu.H2D, ops)
+	op.ev = a.startCopy(ctx, g.ID, true, gpu.H2D, ops)
 }
 
 // missFrom gives up on op's blocks from index n on: they stay the sequence's,
@@ -718,11 +723,76 @@ func (a *GPUActor) query(m *messages.Query) *messages.QueryResult {
 }
 
 func (a *GPUActor) maybeFlushed() {
-	if len(a.flushes) == 0 || len(a.offload) > 0 || len(a.fetches) > 0 || len(a.lookups) > 0 {
+	if len(a.flushes) == 0 {
 		return
 	}
+	oldest := a.nextID + 1 // the oldest operation still in flight
+	for id := range a.lookups {
+		oldest = min(oldest, id)
+	}
+	for id := range a.fetches {
+		oldest = min(oldest, id)
+	}
+	for id := range a.offload {
+		oldest = min(oldest, id)
+	}
+	keep := a.flushes[:0]
 	for _, f := range a.flushes {
-		f <- nil
+		if f.upto < oldest {
+			f.reply <- nil
+		} else {
+			keep = append(keep, f)
+		}
+	}
+	a.flushes = keep
+}
+
+// stopped ends everything a caller may still wait on: allocations waiting for
+// a lookup get ErrStopped, pending loads complete as failed misses, waiting
+// appends answer, flushes get ErrStopped. Copies still on the stream finish
+// into memory the Manager frees only after draining the stream.
+func (a *GPUActor) stopped() {
+	for _, p := range a.lookups {
+		for _, i := range p.reqs {
+			p.res.Results[i].Err = ErrStopped
+		}
+		p.batch.Reply <- p.res
+	}
+	a.lookups = map[uint64]*pendingAlloc{}
+	// A waiter completes once every copy it waits on has left the stream, so
+	// no caller writes a block a copy still touches.
+	waits := map[*waiter][]*gpu.Event{}
+	for _, op := range a.fetches {
+		if op.timer != nil {
+			op.timer.Stop()
+		}
+		if !op.late {
+			op.w.out.Failed += len(op.blocks)
+			waits[op.w] = append(waits[op.w], op.ev)
+		}
+	}
+	a.fetches = map[uint64]*fetchOp{}
+	for _, op := range a.offload {
+		for _, w := range op.waiters {
+			waits[w] = append(waits[w], op.ev)
+		}
+	}
+	a.offload = map[uint64]*offloadOp{}
+	for w, evs := range waits {
+		go func() {
+			for _, ev := range evs {
+				if ev != nil {
+					<-ev.Done()
+				}
+			}
+			w.pending = len(evs)
+			for range evs {
+				w.done(a)
+			}
+		}()
+	}
+	for _, f := range a.flushes {
+		f.reply <- ErrStopped
 	}
 	a.flushes = nil
 }

@@ -36,8 +36,17 @@ type PinnedActor struct {
 	cfg      PinnedConfig
 	pool     *pinned.Pool
 	inFlight int
-	flushers []chan error
+	flushers []flushWaiter
 	stats    messages.TierStats
+
+	// Flush epochs: every piece of work in flight carries the epoch of the
+	// request that caused it; a Flush waits for the epochs up to its own, so
+	// work arriving after it cannot starve it.
+	epoch   uint64
+	cause   uint64 // epoch of the work being handled now
+	pending map[uint64]int
+	fillEp  map[int]uint64 // granted (Filling) slots
+	drainEp map[int]uint64 // slots out to disk
 
 	// Disk tier state.
 	nextID   uint64
@@ -58,6 +67,12 @@ type pendingRead struct {
 type pendingGrant struct {
 	req *messages.OffloadRequest
 	to  *actor.PID
+	ep  uint64
+}
+
+type flushWaiter struct {
+	reply chan error
+	ep    uint64
 }
 
 // diskFetch is a fetch or prefetch waiting for blocks to come up from disk.
@@ -66,22 +81,27 @@ type diskFetch struct {
 	grant    *messages.FetchGrant // the pinned part, granted already
 	items    []messages.DiskReadItem
 	prefetch chan *messages.QueryResult
-	have     int // leading blocks already in pinned memory (prefetch)
+	have     int    // leading blocks already in pinned memory (prefetch)
+	ep       uint64 // flush epoch
 }
 
 // NewPinnedActor returns the actor's producer.
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	return func() actor.Actor {
 		return &PinnedActor{cfg: cfg, pool: cfg.Pool, stats: messages.TierStats{Tier: messages.Pinned, Extra: map[string]float64{}},
-			draining: map[int]bool{}, reads: map[uint64]*diskFetch{}, hot: map[uint64]uint16{}, written: map[uint64]struct{}{}}
+			draining: map[int]bool{}, reads: map[uint64]*diskFetch{}, hot: map[uint64]uint16{}, written: map[uint64]struct{}{},
+			pending: map[uint64]int{}, fillEp: map[int]uint64{}, drainEp: map[int]uint64{}}
 	}
 }
 
 // Receive implements actor.Actor.
 func (a *PinnedActor) Receive(ctx actor.Context) {
+	a.cause = a.epoch
+	defer a.maybeFlushed()
 	switch m := ctx.Message().(type) {
 	case *messages.OffloadRequest:
-		a.queue = append(a.queue, pendingGrant{req: m, to: ctx.Sender()})
+		a.queue = append(a.queue, pendingGrant{req: m, to: ctx.Sender(), ep: a.cause})
+		a.begin(a.cause)
 		a.serveGrants(ctx)
 		a.drain(ctx, 0)
 	case *messages.OffloadDone:
@@ -101,14 +121,15 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 			m.Reply <- r
 		}
 	case *messages.Flush:
-		a.flushers = append(a.flushers, m.Reply)
+		a.flushers = append(a.flushers, flushWaiter{reply: m.Reply, ep: a.epoch})
+		a.epoch++
 		a.maybeFlushed()
 	case *messages.StatsRequest:
 		m.Reply <- a.snapshot()
 	case *actor.Started, *actor.Stopping, *actor.Restarting:
 	case *actor.Stopped:
 		for _, f := range a.flushers {
-			f <- errors.New("kvtier: pinned actor stopped")
+			f.reply <- errors.New("kvtier: pinned actor stopped")
 		}
 		a.flushers = nil
 	default:
@@ -142,6 +163,8 @@ func (a *PinnedActor) grant(ctx actor.Context, m *messages.OffloadRequest) *mess
 			g.Slots[i] = slot
 			g.Bytes[i] = a.pool.Bytes(slot)
 			a.inFlight++
+			a.fillEp[slot] = a.cause
+			a.begin(a.cause)
 		}
 	}
 	if len(evicted) > 0 {
@@ -157,6 +180,7 @@ func (a *PinnedActor) grant(ctx actor.Context, m *messages.OffloadRequest) *mess
 func (a *PinnedActor) serveGrants(ctx actor.Context) {
 	for len(a.queue) > 0 {
 		q := a.queue[0]
+		a.cause = q.ep
 		if a.cfg.Disk != nil {
 			need := 0
 			for _, it := range q.req.Items {
@@ -166,7 +190,9 @@ func (a *PinnedActor) serveGrants(ctx actor.Context) {
 			}
 			need = min(need, a.cfg.WriteQuota-a.inFlight)
 			if free := a.pool.Stats().Free; need > free {
-				a.drain(ctx, need-free-a.drainingCount())
+				if a.drainingCount() == 0 {
+					a.drain(ctx, need-free)
+				}
 				if a.drainingCount() > 0 {
 					return // DiskWriteDone frees slots and calls again
 				}
@@ -174,6 +200,7 @@ func (a *PinnedActor) serveGrants(ctx actor.Context) {
 		}
 		ctx.Send(q.to, a.grant(ctx, q.req))
 		a.queue = a.queue[1:]
+		a.end(q.ep)
 	}
 }
 
@@ -220,6 +247,11 @@ func (a *PinnedActor) reserve(ctx actor.Context, h uint64, evicted *[]uint64) (i
 
 func (a *PinnedActor) finishOffload(ctx actor.Context, m *messages.OffloadDone) {
 	var added []uint64
+	a.cause = a.minEp(a.fillEp, m.Slots)
+	for _, s := range m.Slots {
+		a.end(a.fillEp[s])
+		delete(a.fillEp, s)
+	}
 	for i, s := range m.Slots {
 		if m.Err == nil {
 			a.pool.Commit(s)
@@ -242,13 +274,47 @@ func (a *PinnedActor) finishOffload(ctx actor.Context, m *messages.OffloadDone) 
 }
 
 func (a *PinnedActor) maybeFlushed() {
-	if len(a.flushers) == 0 || a.inFlight > 0 || len(a.draining) > 0 || len(a.reads) > 0 || len(a.queue) > 0 || len(a.readQ) > 0 {
-		return
-	}
+	keep := a.flushers[:0]
 	for _, f := range a.flushers {
-		f <- nil
+		if a.settled(f.ep) {
+			f.reply <- nil
+		} else {
+			keep = append(keep, f)
+		}
 	}
-	a.flushers = nil
+	a.flushers = keep
+}
+
+// settled says whether no work of epoch ep or earlier is in flight.
+func (a *PinnedActor) settled(ep uint64) bool {
+	for e, n := range a.pending {
+		if e <= ep && n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *PinnedActor) begin(ep uint64) { a.pending[ep]++ }
+
+func (a *PinnedActor) end(ep uint64) {
+	if a.pending[ep]--; a.pending[ep] <= 0 {
+		if a.pending[ep] < 0 {
+			panic("kvtier: pinned actor: flush epoch count below zero")
+		}
+		delete(a.pending, ep)
+	}
+}
+
+// minEp is the earliest epoch among slots in eps (a.epoch when none is there).
+func (a *PinnedActor) minEp(eps map[int]uint64, slots []int) uint64 {
+	ep := a.epoch
+	for _, s := range slots {
+		if e, ok := eps[s]; ok && e < ep {
+			ep = e
+		}
+	}
+	return ep
 }
 
 // drain evicts victims chosen by the policy to disk, where they are written and
@@ -281,6 +347,8 @@ func (a *PinnedActor) drainVictims(ctx actor.Context, victims []pinned.Victim) {
 		w.Items[i] = messages.DiskWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: a.pool.Bytes(v.Slot)}
 		removed[i] = v.Key
 		a.draining[v.Slot] = true
+		a.drainEp[v.Slot] = a.cause
+		a.begin(a.cause)
 	}
 	a.stats.Evictions += uint64(len(victims))
 	ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
@@ -304,6 +372,8 @@ func (a *PinnedActor) writeThrough(ctx actor.Context, hashes []uint64) {
 		}
 		slot, _ = a.pool.Acquire(h)
 		a.draining[slot] = false
+		a.drainEp[slot] = a.cause
+		a.begin(a.cause)
 		w.Items = append(w.Items, messages.DiskWriteItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
 	}
 	if len(w.Items) > 0 {
@@ -319,6 +389,7 @@ func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) 
 	a.stats.Offloaded += uint64(len(m.Written))
 	defer a.serveGrants(ctx)
 	defer a.serveReads(ctx)
+	a.cause = a.minEp(a.drainEp, m.Slots)
 	for _, s := range m.Slots {
 		drain, ok := a.draining[s]
 		if !ok {
@@ -326,6 +397,8 @@ func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) 
 			continue
 		}
 		delete(a.draining, s)
+		a.end(a.drainEp[s])
+		delete(a.drainEp, s)
 		if drain {
 			a.pool.Free(s)
 		} else {
@@ -364,21 +437,26 @@ func (a *PinnedActor) fetch(ctx actor.Context, m *messages.FetchRequest) {
 // readFromDisk reserves Filling slots for hashes and asks the disk actor to fill
 // them; diskRead finishes the fetch or prefetch.
 func (a *PinnedActor) readFromDisk(ctx actor.Context, f *diskFetch, hashes []uint64, deadline time.Time) {
-	if free := a.pool.Stats().Free; len(hashes) > free {
-		a.drain(ctx, len(hashes)-free-a.drainingCount())
-		if a.drainingCount() > 0 {
-			a.readQ = append(a.readQ, pendingRead{f, hashes, deadline})
-			return // diskWritten calls serveReads
-		}
-	}
-	a.startRead(ctx, f, hashes, deadline)
+	f.ep = a.cause
+	a.begin(f.ep)
+	a.readQ = append(a.readQ, pendingRead{f, hashes, deadline})
+	a.serveReads(ctx)
 }
 
+// serveReads starts queued disk reads in order, each once it has a free slot
+// per block: short of that, victims drain to disk first (diskWritten calls
+// again). A read starts with what fits when nothing more can drain.
 func (a *PinnedActor) serveReads(ctx actor.Context) {
 	for len(a.readQ) > 0 {
 		r := a.readQ[0]
-		if free := a.pool.Stats().Free; len(r.hashes) > free && a.drainingCount() > 0 {
-			return
+		a.cause = r.f.ep
+		if free := a.pool.Stats().Free; len(r.hashes) > free {
+			if a.drainingCount() == 0 {
+				a.drain(ctx, len(r.hashes)-free)
+			}
+			if a.drainingCount() > 0 {
+				return
+			}
 		}
 		a.readQ = a.readQ[1:]
 		a.startRead(ctx, r.f, r.hashes, r.deadline)
@@ -397,6 +475,8 @@ func (a *PinnedActor) startRead(ctx actor.Context, f *diskFetch, hashes []uint64
 	if len(evicted) > 0 {
 		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: evicted})
 	}
+	a.cfg.Log.Debug("pinned actor: disk read", zap.Int("blocks", len(hashes)), zap.Int("slots", len(f.items)),
+		zap.Int("free", a.pool.Stats().Free), zap.Int("draining", a.drainingCount()))
 	if len(f.items) == 0 {
 		a.finishFetch(ctx, f, nil)
 		return
@@ -414,6 +494,7 @@ func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
 		return
 	}
 	delete(a.reads, m.ID)
+	a.cause = f.ep
 	var added []uint64
 	for i, it := range f.items {
 		if i < len(m.OK) && m.OK[i] {
@@ -433,6 +514,7 @@ func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
 }
 
 func (a *PinnedActor) finishFetch(ctx actor.Context, f *diskFetch, ok []bool) {
+	defer a.end(f.ep)
 	if f.prefetch != nil {
 		n := f.have
 		for i := range f.items {

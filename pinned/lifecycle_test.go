@@ -331,3 +331,19 @@ func TestCloseRefusesWhileBusy(t *testing.T) {
 		mustPanic(t, name+" after Close", f)
 	}
 }
+
+func TestDiscardWithSlotsInFlight(t *testing.T) {
+	p := newPool(t, 4, 4096, policy.LRU)
+	if _, err := p.Reserve(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Close with a filling slot: %v", err)
+	}
+	if err := p.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Discard(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Discard: %v", err)
+	}
+}

@@ -146,6 +146,23 @@ func (p *Pool) Close() error {
 	return nil
 }
 
+// Discard closes the pool whatever state its slots are in: filling, draining
+// or read slots are dropped with their bookkeeping. Only for an owner that
+// knows no copy worker or I/O can touch slot memory any more (its streams
+// drained, its I/O workers stopped), such as a Manager shutting down after its
+// actors stopped. A second call returns ErrClosed.
+func (p *Pool) Discard() error {
+	if p.closed {
+		return ErrClosed
+	}
+	p.closed = true
+	p.mem = nil
+	if err := p.freeMem(); err != nil {
+		return fmt.Errorf("kvtier: pinned: release memory: %w", err)
+	}
+	return nil
+}
+
 // at returns slot's bookkeeping, panicking on a closed pool or a slot out
 // of range.
 func (p *Pool) at(slot int) *slot {

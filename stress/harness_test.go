@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/prefixhash"
 )
 
@@ -149,8 +150,8 @@ func (k *worker) check(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case k.closing && errors.Is(err, kvtier.ErrClosed):
-		return errStop
+	case k.closing && (errors.Is(err, kvtier.ErrClosed) || errors.Is(err, gpu.ErrClosed)):
+		return errStop // the Manager, or the arena it freed at Close
 	}
 	return fmt.Errorf("goroutine %d: %s: %w", k.g, op, err)
 }
@@ -309,7 +310,10 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 			k.c.skippedBusy++
 			continue
 		}
-		if err := k.verify(blocks[i], hashes[i]); err != nil {
+		if err := k.verify(blocks[i], hashes[i]); errors.Is(err, gpu.ErrClosed) {
+			lower(done)
+			return k.check("reading a block", err)
+		} else if err != nil {
 			return fmt.Errorf("goroutine %d: seq %d block %d of %d (hit %d, valid %d): %w", k.g, seq, i, nb, gpuHit, valid, err)
 		}
 		k.c.verified++
@@ -323,7 +327,7 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 	for i := valid; i < len(hashes); i++ {
 		if err := k.m.Arena().WriteBlock(int(blocks[i]), 0, pattern(k.buf, hashes[i], k.tenant)); err != nil {
 			lower(done)
-			return fmt.Errorf("goroutine %d: writing block %d: %w", k.g, blocks[i], err)
+			return k.check(fmt.Sprintf("writing block %d", blocks[i]), err)
 		}
 		k.c.written++
 	}
