@@ -61,7 +61,7 @@ func (c *Config) validate(pageSize int) (layout, error) {
 		kind = policy.LRU
 	}
 	if !kind.Valid() {
-		return layout{}, &ConfigError{"Policy", c.Policy, "must be policy.LRU, policy.FIFO or policy.S3FIFO"}
+		return layout{}, &ConfigError{"Policy", c.Policy, "must be policy.LRU, policy.FIFO, policy.S3FIFO or policy.ARC"}
 	}
 	if c.SlotBytes > math.MaxInt-pageSize {
 		return layout{}, &ConfigError{"SlotBytes", c.SlotBytes, "too large"}

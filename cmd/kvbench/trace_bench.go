@@ -9,7 +9,7 @@ import (
 )
 
 // tracePolicies are the eviction policies the trace suite replays, in report order.
-var tracePolicies = []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO}
+var tracePolicies = []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC}
 
 // optDoc says in one line what opt_hit_ratio is (see cachesim's package doc).
 const optDoc = "OPT = Belady's MIN (evict the block whose next use is farthest; descendants before ancestors), " +
