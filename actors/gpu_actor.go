@@ -183,6 +183,9 @@ type fetchTimeout struct{ id uint64 }
 
 // Receive implements actor.Actor.
 func (a *GPUActor) Receive(ctx actor.Context) {
+	if invariantsEnabled {
+		defer func() { mustHold(a.checkGPU()) }()
+	}
 	switch m := ctx.Message().(type) {
 	case *messages.AllocateBatch:
 		a.allocateBatch(ctx, m)

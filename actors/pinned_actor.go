@@ -98,6 +98,9 @@ func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 func (a *PinnedActor) Receive(ctx actor.Context) {
 	a.cause = a.epoch
 	defer a.maybeFlushed()
+	if invariantsEnabled {
+		defer func() { mustHold(a.checkPinned()) }()
+	}
 	switch m := ctx.Message().(type) {
 	case *messages.OffloadRequest:
 		a.queue = append(a.queue, pendingGrant{req: m, to: ctx.Sender(), ep: a.cause})

@@ -1,0 +1,69 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/blockpool"
+)
+
+// checkGPU is the GPU actor's consistency walk: the pool's own invariants, plus
+// every block the actor believes a copy is moving is pinned, and every pinned
+// block belongs to a copy in flight.
+func (a *GPUActor) checkGPU() error {
+	if err := a.pool.CheckInvariants(); err != nil {
+		return err
+	}
+	copies := map[blockpool.BlockID]int{}
+	for _, op := range a.offload {
+		for _, id := range op.blocks {
+			copies[id]++
+		}
+	}
+	for _, op := range a.fetches {
+		for _, id := range op.blocks {
+			copies[id]++
+		}
+	}
+	for id, f := range a.flags {
+		b := blockpool.BlockID(id)
+		if f&flagMoving != 0 && a.pool.Pinned(b) == 0 {
+			return fmt.Errorf("gpu actor: block %d is moving but not pinned", id)
+		}
+		if n := a.pool.Pinned(b); n != copies[b] {
+			return fmt.Errorf("gpu actor: block %d has %d pins, %d copies in flight", id, n, copies[b])
+		}
+	}
+	return nil
+}
+
+// checkPinned is the pinned actor's consistency walk: the pool's invariants, and
+// the actor's books on slots in flight agree with the pool.
+func (a *PinnedActor) checkPinned() error {
+	if err := a.pool.CheckInvariants(); err != nil {
+		return err
+	}
+	if a.inFlight != len(a.fillEp) {
+		return fmt.Errorf("pinned actor: %d offloads in flight, %d slots with an epoch", a.inFlight, len(a.fillEp))
+	}
+	if len(a.draining) != len(a.drainEp) {
+		return fmt.Errorf("pinned actor: %d slots at the disk, %d with an epoch", len(a.draining), len(a.drainEp))
+	}
+	st := a.pool.Stats()
+	if drains := a.drainingCount(); drains != st.Draining {
+		return fmt.Errorf("pinned actor: %d slots draining by its books, pool says %d", drains, st.Draining)
+	}
+	n := 0
+	for _, c := range a.pending {
+		n += c
+	}
+	if want := len(a.fillEp) + len(a.drainEp) + len(a.queue) + len(a.reads) + len(a.readQ); n != want {
+		return fmt.Errorf("pinned actor: %d epoch-counted items, %d in flight", n, want)
+	}
+	return nil
+}
+
+func mustHold(err error) {
+	if err != nil {
+		panic("kvtier: invariants: " + err.Error())
+	}
+}

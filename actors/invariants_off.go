@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package actors
+
+const invariantsEnabled = false
