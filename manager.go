@@ -184,11 +184,19 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, msg any, reply 
 func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
 	msg := &messages.AllocateBatch{Reqs: make([]AllocRequest, len(reqs)), Reply: make(chan *messages.AllocateBatchResult, 1)}
 	copy(msg.Reqs, reqs)
+	// The message owns its tokens: one buffer for the whole batch.
+	n := 0
+	for _, r := range reqs {
+		n += len(r.Tokens)
+	}
+	buf := make([]int64, 0, n)
 	for i := range msg.Reqs {
 		if len(msg.Reqs[i].Tokens) == 0 {
 			continue // the pool reports ErrEmptySequence
 		}
-		msg.Reqs[i].Tokens = append([]int64(nil), msg.Reqs[i].Tokens...)
+		start := len(buf)
+		buf = append(buf, msg.Reqs[i].Tokens...)
+		msg.Reqs[i].Tokens = buf[start:len(buf):len(buf)]
 	}
 	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
 	if err != nil {
