@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/disk"
 )
@@ -16,7 +17,8 @@ func diskConfig(t *testing.T, dir string) Config {
 	}
 	bb := int64(m0.Layout().BlockBytes())
 	m0.Close(context.Background())
-	return Config{GPUBlocks: 8, BlockTokens: bt, PinnedBytes: 8 * 4096, DiskDir: dir, DiskBytes: 256 * (bb + 8192), OffloadAhead: 2}
+	return Config{GPUBlocks: 8, BlockTokens: bt, PinnedBytes: 8 * 4096, DiskDir: dir, DiskBytes: 256 * (bb + 8192), OffloadAhead: 2,
+		ReadDeadlineBase: time.Minute}
 }
 
 // pushDown writes a's blocks on the GPU, then churns other sequences through

@@ -21,6 +21,10 @@ func newManager(t *testing.T, cfg Config) *Manager {
 	if cfg.BlockTokens == 0 {
 		cfg.BlockTokens = bt
 	}
+	if cfg.ReadDeadlineBase == 0 {
+		// Loads are not meant to time out here, however loaded the machine.
+		cfg.ReadDeadlineBase = time.Minute
+	}
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -442,5 +446,43 @@ func TestConcurrentClients(t *testing.T) {
 	}
 	if st.Pinned.InFlight != 0 || st.Pinned.UsedBlocks != int(st.Pinned.Extra["resident"]) || st.IndexBlocks != st.Pinned.UsedBlocks {
 		t.Fatalf("pinned: %+v, index %d", st.Pinned, st.IndexBlocks)
+	}
+}
+
+// TestAllocationWaitsForAheadOfNeedCopies: blocks pinned by an offload ahead of
+// need are not "no space": the allocation waits for their copy instead.
+func TestAllocationWaitsForAheadOfNeedCopies(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, ops []gpu.CopyOp) error {
+		if dir == gpu.D2H {
+			<-release
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	m := newManager(t, Config{GPUBlocks: 10, PinnedBytes: 1 << 20, OffloadThreshold: 0.5, OffloadAhead: 8, Device: dev})
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 8*bt)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Free(ctx, 1); err != nil { // 8 cached free blocks: offloaded ahead of need, pinned
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(1000, 10*bt)})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("allocation answered while its blocks were pinned: %v", err)
+	default:
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("allocation after the copies: %v", err)
 	}
 }

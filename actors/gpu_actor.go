@@ -92,6 +92,9 @@ type GPUActor struct {
 	fetches map[uint64]*fetchOp
 	offload map[uint64]*offloadOp
 	flushes []gpuFlush
+	// parked are allocations and appends short of blocks only because offloads
+	// ahead of need pin them; they retry as those copies finish.
+	parked  []func(actor.Context)
 	stats   messages.TierStats
 	evicted []blockpool.Evicted
 }
@@ -132,9 +135,24 @@ func (w *waiter) done(a *GPUActor) {
 
 type pendingAlloc struct {
 	batch *messages.AllocateBatch
-	res   *messages.AllocateBatchResult
+	b     *batchReply
 	reqs  []int // indexes of requests waiting for the lookup
 	gpu   []int // GPU hit blocks seen at lookup time, per waiting request
+}
+
+// batchReply answers an AllocateBatch once all its requests are decided.
+type batchReply struct {
+	reply  chan *messages.AllocateBatchResult
+	res    *messages.AllocateBatchResult
+	parked int  // requests waiting for pinned blocks to come free
+	ready  bool // every request not parked is decided
+}
+
+func (b *batchReply) maybeSend() {
+	if b.ready && b.parked == 0 && b.reply != nil {
+		b.reply <- b.res
+		b.reply = nil
+	}
 }
 
 // fetchOp is one onboarding: blocks [first, first+len(blocks)) of a sequence.
@@ -233,6 +251,7 @@ func (a *GPUActor) newID() uint64 {
 // about the rest, in one Lookup for the whole batch.
 func (a *GPUActor) allocateBatch(ctx actor.Context, m *messages.AllocateBatch) {
 	res := &messages.AllocateBatchResult{Results: make([]messages.AllocResult, len(m.Reqs))}
+	b := &batchReply{reply: m.Reply, res: res}
 	var pend *pendingAlloc
 	var chains [][]uint64
 	for i := range m.Reqs {
@@ -248,16 +267,16 @@ func (a *GPUActor) allocateBatch(ctx actor.Context, m *messages.AllocateBatch) {
 			r.Tokens = r.Tokens[:r.MaxSeqLen]
 		}
 		if !a.lower() || len(r.Tokens) < a.bs {
-			a.allocate(ctx, r, out, 0, nil)
+			a.allocate(ctx, r, out, 0, nil, b)
 			continue
 		}
 		hits, hashes := a.pool.CachedPrefix(nil, r.Tokens, r.Salt)
 		if hits == len(hashes) {
-			a.allocate(ctx, r, out, 0, nil)
+			a.allocate(ctx, r, out, 0, nil, b)
 			continue
 		}
 		if pend == nil {
-			pend = &pendingAlloc{batch: m, res: res}
+			pend = &pendingAlloc{batch: m, b: b}
 		}
 		pend.reqs = append(pend.reqs, i)
 		pend.gpu = append(pend.gpu, hits)
@@ -269,7 +288,8 @@ func (a *GPUActor) allocateBatch(ctx actor.Context, m *messages.AllocateBatch) {
 	}
 	if pend == nil {
 		a.afterBatch(ctx)
-		m.Reply <- res
+		b.ready = true
+		b.maybeSend()
 		return
 	}
 	id := a.newID()
@@ -288,21 +308,31 @@ func (a *GPUActor) lookupDone(ctx actor.Context, m *messages.LookupResult) {
 	delete(a.lookups, m.ID)
 	for k, i := range pend.reqs {
 		r := &pend.batch.Reqs[i]
-		a.allocate(ctx, r, &pend.res.Results[i], pend.gpu[k], m.Tiers[k])
+		a.allocate(ctx, r, &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
 	}
 	a.afterBatch(ctx)
-	pend.batch.Reply <- pend.res
+	pend.b.ready = true
+	pend.b.maybeSend()
 }
 
 // allocate allocates one request; below lists the tiers of the blocks after the
 // first gpuAt blocks that lower tiers hold.
-func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *messages.AllocResult, gpuAt int, below []messages.Tier) {
+func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
 	nb := (len(r.Tokens) + a.bs - 1) / a.bs
 	if len(below) > 0 && (len(below) < a.cfg.DoubleGetMinBlocks || float64(len(below)) < a.cfg.DoubleGetMinRatio*float64(nb)) {
 		a.stats.DoubleGetSkips += uint64(len(below))
 		below = nil
 	}
 	alloc, err := a.pool.Allocate(blockpool.SeqID(r.Seq), r.Tokens, r.Salt)
+	if a.parkable(err) {
+		b.parked++
+		a.parked = append(a.parked, func(ctx actor.Context) {
+			b.parked--
+			a.allocate(ctx, r, out, gpuAt, below, b)
+			b.maybeSend()
+		})
+		return
+	}
 	if err != nil {
 		out.Err = err
 		return
@@ -465,7 +495,7 @@ func (a *GPUActor) offloadGranted(ctx actor.Context, g *messages.OffloadGrant) {
 	}
 	op.then = nil
 	if len(ops) == 0 {
-		a.finishOffload(g.ID, op)
+		a.finishOffload(ctx, g.ID, op)
 	}
 }
 
@@ -506,7 +536,7 @@ func (a *GPUActor) offloadCopied(ctx actor.Context, m *copyDone) {
 	for _, id := range op.blocks {
 		a.releaseOffloadBlock(op, id, m.err == nil)
 	}
-	a.finishOffload(m.id, op)
+	a.finishOffload(ctx, m.id, op)
 }
 
 // releaseOffloadBlock ends a block's part in an offload: flags (for blocks that
@@ -521,10 +551,13 @@ func (a *GPUActor) releaseOffloadBlock(op *offloadOp, id blockpool.BlockID, belo
 	a.pool.Unpin(id)
 }
 
-func (a *GPUActor) finishOffload(id uint64, op *offloadOp) {
+func (a *GPUActor) finishOffload(ctx actor.Context, id uint64, op *offloadOp) {
 	delete(a.offload, id)
 	for _, w := range op.waiters {
 		w.done(a)
+	}
+	if !op.evict && len(a.parked) > 0 {
+		a.retryParked(ctx)
 	}
 	a.maybeFlushed()
 }
@@ -646,7 +679,7 @@ func (a *GPUActor) appendBatch(ctx actor.Context, m *messages.AppendBatch) {
 	w := &waiter{pending: 1, onDone: func() { m.Reply <- res }}
 	var all []blockpool.BlockID
 	for i, it := range m.Items {
-		res.Errs[i] = a.pool.AppendTokens(blockpool.SeqID(it.Seq), it.Tokens)
+		res.Errs[i] = a.appendOne(ctx, it, &res.Errs[i], w)
 		a.offloadEvicted(ctx, w)
 		if res.Errs[i] == nil && a.cfg.Ingestion == IngestAll {
 			all = a.sealedBlocks(all, blockpool.SeqID(it.Seq), true)
@@ -655,6 +688,52 @@ func (a *GPUActor) appendBatch(ctx actor.Context, m *messages.AppendBatch) {
 	a.offloadResident(ctx, all)
 	a.afterBatch(ctx)
 	w.done(a)
+}
+
+// appendOne appends it, parking it (w waits) while offloads ahead of need pin
+// the blocks it needs.
+func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *error, w *waiter) error {
+	err := a.pool.AppendTokens(blockpool.SeqID(it.Seq), it.Tokens)
+	if a.parkable(err) {
+		w.pending++
+		a.parked = append(a.parked, func(ctx actor.Context) {
+			*errp = a.appendOne(ctx, it, errp, w)
+			a.offloadEvicted(ctx, w)
+			w.done(a)
+		})
+		return nil
+	}
+	return err
+}
+
+// parkable says whether err is a lack of blocks that offloads ahead of need
+// will end: the blocks their copies pin come free when the copies are out.
+func (a *GPUActor) parkable(err error) bool {
+	var ns *blockpool.NoSpaceError
+	if !errors.As(err, &ns) {
+		return false
+	}
+	releasable := 0
+	for _, op := range a.offload {
+		if op.evict {
+			continue
+		}
+		for _, id := range op.blocks {
+			if a.pool.RefCount(id) == a.pool.Pinned(id) {
+				releasable++
+			}
+		}
+	}
+	return releasable > 0 && ns.Needed <= ns.Free+releasable
+}
+
+// retryParked runs the parked requests again, in order.
+func (a *GPUActor) retryParked(ctx actor.Context) {
+	list := a.parked
+	a.parked = nil
+	for _, f := range list {
+		f(ctx)
+	}
 }
 
 // sealedBlocks appends seq's full, cached blocks not yet written down; with
@@ -757,9 +836,10 @@ func (a *GPUActor) maybeFlushed() {
 func (a *GPUActor) stopped() {
 	for _, p := range a.lookups {
 		for _, i := range p.reqs {
-			p.res.Results[i].Err = ErrStopped
+			p.b.res.Results[i].Err = ErrStopped
 		}
-		p.batch.Reply <- p.res
+		p.b.ready = true
+		p.b.maybeSend()
 	}
 	a.lookups = map[uint64]*pendingAlloc{}
 	// A waiter completes once every copy it waits on has left the stream, so
