@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/kvtier/kvtier/disk"
 )
 
@@ -145,5 +147,85 @@ func TestDiskConfigErrors(t *testing.T) {
 		if _, err := New(c); !errors.Is(err, ErrBadConfig) {
 			t.Fatalf("%+v: %v", c, err)
 		}
+	}
+}
+
+// TestDiskIngestAll: with DiskIngestion IngestAll every block committed to
+// pinned memory is written through to disk, with no pinned eviction needed.
+func TestDiskIngestAll(t *testing.T) {
+	ctx := context.Background()
+	cfg := diskConfig(t, t.TempDir())
+	cfg.PinnedBytes = 64 * 4096
+	cfg.Ingestion, cfg.DiskIngestion = IngestAll, IngestAll
+	m := newManager(t, cfg)
+	a := toks(100, 3*bt)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	m.Free(ctx, 1)
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := m.Exists(ctx, a, "")
+	if p.GPUTokens != len(a) || p.PinnedTokens != len(a) || p.DiskTokens != len(a) {
+		t.Fatalf("presence %+v, want the chain in every tier", p)
+	}
+	if st, _ := m.Stats(ctx); st.Pinned.Evictions != 0 {
+		t.Fatalf("pinned evicted %d blocks", st.Pinned.Evictions)
+	}
+}
+
+// TestDiskIngestHot: with DiskIngestion IngestHot a pinned block goes to disk
+// only after HotHits fetches from pinned memory.
+func TestDiskIngestHot(t *testing.T) {
+	ctx := context.Background()
+	cfg := diskConfig(t, t.TempDir())
+	cfg.GPUBlocks, cfg.PinnedBytes = 4, 64*4096
+	cfg.Ingestion, cfg.DiskIngestion, cfg.HotHits = IngestAll, IngestHot, 2
+	m := newManager(t, cfg)
+	a := toks(100, 2*bt)
+	onDisk := func() int {
+		m.Flush(ctx)
+		p, _ := m.Exists(ctx, a, "")
+		return p.DiskTokens
+	}
+	for i := range 3 {
+		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(i), Tokens: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+		m.Free(ctx, uint64(i))
+		evictAll(t, m, 4) // push a off the GPU so the next allocation fetches it from pinned
+		want := 0
+		if i == 2 { // fetched from pinned at allocations 2 and 3
+			want = len(a)
+		}
+		if got := onDisk(); got != want {
+			t.Fatalf("after %d allocations disk holds %d tokens, want %d", i+1, got, want)
+		}
+	}
+}
+
+// TestAttachToActorSystem: kvtier's actors can live in the caller's actor system,
+// which Close leaves running.
+func TestAttachToActorSystem(t *testing.T) {
+	ctx := context.Background()
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	m, err := New(Config{GPUBlocks: 8, BlockTokens: bt, PinnedBytes: 1 << 20, System: sys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 2*bt)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sys.IsStopped() {
+		t.Fatal("Close stopped the caller's actor system")
 	}
 }
