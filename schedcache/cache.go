@@ -1,0 +1,161 @@
+package schedcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/scheduler"
+)
+
+// Options tunes a Cache. The zero value is valid.
+type Options struct {
+	// Sync flushes the Manager after every Allocate, Append and Free, so that
+	// every tier write a call started has finished before the scheduler's next
+	// call: replays become repeatable. See the package doc.
+	Sync bool
+}
+
+// Cache is a scheduler.Cache over a kvtier Manager. Like the scheduler that
+// drives it, it is not safe for concurrent use. It does not own the Manager:
+// the caller closes it after the run.
+type Cache struct {
+	m    *kvtier.Manager
+	opts Options
+
+	// scratch, reused between calls (the Manager copies what it keeps)
+	reqs  []kvtier.AllocRequest
+	items []kvtier.AppendItem
+	toks  []int64
+	seqs  []uint64
+}
+
+var _ scheduler.Cache = (*Cache)(nil)
+
+// New returns a Cache over m. m must not be nil.
+func New(m *kvtier.Manager, opts Options) *Cache {
+	if m == nil {
+		panic("kvtier: schedcache.New: nil Manager")
+	}
+	return &Cache{m: m, opts: opts}
+}
+
+// Manager returns the Manager the Cache drives.
+func (c *Cache) Manager() *kvtier.Manager { return c.m }
+
+// noBlocks maps the Manager's "no space" error to scheduler.ErrNoBlocks,
+// keeping the original in the chain; other errors pass unchanged.
+func noBlocks(err error) error {
+	if err != nil && errors.Is(err, kvtier.ErrNoSpace) {
+		return fmt.Errorf("schedcache: %w: %w", scheduler.ErrNoBlocks, err)
+	}
+	return err
+}
+
+// Allocate implements scheduler.Cache with one Manager.AllocateBatch.
+func (c *Cache) Allocate(ctx context.Context, reqs []scheduler.AllocReq) ([]scheduler.AllocOutcome, error) {
+	c.reqs = c.reqs[:0]
+	for _, r := range reqs {
+		c.reqs = append(c.reqs, kvtier.AllocRequest{Seq: uint64(r.Seq), Tokens: r.Tokens, Salt: r.Salt})
+	}
+	res, err := c.m.AllocateBatch(ctx, c.reqs)
+	clear(c.reqs) // drop references to the scheduler's token slices
+	if err != nil {
+		return nil, fmt.Errorf("schedcache: allocate %d sequences: %w", len(reqs), err)
+	}
+	if len(res) != len(reqs) {
+		return nil, fmt.Errorf("schedcache: allocate: %d results for %d requests", len(res), len(reqs))
+	}
+	outs := make([]scheduler.AllocOutcome, len(res))
+	for i := range res {
+		outs[i] = outcome(&res[i])
+	}
+	return outs, c.sync(ctx)
+}
+
+// outcome turns one Manager result into the scheduler's view of it.
+func outcome(r *kvtier.AllocResult) scheduler.AllocOutcome {
+	if r.Err != nil {
+		return scheduler.AllocOutcome{Err: noBlocks(r.Err)}
+	}
+	o := scheduler.AllocOutcome{GPUTokens: r.GPUTokens, PinnedTokens: r.PinnedTokens, DiskTokens: r.DiskTokens}
+	lower := r.PinnedTokens + r.DiskTokens
+	if lower == 0 || r.Ready == nil {
+		// Nothing loads. Ready may still wait on the offload of blocks this
+		// allocation evicted; the scheduler writes no KV, so it need not wait.
+		return o
+	}
+	ready, gpu := r.Ready, r.GPUTokens
+	o.Ready = ready.Done()
+	o.Loaded = func() int { return min(max(ready.Outcome().ValidTokens-gpu, 0), lower) }
+	return o
+}
+
+// Append implements scheduler.Cache with one Manager.AppendBatch.
+func (c *Cache) Append(ctx context.Context, seqs []scheduler.SeqID, tokens []int64) ([]error, error) {
+	if len(seqs) != len(tokens) {
+		return nil, fmt.Errorf("schedcache: append: %d sequences, %d tokens", len(seqs), len(tokens))
+	}
+	c.items = c.items[:0]
+	c.toks = append(c.toks[:0], tokens...)
+	for i, s := range seqs {
+		c.items = append(c.items, kvtier.AppendItem{Seq: uint64(s), Tokens: c.toks[i : i+1 : i+1]})
+	}
+	errs, err := c.m.AppendBatch(ctx, c.items)
+	if err != nil {
+		return nil, fmt.Errorf("schedcache: append to %d sequences: %w", len(seqs), err)
+	}
+	if len(errs) != len(seqs) {
+		return nil, fmt.Errorf("schedcache: append: %d results for %d sequences", len(errs), len(seqs))
+	}
+	for i := range errs {
+		errs[i] = noBlocks(errs[i])
+	}
+	return errs, c.sync(ctx)
+}
+
+// Free implements scheduler.Cache with one Manager.FreeBatch. The first
+// per-sequence error, if any, is returned (joined with the others).
+func (c *Cache) Free(ctx context.Context, seqs []scheduler.SeqID) error {
+	c.seqs = c.seqs[:0]
+	for _, s := range seqs {
+		c.seqs = append(c.seqs, uint64(s))
+	}
+	errs, err := c.m.FreeBatch(ctx, c.seqs)
+	if err != nil {
+		return fmt.Errorf("schedcache: free %d sequences: %w", len(seqs), err)
+	}
+	var bad []error
+	for i, e := range errs {
+		if e != nil {
+			bad = append(bad, fmt.Errorf("sequence %d: %w", seqs[i], e))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("schedcache: free: %w", errors.Join(bad...))
+	}
+	return c.sync(ctx)
+}
+
+// Swap implements scheduler.Cache. The Manager cannot move a live sequence's
+// blocks to pinned memory, so Swap changes nothing and answers
+// scheduler.ErrUnsupported: the scheduler recomputes instead.
+func (c *Cache) Swap(context.Context, []scheduler.SeqID) error {
+	return fmt.Errorf("schedcache: swap: the kvtier Manager has no swap-out call: %w", scheduler.ErrUnsupported)
+}
+
+// Flush implements scheduler.Cache with Manager.Flush.
+func (c *Cache) Flush(ctx context.Context) error {
+	if err := c.m.Flush(ctx); err != nil {
+		return fmt.Errorf("schedcache: flush: %w", err)
+	}
+	return nil
+}
+
+func (c *Cache) sync(ctx context.Context) error {
+	if !c.opts.Sync {
+		return nil
+	}
+	return c.Flush(ctx)
+}

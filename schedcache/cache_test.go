@@ -1,0 +1,247 @@
+package schedcache
+
+import (
+	"context"
+	"errors"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/scheduler"
+	"github.com/kvtier/kvtier/trace"
+)
+
+const blockTokens = 4
+
+func newManager(t *testing.T, cfg kvtier.Config) *kvtier.Manager {
+	t.Helper()
+	if cfg.BlockTokens == 0 {
+		cfg.BlockTokens = blockTokens
+	}
+	cfg.ReadDeadlineBase = -1
+	m, err := kvtier.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return m
+}
+
+// pinnedBytes is the capacity of n pinned slots: a slot is a block rounded up
+// to whole pages.
+func pinnedBytes(t *testing.T, n, blockTokens int) int64 {
+	t.Helper()
+	layout, err := gpu.NewLayout(gpu.TinySpec, blockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := os.Getpagesize()
+	return int64(n) * int64((layout.BlockBytes()+page-1)/page*page)
+}
+
+func seqTokens(first, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(first + i)
+	}
+	return out
+}
+
+func allocOne(t *testing.T, c *Cache, seq scheduler.SeqID, toks []int64) scheduler.AllocOutcome {
+	t.Helper()
+	outs, err := c.Allocate(context.Background(), []scheduler.AllocReq{{Seq: seq, Tokens: toks}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 1 {
+		t.Fatalf("%d outcomes for one request", len(outs))
+	}
+	return outs[0]
+}
+
+func TestAllocateHitsAndNoSpace(t *testing.T) {
+	ctx := context.Background()
+	c := New(newManager(t, kvtier.Config{GPUBlocks: 4}), Options{Sync: true})
+	prompt := seqTokens(100, 9) // two full blocks and one token
+	o := allocOne(t, c, 1, prompt)
+	if o.Err != nil || o.GPUTokens != 0 || o.Ready != nil || o.Loaded != nil {
+		t.Fatalf("first allocation: %+v", o)
+	}
+	if err := c.Free(ctx, []scheduler.SeqID{1}); err != nil {
+		t.Fatal(err)
+	}
+	if o = allocOne(t, c, 2, prompt); o.Err != nil || o.GPUTokens != 8 {
+		t.Fatalf("second allocation of the same prompt: %+v, want 8 GPU tokens", o)
+	}
+	// seq 2 holds 3 of 4 blocks: 8 more tokens cannot fit.
+	o = allocOne(t, c, 3, seqTokens(500, 8))
+	if !errors.Is(o.Err, scheduler.ErrNoBlocks) || !errors.Is(o.Err, kvtier.ErrNoSpace) {
+		t.Fatalf("allocation over capacity: %v, want ErrNoBlocks wrapping ErrNoSpace", o.Err)
+	}
+	var ns *blockpool.NoSpaceError
+	if !errors.As(o.Err, &ns) || ns.Needed != 2 {
+		t.Fatalf("allocation over capacity: %v, want a *blockpool.NoSpaceError needing 2", o.Err)
+	}
+}
+
+func TestAllocateBatchIsOneCallPerStep(t *testing.T) {
+	c := New(newManager(t, kvtier.Config{GPUBlocks: 3}), Options{})
+	outs, err := c.Allocate(context.Background(), []scheduler.AllocReq{
+		{Seq: 1, Tokens: seqTokens(0, 8)},
+		{Seq: 2, Tokens: seqTokens(50, 8)}, // 2 more blocks: only 1 left
+		{Seq: 3, Tokens: seqTokens(90, 3)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 3 || outs[0].Err != nil || !errors.Is(outs[1].Err, scheduler.ErrNoBlocks) || outs[2].Err != nil {
+		t.Fatalf("outcomes %+v: want ok, ErrNoBlocks, ok", outs)
+	}
+}
+
+func TestAppendMapsNoSpace(t *testing.T) {
+	ctx := context.Background()
+	c := New(newManager(t, kvtier.Config{GPUBlocks: 3}), Options{Sync: true})
+	if o := allocOne(t, c, 1, seqTokens(0, 4)); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	if o := allocOne(t, c, 2, seqTokens(100, 7)); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	// seq 1 needs a new block (the pool has none); seq 2 fills its second block.
+	errs, err := c.Append(ctx, []scheduler.SeqID{1, 2}, []int64{7, 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 2 || !errors.Is(errs[0], scheduler.ErrNoBlocks) || errs[1] != nil {
+		t.Fatalf("append errors %v: want [ErrNoBlocks, nil]", errs)
+	}
+	if _, err := c.Append(ctx, []scheduler.SeqID{1}, nil); err == nil {
+		t.Fatal("append with fewer tokens than sequences: no error")
+	}
+	if err := c.Free(ctx, []scheduler.SeqID{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Free(ctx, []scheduler.SeqID{1}); err == nil {
+		t.Fatal("freeing a freed sequence: no error")
+	}
+}
+
+// TestOnboardFromPinned: a prompt whose blocks were evicted from the GPU comes
+// back from pinned memory, and Loaded reports every one of its tokens.
+func TestOnboardFromPinned(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, kvtier.Config{GPUBlocks: 4, PinnedBytes: pinnedBytes(t, 32, blockTokens)})
+	c := New(m, Options{Sync: true})
+	prompt := seqTokens(1000, 13) // three full blocks
+	if o := allocOne(t, c, 1, prompt); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	if err := c.Free(ctx, []scheduler.SeqID{1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // push the prompt's blocks out of the GPU
+		id := scheduler.SeqID(10 + i)
+		if o := allocOne(t, c, id, seqTokens(2000+100*i, 16)); o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		if err := c.Free(ctx, []scheduler.SeqID{id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := allocOne(t, c, 2, prompt)
+	if o.Err != nil || o.PinnedTokens == 0 || o.Ready == nil || o.Loaded == nil {
+		t.Fatalf("reallocation after eviction: %+v, want a load from pinned memory", o)
+	}
+	<-o.Ready
+	if got, want := o.Loaded(), o.PinnedTokens+o.DiskTokens; got != want {
+		t.Fatalf("Loaded() = %d, want %d", got, want)
+	}
+	if o.GPUTokens+o.PinnedTokens != 12 {
+		t.Fatalf("GPU %d + pinned %d tokens, want the 12 of three full blocks", o.GPUTokens, o.PinnedTokens)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GPU.Onboarded == 0 {
+		t.Fatalf("stats count no onboarded block: %v", st.GPU)
+	}
+}
+
+func TestSwapUnsupported(t *testing.T) {
+	c := New(newManager(t, kvtier.Config{GPUBlocks: 2}), Options{})
+	if err := c.Swap(context.Background(), []scheduler.SeqID{1}); !errors.Is(err, scheduler.ErrUnsupported) {
+		t.Fatalf("Swap: %v, want ErrUnsupported", err)
+	}
+}
+
+func TestClosedManager(t *testing.T) {
+	m, err := kvtier.New(kvtier.Config{GPUBlocks: 2, BlockTokens: blockTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := New(m, Options{})
+	if _, err := c.Allocate(context.Background(), []scheduler.AllocReq{{Seq: 1, Tokens: seqTokens(0, 3)}}); !errors.Is(err, kvtier.ErrClosed) {
+		t.Fatalf("Allocate after Close: %v, want ErrClosed", err)
+	}
+	if err := c.Flush(context.Background()); !errors.Is(err, kvtier.ErrClosed) {
+		t.Fatalf("Flush after Close: %v, want ErrClosed", err)
+	}
+}
+
+// smallTrace is a synthetic multi-turn workload small enough for -race.
+func smallTrace(t *testing.T) []trace.Request {
+	t.Helper()
+	cfg := trace.DefaultSyntheticConfig()
+	cfg.Sessions, cfg.Concurrency, cfg.RatePerSecond = 16, 6, 20
+	cfg.Turns = trace.IntRange{Min: 1, Max: 4}
+	cfg.SystemPrompts, cfg.SystemTokens = 2, trace.IntRange{Min: 512, Max: 1024}
+	cfg.UserTokens, cfg.OutputTokens = trace.IntRange{Min: 256, Max: 768}, trace.IntRange{Min: 2, Max: 8}
+	cfg.MaxInputTokens = 4096
+	reqs, err := trace.Synthetic(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reqs
+}
+
+// TestRunThroughEveryTier replays a small trace through GPU, pinned memory and
+// disk twice: the scheduler runs to the end, lower tiers serve hits, and with
+// Sync the two runs agree exactly.
+func TestRunThroughEveryTier(t *testing.T) {
+	reqs := smallTrace(t)
+	replay := func() scheduler.Result {
+		m := newManager(t, kvtier.Config{
+			GPUBlocks: 80, BlockTokens: 64,
+			PinnedBytes: pinnedBytes(t, 160, 64),
+			DiskDir:     t.TempDir(), DiskBytes: 4 << 20, DiskWriteQuota: 1 << 10,
+		})
+		res, err := scheduler.Run(context.Background(), New(m, Options{Sync: true}), reqs,
+			scheduler.Config{MaxNumBatchedTokens: 256, Vocab: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a := replay()
+	if a.Requests != len(reqs) {
+		t.Fatalf("%d of %d requests finished", a.Requests, len(reqs))
+	}
+	if a.GPUTokens == 0 || a.PinnedTokens+a.DiskTokens == 0 {
+		t.Fatalf("hits GPU %d, pinned %d, disk %d: want hits on the GPU and below it", a.GPUTokens, a.PinnedTokens, a.DiskTokens)
+	}
+	if b := replay(); !reflect.DeepEqual(a, b) {
+		t.Fatalf("two runs differ:\n%+v\n%+v", a, b)
+	}
+}

@@ -1,0 +1,49 @@
+// Package schedcache adapts a kvtier Manager to the scheduler's Cache
+// interface, so that scheduler.Run replays a trace through the real tiers:
+// the GPU block pool, pinned host memory and disk, with real copies between
+// them.
+//
+// # Mapping
+//
+// Each scheduler call becomes one Manager message: Allocate one AllocateBatch,
+// Append one AppendBatch, Free one FreeBatch, Flush one Manager.Flush. The
+// Manager's "no space" error (kvtier.ErrNoSpace, a *blockpool.NoSpaceError)
+// becomes scheduler.ErrNoBlocks, wrapping the original. An allocation reports
+// the result's GPUTokens, PinnedTokens and DiskTokens; its Ready channel is the
+// Manager's completion, and Loaded is the completion's ValidTokens minus the
+// GPU tokens: a load that missed the Manager's read deadline or failed leaves
+// the rest to recompute.
+//
+// # Swap
+//
+// The Manager has no call that moves a live sequence's blocks to pinned memory,
+// so Swap answers scheduler.ErrUnsupported and the scheduler preempts by
+// recomputation. The preempted sequence's full blocks stay cached on the GPU
+// when it is freed and go down to pinned memory when evicted, so a readmission
+// still finds much of its prefix.
+//
+// # Determinism
+//
+// The Manager's tier writes run asynchronously: whether a block evicted in one
+// step is in pinned memory when the next step looks it up depends on goroutine
+// timing. Options.Sync puts a Flush barrier after every call that may start
+// writes, so that a replay gives the same numbers every time (at the cost of a
+// round trip through each tier actor per call). Disable the Manager's wall-clock
+// read deadline (kvtier.Config.ReadDeadlineBase < 0) as well; the scheduler's
+// Timeout policy then bounds loads on the run's own clock.
+//
+// Sync cannot order what happens inside one Manager call. Two races remain
+// with a disk tier: a disk write quota (kvtier.Config.DiskWriteQuota) that a
+// step's writes reach denies a timing-dependent number of them, and when the
+// pinned tier is so small that it drains to disk everything it takes in, an
+// allocation's disk lookup races the drains its own evictions start. Give
+// the disk a quota the run never reaches and the pinned tier room (at least 16
+// times Config.OffloadAhead slots) and replays repeat exactly.
+//
+// # Usage
+//
+//	m, err := kvtier.New(kvtier.Config{GPUBlocks: 1024, BlockTokens: 512, PinnedBytes: 128 << 20})
+//	if err != nil { ... }
+//	defer m.Close(ctx)
+//	res, err := scheduler.Run(ctx, schedcache.New(m, schedcache.Options{Sync: true}), trace.Sample(), scheduler.Config{})
+package schedcache
