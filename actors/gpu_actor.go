@@ -97,6 +97,7 @@ type GPUActor struct {
 	parked  []func(actor.Context)
 	stats   messages.TierStats
 	evicted []blockpool.Evicted
+	scratch []blockpool.BlockID
 }
 
 // NewGPUActor returns the actor's producer.
@@ -220,7 +221,7 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 			a.offloadCopied(ctx, m)
 		}
 	case *fetchTimeout:
-		a.fetchLate(m.id)
+		a.fetchLate(ctx, m.id)
 	case *messages.AppendBatch:
 		a.appendBatch(ctx, m)
 	case *messages.FreeBatch:
@@ -639,7 +640,7 @@ func (a *GPUActor) fetchCopied(ctx actor.Context, m *copyDone) {
 
 // fetchLate turns a load that missed its deadline into a miss: the sequence gets
 // fresh blocks to recompute into while the copy finishes into the old ones.
-func (a *GPUActor) fetchLate(id uint64) {
+func (a *GPUActor) fetchLate(ctx actor.Context, id uint64) {
 	op, ok := a.fetches[id]
 	if !ok || op.copied || op.late {
 		return
@@ -654,6 +655,7 @@ func (a *GPUActor) fetchLate(id uint64) {
 			if op.first+i < len(table) && table[op.first+i] == old {
 				if fresh, err := a.pool.Detach(op.w.seq, op.first+i); err == nil {
 					table[op.first+i] = fresh
+					a.flags[fresh], a.hits[fresh] = 0, 0
 				}
 			}
 		}
@@ -661,6 +663,9 @@ func (a *GPUActor) fetchLate(id uint64) {
 	}
 	op.w.out.Late += len(op.blocks)
 	a.stats.Timeouts += uint64(len(op.blocks))
+	// The fresh blocks may have evicted cached contents: those leave before the
+	// caller is told to write.
+	a.offloadEvicted(ctx, op.w)
 	op.w.done(a)
 }
 
@@ -693,7 +698,18 @@ func (a *GPUActor) appendBatch(ctx actor.Context, m *messages.AppendBatch) {
 // appendOne appends it, parking it (w waits) while offloads ahead of need pin
 // the blocks it needs.
 func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *error, w *waiter) error {
-	err := a.pool.AppendTokens(blockpool.SeqID(it.Seq), it.Tokens)
+	seq := blockpool.SeqID(it.Seq)
+	before, _ := a.pool.Table(a.scratch[:0], seq)
+	n0 := len(before)
+	err := a.pool.AppendTokens(seq, it.Tokens)
+	if err == nil {
+		// Blocks the append took start with no copy below and no hits.
+		after, _ := a.pool.Table(before[:0], seq)
+		for _, id := range after[n0:] {
+			a.flags[id], a.hits[id] = 0, 0
+		}
+		a.scratch = after
+	}
 	if a.parkable(err) {
 		w.pending++
 		a.parked = append(a.parked, func(ctx actor.Context) {
