@@ -11,9 +11,13 @@ import (
 
 // Options tunes a Cache. The zero value is valid.
 type Options struct {
-	// Sync flushes the Manager after every Allocate, Append and Free, so that
-	// every tier write a call started has finished before the scheduler's next
-	// call: replays become repeatable. See the package doc.
+	// Sync makes every call finish its tier work before it returns: Allocate
+	// waits for each allocation's copies (its Ready), and Allocate, Append
+	// and Free flush the Manager, so every tier write a call started has
+	// finished before the scheduler's next call. Under the scheduler's logical
+	// clock replays become repeatable (loads still take their modelled time);
+	// under the wall clock it would hide the copies' real time. See the
+	// package doc.
 	Sync bool
 }
 
@@ -66,6 +70,17 @@ func (c *Cache) Allocate(ctx context.Context, reqs []scheduler.AllocReq) ([]sche
 	}
 	if len(res) != len(reqs) {
 		return nil, fmt.Errorf("schedcache: allocate: %d results for %d requests", len(res), len(reqs))
+	}
+	if c.opts.Sync {
+		for i := range res {
+			if r := &res[i]; r.Err == nil && r.Ready != nil {
+				select {
+				case <-r.Ready.Done():
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+		}
 	}
 	outs := make([]scheduler.AllocOutcome, len(res))
 	for i := range res {

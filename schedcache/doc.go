@@ -24,11 +24,13 @@
 //
 // # Determinism
 //
-// The Manager's tier writes run asynchronously: whether a block evicted in one
-// step is in pinned memory when the next step looks it up depends on goroutine
-// timing. Options.Sync puts a Flush barrier after every call that may start
-// writes, so that a replay gives the same numbers every time (at the cost of a
-// round trip through each tier actor per call). Disable the Manager's wall-clock
+// The Manager's copies run asynchronously: whether a block evicted in one step
+// is in pinned memory when the next step looks it up, and whether a load's
+// Ready is closed when the scheduler next looks at it, depend on goroutine
+// timing. Options.Sync makes Allocate wait for its loads and puts a Flush
+// barrier after every call that may start writes, so that a replay on the
+// scheduler's logical clock gives the same numbers every time (at the cost of
+// a round trip through each tier actor per call). Disable the Manager's wall-clock
 // read deadline (kvtier.Config.ReadDeadlineBase < 0) as well; the scheduler's
 // Timeout policy then bounds loads on the run's own clock.
 //
@@ -37,8 +39,10 @@
 // step's writes reach denies a timing-dependent number of them, and when the
 // pinned tier is so small that it drains to disk everything it takes in, an
 // allocation's disk lookup races the drains its own evictions start. Give
-// the disk a quota the run never reaches and the pinned tier room (at least 16
-// times Config.OffloadAhead slots) and replays repeat exactly.
+// the disk a quota the run never reaches and the pinned tier room beyond what
+// it drains ahead of need (max(OffloadAhead, slots/16) free slots): in the
+// tests, 160 and 4,096 pinned slots replay exactly, 48 slots (all drained
+// ahead of need with the default OffloadAhead of 64) do not.
 //
 // # Usage
 //
