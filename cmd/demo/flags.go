@@ -1,0 +1,254 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/policy"
+	"github.com/kvtier/kvtier/scheduler"
+	"github.com/kvtier/kvtier/trace"
+)
+
+// Default capacities, in blocks of -block-tokens tokens. At Llama-3-8B's
+// 128 KiB a token a 512-token block is 64 MiB, so the GPU's 1,024 blocks are
+// the 64 GiB an 80 GB H100 has left for KV after the model's 16 GB, pinned
+// 4,096 blocks are 256 GiB of host memory and the disk 16,384 blocks 1 TiB of
+// NVMe. The embedded sample references 13,712 distinct blocks, so the GPU
+// evicts, pinned memory keeps about a third of them and the disk all.
+const (
+	defaultGPUBlocks    = 1024
+	defaultPinnedBlocks = 4096
+	defaultDiskBlocks   = 16384
+)
+
+// defaultTimeScale stretches the trace's arrivals three times. The Mooncake
+// trace was served by a cluster; one modelled H100 prefills about 30k tokens a
+// second, and the sample brings 8.3M prompt tokens in its first 201 s (41k a
+// second), so at the trace's own rate the queue only grows and TTFT measures
+// the backlog. Three times slower the GPU runs near its capacity, where
+// the tokens a tier saves show in TTFT. The full trace (145M tokens in
+// 3,537 s) is at 45% of capacity at this scale and over it at 1.
+const defaultTimeScale = 3
+
+// options is the parsed command line.
+type options struct {
+	tracePath string
+	skipBad   bool
+	limit     int
+	timeScale float64
+
+	configs      []tierSet
+	gpuBlocks    int
+	pinnedBlocks int
+	diskBlocks   int
+	diskDir      string
+	blockTokens  int
+
+	pinnedPolicy  policy.Kind
+	diskPolicy    policy.Kind
+	ingestion     kvtier.Ingestion
+	diskIngestion kvtier.Ingestion
+	readDeadline  time.Duration
+	sync          bool
+	writeQuota    int
+	diskQuota     int
+
+	onboard        scheduler.OnboardPolicy
+	onboardTimeout time.Duration
+	onboardPer1K   time.Duration
+	preempt        scheduler.PreemptPolicy
+	maxSeqs        int
+	maxBatched     int
+	maxOutput      int
+	vocab          int
+	seriesInterval time.Duration
+
+	plotPath string
+	jsonPath string
+	progress bool
+}
+
+// tierSet is one configuration of the side-by-side run: which tiers it has.
+type tierSet int
+
+const (
+	gpuOnly tierSet = iota + 1
+	withPinned
+	withDisk
+)
+
+func (t tierSet) String() string {
+	switch t {
+	case gpuOnly:
+		return "gpu"
+	case withPinned:
+		return "gpu+pinned"
+	case withDisk:
+		return "gpu+pinned+disk"
+	}
+	return fmt.Sprintf("tierSet(%d)", int(t))
+}
+
+func parseTierSets(s string) ([]tierSet, error) {
+	var out []tierSet
+	seen := map[tierSet]bool{}
+	for _, f := range strings.Split(s, ",") {
+		var t tierSet
+		switch strings.ToLower(strings.TrimSpace(f)) {
+		case "gpu":
+			t = gpuOnly
+		case "pinned", "gpu+pinned":
+			t = withPinned
+		case "disk", "gpu+pinned+disk":
+			t = withDisk
+		default:
+			return nil, fmt.Errorf("%q is not gpu, pinned or disk", f)
+		}
+		if seen[t] {
+			return nil, fmt.Errorf("%q named twice", f)
+		}
+		seen[t] = true
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func parseIngestion(s string) (kvtier.Ingestion, error) {
+	switch strings.ToLower(s) {
+	case "evict":
+		return kvtier.IngestEvict, nil
+	case "all":
+		return kvtier.IngestAll, nil
+	case "hot":
+		return kvtier.IngestHot, nil
+	}
+	return 0, fmt.Errorf("%q is not evict, all or hot", s)
+}
+
+func parseOnboard(s string) (scheduler.OnboardPolicy, error) {
+	switch strings.ToLower(s) {
+	case "wait":
+		return scheduler.Wait, nil
+	case "timeout":
+		return scheduler.Timeout, nil
+	case "best-effort", "besteffort":
+		return scheduler.BestEffort, nil
+	}
+	return 0, fmt.Errorf("%q is not wait, timeout or best-effort", s)
+}
+
+func parsePreempt(s string) (scheduler.PreemptPolicy, error) {
+	switch strings.ToLower(s) {
+	case "recompute":
+		return scheduler.Recompute, nil
+	case "swap":
+		return scheduler.Swap, nil
+	}
+	return 0, fmt.Errorf("%q is not recompute or swap", s)
+}
+
+// parseFlags parses args; usage and errors go to stderr.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	var configs, pinPol, diskPol, ingest, diskIngest, onboard, preempt string
+	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace, e.g. ../shared/traces/conversation_trace.jsonl (default: the embedded 600-request sample)")
+	fs.BoolVar(&o.skipBad, "skip-bad-lines", false, "skip malformed trace lines instead of stopping at the first")
+	fs.IntVar(&o.limit, "limit", 0, "replay only the first N requests (0: all)")
+	fs.Float64Var(&o.timeScale, "time-scale", defaultTimeScale, "multiply arrival times: 1 is the trace's own rate, 2 half of it")
+
+	fs.StringVar(&configs, "configs", "gpu,pinned,disk", "configurations to run side by side: gpu (GPU only), pinned (GPU + pinned), disk (GPU + pinned + disk)")
+	fs.IntVar(&o.gpuBlocks, "gpu-blocks", defaultGPUBlocks, "GPU capacity in blocks")
+	fs.IntVar(&o.pinnedBlocks, "pinned-blocks", defaultPinnedBlocks, "pinned host memory capacity in blocks")
+	fs.IntVar(&o.diskBlocks, "disk-blocks", defaultDiskBlocks, "disk capacity in blocks")
+	fs.StringVar(&o.diskDir, "disk-dir", "", "put the disk tier's files in a fresh subdirectory of this directory, removed at exit (default: the system temporary directory)")
+	fs.IntVar(&o.blockTokens, "block-tokens", trace.BlockTokens, "tokens per block")
+
+	fs.StringVar(&pinPol, "pinned-policy", "lru", "pinned tier eviction policy: lru, fifo, s3fifo, arc")
+	fs.StringVar(&diskPol, "disk-policy", "lru", "disk tier eviction policy: lru, fifo, s3fifo, arc")
+	fs.StringVar(&ingest, "ingestion", "evict", "when GPU blocks are written to pinned memory: evict (before reuse), all (as soon as complete), hot (after -hot-hits)")
+	fs.StringVar(&diskIngest, "disk-ingestion", "evict", "when pinned blocks are written to disk: evict, all, hot")
+	fs.DurationVar(&o.readDeadline, "read-deadline", 0, "the Manager's wall-clock deadline for a load from pinned memory or disk (0: none, for repeatable runs)")
+	fs.IntVar(&o.writeQuota, "write-quota", 256, "GPU -> pinned writes in flight before more are denied")
+	fs.IntVar(&o.diskQuota, "disk-write-quota", 4096, "pinned -> disk writes in flight before more are denied (the Manager's default is 64; a quota the demo never reaches keeps runs repeatable)")
+	fs.BoolVar(&o.sync, "sync", true, "flush the Manager's tier writes after every scheduler call, so runs are repeatable")
+
+	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")
+	fs.DurationVar(&o.onboardTimeout, "onboard-timeout", scheduler.DefaultOnboardTimeout, "-onboard timeout: base allowance (logical time)")
+	fs.DurationVar(&o.onboardPer1K, "onboard-timeout-per-1k", scheduler.DefaultOnboardTimeoutPer1K, "-onboard timeout: allowance per 1,000 loading tokens")
+	fs.StringVar(&preempt, "preempt", "recompute", "preemption: recompute, or swap (the Manager cannot swap: falls back to recompute)")
+	fs.IntVar(&o.maxSeqs, "max-seqs", scheduler.DefaultMaxNumSeqs, "max sequences admitted at once")
+	fs.IntVar(&o.maxBatched, "max-batched-tokens", scheduler.DefaultMaxNumBatchedTokens, "max tokens computed in one step (longer prompts are prefilled in chunks)")
+	fs.IntVar(&o.maxOutput, "max-output", 0, "cap each request's output tokens (0: the trace's output_length)")
+	fs.IntVar(&o.vocab, "vocab", scheduler.DefaultVocab, "vocabulary size for the synthetic token ids")
+	fs.DurationVar(&o.seriesInterval, "series-interval", scheduler.DefaultSeriesInterval, "width of one point of the hit-ratio-over-time series (trace time)")
+
+	fs.StringVar(&o.plotPath, "plot", "kvtier-demo.png", `write the TTFT CDF and hit ratio over time to this file (.png or .svg; "" to skip)`)
+	fs.StringVar(&o.jsonPath, "json", "", `write the numbers as JSON to this file ("-": stdout, and the table goes to stderr)`)
+	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when stderr is not a terminal")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+
+	var errs []error
+	bad := func(flag string, err error) { errs = append(errs, fmt.Errorf("-%s: %w", flag, err)) }
+	var err error
+	if o.configs, err = parseTierSets(configs); err != nil {
+		bad("configs", err)
+	}
+	if o.pinnedPolicy, err = policy.ParseKind(pinPol); err != nil {
+		bad("pinned-policy", err)
+	}
+	if o.diskPolicy, err = policy.ParseKind(diskPol); err != nil {
+		bad("disk-policy", err)
+	}
+	if o.ingestion, err = parseIngestion(ingest); err != nil {
+		bad("ingestion", err)
+	}
+	if o.diskIngestion, err = parseIngestion(diskIngest); err != nil {
+		bad("disk-ingestion", err)
+	}
+	if o.onboard, err = parseOnboard(onboard); err != nil {
+		bad("onboard", err)
+	}
+	if o.preempt, err = parsePreempt(preempt); err != nil {
+		bad("preempt", err)
+	}
+	positive := map[string]int{"gpu-blocks": o.gpuBlocks, "block-tokens": o.blockTokens, "max-seqs": o.maxSeqs,
+		"max-batched-tokens": o.maxBatched, "vocab": o.vocab, "write-quota": o.writeQuota, "disk-write-quota": o.diskQuota}
+	for _, name := range []string{"gpu-blocks", "block-tokens", "max-seqs", "max-batched-tokens", "vocab", "write-quota", "disk-write-quota"} {
+		if positive[name] <= 0 {
+			bad(name, fmt.Errorf("%d must be > 0", positive[name]))
+		}
+	}
+	for _, t := range o.configs {
+		if t >= withPinned && o.pinnedBlocks <= 0 {
+			bad("pinned-blocks", fmt.Errorf("%d must be > 0 for the %s configuration", o.pinnedBlocks, t))
+		}
+		if t == withDisk && o.diskBlocks <= 0 {
+			bad("disk-blocks", fmt.Errorf("%d must be > 0 for the %s configuration", o.diskBlocks, t))
+		}
+	}
+	if o.limit < 0 || o.maxOutput < 0 {
+		bad("limit/-max-output", errors.New("must be >= 0"))
+	}
+	if !(o.timeScale > 0) || o.timeScale > 1e6 {
+		bad("time-scale", fmt.Errorf("%v must be > 0", o.timeScale))
+	}
+	if o.readDeadline < 0 || o.onboardTimeout < 0 || o.onboardPer1K < 0 {
+		bad("read-deadline/-onboard-timeout", errors.New("durations must be >= 0"))
+	}
+	if o.seriesInterval <= 0 {
+		bad("series-interval", fmt.Errorf("%v must be > 0", o.seriesInterval))
+	}
+	return o, errors.Join(errs...)
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/schedcache"
+	"github.com/kvtier/kvtier/scheduler"
+	"github.com/kvtier/kvtier/trace"
+)
+
+// outcome is one configuration's replay.
+type outcome struct {
+	tiers  tierSet
+	gpu    int // capacities in blocks (0: tier absent)
+	pinned int
+	disk   int
+	res    scheduler.Result
+	stats  kvtier.Stats
+	ttfts  []time.Duration // per finished request, in trace order
+	wall   time.Duration
+}
+
+// managerConfig returns the Manager configuration for one tier set. Blocks
+// carry the real bytes of gpu.TinySpec (64 B a token, the Manager's default):
+// the copies between tiers are real, at a size a laptop holds.
+func managerConfig(o options, t tierSet, diskDir string) (kvtier.Config, error) {
+	layout, err := gpu.NewLayout(gpu.TinySpec, o.blockTokens)
+	if err != nil {
+		return kvtier.Config{}, err
+	}
+	c := kvtier.Config{
+		GPUBlocks: o.gpuBlocks, BlockTokens: o.blockTokens, Model: gpu.TinySpec, VocabSize: o.vocab,
+		Ingestion: o.ingestion, WriteQuota: o.writeQuota, ReadDeadlineBase: -1,
+	}
+	if o.readDeadline > 0 {
+		c.ReadDeadlineBase, c.ReadDeadlinePerToken = o.readDeadline, 0
+	}
+	if t >= withPinned {
+		c.PinnedBytes = int64(o.pinnedBlocks) * int64(layout.BlockBytes())
+		c.PinnedPolicy = o.pinnedPolicy
+	}
+	if t == withDisk {
+		c.DiskDir = diskDir
+		c.DiskBytes = int64(o.diskBlocks) * disk.SlotBytes(layout.BlockBytes())
+		c.DiskPolicy = o.diskPolicy
+		c.DiskIngestion = o.diskIngestion
+		c.DiskWriteQuota = o.diskQuota
+	}
+	return c, nil
+}
+
+// schedulerConfig returns the scheduler configuration shared by every tier set.
+// Its cost model is the default H100 / Llama-3-8B one: transfer times are for
+// Llama-3-8B's 128 KiB a token, whatever the Manager's blocks really hold.
+func schedulerConfig(o options, onProgress func(scheduler.Progress)) scheduler.Config {
+	return scheduler.Config{
+		MaxNumSeqs: o.maxSeqs, MaxNumBatchedTokens: o.maxBatched, MaxOutputTokens: o.maxOutput,
+		Preempt: o.preempt, Onboard: o.onboard,
+		OnboardTimeout: o.onboardTimeout, OnboardTimeoutPer1K: o.onboardPer1K,
+		TimeScale: o.timeScale, Vocab: o.vocab, SeriesInterval: o.seriesInterval,
+		Progress: onProgress,
+	}
+}
+
+// replay runs reqs through a fresh Manager with the tiers of t. A disk tier
+// lives in a fresh subdirectory of diskRoot.
+func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, diskRoot string, onProgress func(scheduler.Progress)) (out outcome, err error) {
+	out = outcome{tiers: t, gpu: o.gpuBlocks}
+	if t >= withPinned {
+		out.pinned = o.pinnedBlocks
+	}
+	dir := ""
+	if t == withDisk {
+		out.disk = o.diskBlocks
+		if dir, err = os.MkdirTemp(diskRoot, "kvtier-demo-disk-"); err != nil {
+			return out, err
+		}
+		defer func() {
+			if rmErr := os.RemoveAll(dir); err == nil && rmErr != nil {
+				err = rmErr
+			}
+		}()
+	}
+	mc, err := managerConfig(o, t, dir)
+	if err != nil {
+		return out, err
+	}
+	m, err := kvtier.New(mc)
+	if err != nil {
+		return out, err
+	}
+	defer func() {
+		if cerr := m.Close(ctx); err == nil && cerr != nil {
+			err = fmt.Errorf("closing the %s manager: %w", t, cerr)
+		}
+	}()
+	tr := newTTFTTracker(reqs, o.timeScale)
+	cache := &recordingCache{Cache: schedcache.New(m, schedcache.Options{Sync: o.sync}), tr: tr}
+	start := time.Now()
+	s, err := scheduler.New(cache, reqs, schedulerConfig(o, onProgress))
+	if err != nil {
+		return out, err
+	}
+	for !s.Done() {
+		rep, err := s.Step(ctx)
+		if err != nil {
+			return out, fmt.Errorf("%s: step at %v: %w", t, s.Now(), err)
+		}
+		tr.step(rep)
+	}
+	if err := cache.Flush(ctx); err != nil {
+		return out, err
+	}
+	out.wall = time.Since(start)
+	out.res = s.Result()
+	out.ttfts = tr.values()
+	out.stats, err = m.Stats(ctx)
+	return out, err
+}
+
+// diskRootFor returns the directory disk tiers are made under: -disk-dir, or
+// a temporary directory that cleanup removes.
+func diskRootFor(o options) (root string, cleanup func() error, err error) {
+	if o.diskDir != "" {
+		if err := os.MkdirAll(o.diskDir, 0o755); err != nil {
+			return "", nil, err
+		}
+		return filepath.Clean(o.diskDir), func() error { return nil }, nil
+	}
+	root, err = os.MkdirTemp("", "kvtier-demo-")
+	if err != nil {
+		return "", nil, err
+	}
+	return root, func() error { return os.RemoveAll(root) }, nil
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/gpu"
+)
+
+// link is the traffic on one link between tiers, in blocks.
+type link struct {
+	Name   string `json:"name"`
+	Blocks uint64 `json:"blocks"`
+	// Bytes is Blocks at Llama-3-8B's 128 KiB a token (the cost model's
+	// model), not the bytes the demo's small blocks really moved.
+	Bytes int64 `json:"bytes_llama3_8b"`
+}
+
+// links reads the per-link block counts off the Manager's counters:
+// GPU -> pinned is what the GPU offloaded, pinned -> GPU what it onboarded,
+// pinned -> disk what the disk wrote, and disk -> pinned what pinned memory
+// loaded from disk.
+func links(s kvtier.Stats, modelBlockBytes int64) []link {
+	l := []link{
+		{Name: "GPU -> pinned", Blocks: s.GPU.Offloaded},
+		{Name: "pinned -> GPU", Blocks: s.GPU.Onboarded},
+		{Name: "pinned -> disk", Blocks: s.Disk.Offloaded},
+		{Name: "disk -> pinned", Blocks: s.Pinned.Onboarded},
+	}
+	for i := range l {
+		l[i].Bytes = int64(l[i].Blocks) * modelBlockBytes
+	}
+	return l
+}
+
+// modelBlockBytes is a block's size at Llama-3-8B's KV layout.
+func modelBlockBytes(blockTokens int) int64 { return int64(blockBytes(gpu.Llama3_8B, blockTokens)) }
+
+// blockBytes is a block's size under spec (0 for an invalid layout, which
+// New has rejected before any report is made).
+func blockBytes(spec gpu.ModelSpec, blockTokens int) int {
+	l, err := gpu.NewLayout(spec, blockTokens)
+	if err != nil {
+		return 0
+	}
+	return l.BlockBytes()
+}
+
+type jsonTTFT struct {
+	P50, P90, P99, Max, Mean float64 // milliseconds
+}
+
+type jsonPoint struct {
+	StartS         float64 `json:"start_s"`
+	Arrivals       int     `json:"arrivals"`
+	AdmittedTokens int64   `json:"admitted_tokens"`
+	HitTokens      int64   `json:"hit_tokens"`
+	HitRatio       float64 `json:"hit_ratio"`
+	OutputTokens   int64   `json:"output_tokens"`
+}
+
+type jsonConfig struct {
+	Name              string             `json:"name"`
+	GPUBlocks         int                `json:"gpu_blocks"`
+	PinnedBlocks      int                `json:"pinned_blocks"`
+	DiskBlocks        int                `json:"disk_blocks"`
+	Requests          int                `json:"requests"`
+	PromptTokens      int64              `json:"prompt_tokens"`
+	AdmittedTokens    int64              `json:"admitted_tokens"`
+	GPUTokens         int64              `json:"gpu_tokens"`
+	PinnedTokens      int64              `json:"pinned_tokens"`
+	DiskTokens        int64              `json:"disk_tokens"`
+	HitRatio          float64            `json:"hit_ratio"`
+	PrefillTokens     int64              `json:"prefill_tokens"`
+	OutputTokens      int64              `json:"output_tokens"`
+	TTFTMillis        jsonTTFT           `json:"ttft_ms"`
+	DurationS         float64            `json:"duration_s"`
+	OutputTokensPerS  float64            `json:"output_tokens_per_s"`
+	RequestsPerS      float64            `json:"requests_per_s"`
+	Steps             int                `json:"steps"`
+	Preemptions       int                `json:"preemptions"`
+	SwapFallbacks     int                `json:"swap_fallbacks"`
+	Onboarded         int                `json:"onboarded"`
+	TimedOutTransfers int                `json:"timed_out_transfers"`
+	ManagerTimeouts   uint64             `json:"manager_read_timeouts"`
+	Denied            uint64             `json:"denied_writes"`
+	Failed            uint64             `json:"failed_copies"`
+	Links             []link             `json:"links"`
+	Series            []jsonPoint        `json:"series"`
+	Tiers             []kvtier.TierStats `json:"tiers"`
+	WallS             float64            `json:"wall_s"` // replay time on this machine; not repeatable
+}
+
+type jsonReport struct {
+	Trace           string       `json:"trace"`
+	TraceRequests   int          `json:"trace_requests"`
+	BlockTokens     int          `json:"block_tokens"`
+	BlockBytes      int          `json:"block_bytes"`
+	ModelBlockBytes int64        `json:"block_bytes_llama3_8b"`
+	Onboard         string       `json:"onboard"`
+	Preempt         string       `json:"preempt"`
+	PinnedPolicy    string       `json:"pinned_policy"`
+	DiskPolicy      string       `json:"disk_policy"`
+	Ingestion       string       `json:"ingestion"`
+	DiskIngestion   string       `json:"disk_ingestion"`
+	Configs         []jsonConfig `json:"configs"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func newJSONReport(o options, traceName string, nreqs int, outs []outcome) jsonReport {
+	mb := modelBlockBytes(o.blockTokens)
+	r := jsonReport{
+		Trace: traceName, TraceRequests: nreqs, BlockTokens: o.blockTokens, BlockBytes: blockBytes(gpu.TinySpec, o.blockTokens), ModelBlockBytes: mb,
+		Onboard: o.onboard.String(), Preempt: o.preempt.String(), PinnedPolicy: o.pinnedPolicy.String(), DiskPolicy: o.diskPolicy.String(),
+		Ingestion: o.ingestion.String(), DiskIngestion: o.diskIngestion.String(),
+	}
+	for _, out := range outs {
+		res, st := out.res, out.stats
+		c := jsonConfig{
+			Name: out.tiers.String(), GPUBlocks: out.gpu, PinnedBlocks: out.pinned, DiskBlocks: out.disk,
+			Requests: res.Requests, PromptTokens: res.PromptTokens, AdmittedTokens: res.AdmittedTokens,
+			GPUTokens: res.GPUTokens, PinnedTokens: res.PinnedTokens, DiskTokens: res.DiskTokens, HitRatio: res.HitRatio,
+			PrefillTokens: res.PrefillTokens, OutputTokens: res.OutputTokens,
+			TTFTMillis: jsonTTFT{ms(res.TTFT.P50), ms(res.TTFT.P90), ms(res.TTFT.P99), ms(res.TTFT.Max), ms(res.TTFT.Mean)},
+			DurationS:  res.Duration.Seconds(), OutputTokensPerS: res.OutputTokensPerS, RequestsPerS: res.RequestsPerS,
+			Steps: res.Steps, Preemptions: res.Preemptions, SwapFallbacks: res.SwapFallbacks, Onboarded: res.Onboarded,
+			TimedOutTransfers: res.TimedOutTransfers,
+			ManagerTimeouts:   st.GPU.Timeouts + st.Pinned.Timeouts + st.Disk.Timeouts,
+			Denied:            st.GPU.Denied + st.Pinned.Denied + st.Disk.Denied,
+			Failed:            st.GPU.Failed + st.Pinned.Failed + st.Disk.Failed,
+			Links:             links(st, mb),
+			Tiers:             []kvtier.TierStats{st.GPU},
+			WallS:             out.wall.Seconds(),
+		}
+		if out.pinned > 0 {
+			c.Tiers = append(c.Tiers, st.Pinned)
+		}
+		if out.disk > 0 {
+			c.Tiers = append(c.Tiers, st.Disk)
+		}
+		for _, p := range res.Series {
+			c.Series = append(c.Series, jsonPoint{p.Start.Seconds(), p.Arrivals, p.AdmittedTokens, p.HitTokens, p.HitRatio, p.OutputTokens})
+		}
+		r.Configs = append(r.Configs, c)
+	}
+	return r
+}
+
+func writeJSON(w io.Writer, r jsonReport) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// printTable writes the configurations side by side, one column each.
+func printTable(w io.Writer, r jsonReport) {
+	const labelW, colW = 32, 20
+	row := func(label string, cell func(c jsonConfig) string) {
+		fmt.Fprintf(w, "%-*s", labelW, label)
+		for _, c := range r.Configs {
+			fmt.Fprintf(w, "%*s", colW, cell(c))
+		}
+		fmt.Fprintln(w)
+	}
+	share := func(n, of int64) string {
+		if of == 0 {
+			return commas(n)
+		}
+		return fmt.Sprintf("%s (%.1f%%)", commas(n), 100*float64(n)/float64(of))
+	}
+	row("", func(c jsonConfig) string { return c.Name })
+	row("capacity (blocks) gpu/pin/disk", func(c jsonConfig) string {
+		return fmt.Sprintf("%d/%d/%d", c.GPUBlocks, c.PinnedBlocks, c.DiskBlocks)
+	})
+	row("requests", func(c jsonConfig) string { return commas(int64(c.Requests)) })
+	row("prompt tokens", func(c jsonConfig) string { return commas(c.PromptTokens) })
+	row("admitted tokens (+ readmissions)", func(c jsonConfig) string { return commas(c.AdmittedTokens) })
+	row("  served from GPU", func(c jsonConfig) string { return share(c.GPUTokens, c.AdmittedTokens) })
+	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.AdmittedTokens) })
+	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.AdmittedTokens) })
+	row("hit ratio", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
+	row("prefill tokens computed", func(c jsonConfig) string { return commas(c.PrefillTokens) })
+	row("TTFT p50", func(c jsonConfig) string { return seconds(c.TTFTMillis.P50) })
+	row("TTFT p90", func(c jsonConfig) string { return seconds(c.TTFTMillis.P90) })
+	row("TTFT p99", func(c jsonConfig) string { return seconds(c.TTFTMillis.P99) })
+	row("throughput (output tok/s)", func(c jsonConfig) string { return fmt.Sprintf("%.0f", c.OutputTokensPerS) })
+	row("run length (modelled)", func(c jsonConfig) string { return fmt.Sprintf("%.1f s", c.DurationS) })
+	for i := range 4 {
+		name := r.Configs[0].Links[i].Name
+		row(name+" (Llama-3-8B bytes)", func(c jsonConfig) string { return bytesIEC(c.Links[i].Bytes) })
+	}
+	row("preemptions", func(c jsonConfig) string { return commas(int64(c.Preemptions)) })
+	row("denied writes", func(c jsonConfig) string { return commas(int64(c.Denied)) })
+	row("timed-out loads (sched/manager)", func(c jsonConfig) string {
+		return fmt.Sprintf("%d/%d", c.TimedOutTransfers, c.ManagerTimeouts)
+	})
+	row("replay wall time", func(c jsonConfig) string { return fmt.Sprintf("%.1f s", c.WallS) })
+}
+
+// commas formats n with thousands separators.
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, ch := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(ch)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// seconds formats milliseconds for a table cell.
+func seconds(msec float64) string {
+	if msec < 1000 {
+		return fmt.Sprintf("%.0f ms", msec)
+	}
+	return fmt.Sprintf("%.2f s", msec/1000)
+}
+
+// bytesIEC formats a byte count with binary prefixes.
+func bytesIEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, exp := float64(n), 0
+	for v >= unit && exp < 6 {
+		v /= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTPE"[exp-1])
+}
