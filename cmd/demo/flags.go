@@ -31,8 +31,10 @@ const (
 // second, and the sample brings 8.3M prompt tokens in its first 201 s (41k a
 // second), so at the trace's own rate the queue only grows and TTFT measures
 // the backlog. Three times slower the GPU runs near its capacity, where
-// the tokens a tier saves show in TTFT. The full trace (145M tokens in
-// 3,537 s) is at 45% of capacity at this scale and over it at 1.
+// the tokens a tier saves show in TTFT. The full trace (145M prompt tokens
+// in 3,537 s, 41k a second) is over the GPU's prefill rate at its own pace
+// too; at this scale the GPU-only run is busy about three quarters of the time
+// (prefill, attention and 4.1M decode tokens) and its bursts still queue.
 const defaultTimeScale = 3
 
 // options is the parsed command line.
