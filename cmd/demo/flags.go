@@ -58,6 +58,7 @@ type options struct {
 	readDeadline  time.Duration
 	sync          bool
 	writeQuota    int
+	hotHits       int
 	diskQuota     int
 
 	onboard        scheduler.OnboardPolicy
@@ -177,9 +178,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&ingest, "ingestion", "evict", "when GPU blocks are written to pinned memory: evict (before reuse), all (as soon as complete), hot (after -hot-hits)")
 	fs.StringVar(&diskIngest, "disk-ingestion", "evict", "when pinned blocks are written to disk: evict, all, hot")
 	fs.DurationVar(&o.readDeadline, "read-deadline", 0, "the Manager's wall-clock deadline for a load from pinned memory or disk (0: none, for repeatable runs)")
+	fs.IntVar(&o.hotHits, "hot-hits", 2, "-ingestion hot and -disk-ingestion hot: hits before a block is written down")
 	fs.IntVar(&o.writeQuota, "write-quota", 256, "GPU -> pinned writes in flight before more are denied")
 	fs.IntVar(&o.diskQuota, "disk-write-quota", 4096, "pinned -> disk writes in flight before more are denied (the Manager's default is 64; a quota the demo never reaches keeps runs repeatable)")
-	fs.BoolVar(&o.sync, "sync", true, "flush the Manager's tier writes after every scheduler call, so runs are repeatable")
+	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so runs are repeatable")
 
 	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")
 	fs.DurationVar(&o.onboardTimeout, "onboard-timeout", scheduler.DefaultOnboardTimeout, "-onboard timeout: base allowance (logical time)")
@@ -189,7 +191,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxBatched, "max-batched-tokens", scheduler.DefaultMaxNumBatchedTokens, "max tokens computed in one step (longer prompts are prefilled in chunks)")
 	fs.IntVar(&o.maxOutput, "max-output", 0, "cap each request's output tokens (0: the trace's output_length)")
 	fs.IntVar(&o.vocab, "vocab", scheduler.DefaultVocab, "vocabulary size for the synthetic token ids")
-	fs.DurationVar(&o.seriesInterval, "series-interval", scheduler.DefaultSeriesInterval, "width of one point of the hit-ratio-over-time series (trace time)")
+	fs.DurationVar(&o.seriesInterval, "series-interval", scheduler.DefaultSeriesInterval, "width of one point of the hit-ratio-over-time series (on the run's clock)")
 
 	fs.StringVar(&o.plotPath, "plot", "kvtier-demo.png", `write the TTFT CDF and hit ratio over time to this file (.png or .svg; "" to skip)`)
 	fs.StringVar(&o.jsonPath, "json", "", `write the numbers as JSON to this file ("-": stdout, and the table goes to stderr)`)
@@ -225,11 +227,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.preempt, err = parsePreempt(preempt); err != nil {
 		bad("preempt", err)
 	}
-	positive := map[string]int{"gpu-blocks": o.gpuBlocks, "block-tokens": o.blockTokens, "max-seqs": o.maxSeqs,
-		"max-batched-tokens": o.maxBatched, "vocab": o.vocab, "write-quota": o.writeQuota, "disk-write-quota": o.diskQuota}
-	for _, name := range []string{"gpu-blocks", "block-tokens", "max-seqs", "max-batched-tokens", "vocab", "write-quota", "disk-write-quota"} {
-		if positive[name] <= 0 {
-			bad(name, fmt.Errorf("%d must be > 0", positive[name]))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"gpu-blocks", o.gpuBlocks}, {"block-tokens", o.blockTokens}, {"max-seqs", o.maxSeqs}, {"max-batched-tokens", o.maxBatched},
+		{"vocab", o.vocab}, {"write-quota", o.writeQuota}, {"disk-write-quota", o.diskQuota}, {"hot-hits", o.hotHits},
+	} {
+		if f.v <= 0 {
+			bad(f.name, fmt.Errorf("%d must be > 0", f.v))
 		}
 	}
 	for _, t := range o.configs {

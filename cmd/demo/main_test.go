@@ -203,7 +203,7 @@ func TestFlagErrors(t *testing.T) {
 		{"-pinned-policy", "mru"}, {"-disk-policy", "random"}, {"-ingestion", "some"}, {"-disk-ingestion", "never"},
 		{"-onboard", "maybe"}, {"-preempt", "kill"}, {"-max-seqs", "0"}, {"-max-batched-tokens", "-5"},
 		{"-time-scale", "0"}, {"-time-scale", "NaN"}, {"-limit", "-1"}, {"-onboard-timeout", "-1s"},
-		{"-series-interval", "0s"}, {"-write-quota", "0"}, {"-disk-write-quota", "0"}, {"-no-such-flag"}, {"extra"},
+		{"-series-interval", "0s"}, {"-hot-hits", "0"}, {"-write-quota", "0"}, {"-disk-write-quota", "0"}, {"-no-such-flag"}, {"extra"},
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), args, &bytes.Buffer{}, &stderr, false)

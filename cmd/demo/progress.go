@@ -27,11 +27,11 @@ func isTerminal(f *os.File) bool {
 }
 
 func (p *progressBar) update(pr scheduler.Progress) {
-	if now := time.Now(); pr.Finished < pr.Total && now.Sub(p.last) < 100*time.Millisecond {
+	now := time.Now()
+	if pr.Finished < pr.Total && now.Sub(p.last) < 100*time.Millisecond {
 		return
-	} else {
-		p.last = now
 	}
+	p.last = now
 	const width = 30
 	done := 0
 	if pr.Total > 0 {
