@@ -56,6 +56,7 @@ type Manager struct {
 	pinPID  *actor.PID
 	idxPID  *actor.PID
 	diskPID *actor.PID
+	disps   []*actors.Dedicated
 	layout  gpu.Layout
 	done    chan struct{}
 	closing sync.Once
@@ -124,27 +125,34 @@ func New(cfg Config) (*Manager, error) {
 		Log: c.Logger.Named("gpu"),
 	}
 	if m.pinned != nil {
-		m.idxPID = root.Spawn(actor.PropsFromProducer(actors.NewIndexActor(c.Logger.Named("index"))))
+		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"))))
 		pcfg := actors.PinnedConfig{
 			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"),
 			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: max(c.OffloadAhead, m.pinned.NumSlots()/16),
 		}
 		if m.store != nil {
 			prod, err := actors.NewDiskActor(actors.DiskConfig{Store: m.store, Index: m.idxPID, WriteQuota: c.DiskWriteQuota, Log: c.Logger.Named("disk")})
-			if err != nil {
-				return fail(err)
+			if err != nil { // cannot happen: every field is set and checked above
+				panic("kvtier: disk actor config: " + err.Error())
 			}
-			m.diskPID = root.Spawn(actor.PropsFromProducer(prod))
+			m.diskPID = root.Spawn(m.props(prod))
 			m.store = nil // the actor owns it now
 			pcfg.Disk = m.diskPID
 		}
-		m.pinPID = root.Spawn(actor.PropsFromProducer(actors.NewPinnedActor(pcfg)))
+		m.pinPID = root.Spawn(m.props(actors.NewPinnedActor(pcfg)))
 		gcfg.Pinned, gcfg.Index = m.pinPID, m.idxPID
 	}
-	m.gpuPID = root.Spawn(actor.PropsFromProducer(actors.NewGPUActor(gcfg)))
+	m.gpuPID = root.Spawn(m.props(actors.NewGPUActor(gcfg)))
 	c.Logger.Info("kvtier manager started", zap.Int("gpu_blocks", c.GPUBlocks), zap.Int("block_bytes", layout.BlockBytes()),
 		zap.Int64("pinned_bytes", c.PinnedBytes), zap.Stringer("ingestion", c.Ingestion), zap.String("device", m.device.Name()))
 	return m, nil
+}
+
+// props gives each actor a dedicated goroutine (see actors.Dedicated).
+func (m *Manager) props(p actor.Producer) *actor.Props {
+	d := actors.NewDedicated()
+	m.disps = append(m.disps, d)
+	return actor.PropsFromProducer(p, actor.WithDispatcher(d))
 }
 
 // Layout returns the KV layout of one block.
@@ -420,6 +428,9 @@ func (m *Manager) Close(ctx context.Context) error {
 				m.cfg.Logger.Warn("kvtier: stopping an actor", zap.Error(err))
 			}
 		}
+	}
+	for _, d := range m.disps {
+		d.Stop()
 	}
 	err := errors.Join(flushErr, m.release())
 	if m.ownSys {
