@@ -1,5 +1,0 @@
-//go:build cuda
-
-package depspin
-
-import _ "gorgonia.org/cu"
