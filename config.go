@@ -52,7 +52,8 @@ type Config struct {
 	// DiskIngestion says when pinned blocks go to disk (default IngestEvict:
 	// the pinned tier's victims, drained ahead of need).
 	DiskIngestion Ingestion
-	// DiskWriteQuota bounds disk writes in flight (default 64).
+	// DiskWriteQuota bounds disk writes in flight (default 256); a drained
+	// victim over it is dropped, counted as denied.
 	DiskWriteQuota int
 	// DiskSync adds fdatasync to every disk write (power-loss safety).
 	DiskSync bool
@@ -161,7 +162,7 @@ func (c Config) withDefaults() (Config, error) {
 			bad("DiskIngestion", c.DiskIngestion, "unknown ingestion policy")
 		}
 		if c.DiskWriteQuota == 0 {
-			c.DiskWriteQuota = 64
+			c.DiskWriteQuota = 256
 		} else if c.DiskWriteQuota < 0 {
 			bad("DiskWriteQuota", c.DiskWriteQuota, "must be >= 1")
 		}
