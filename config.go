@@ -3,12 +3,15 @@ package kvtier
 import (
 	"errors"
 	"fmt"
+	"math"
+	"os"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/actors"
+	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/policy"
 )
@@ -176,7 +179,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.OffloadThreshold == 0 {
 		c.OffloadThreshold = 0.85
-	} else if c.OffloadThreshold < 0 || c.OffloadThreshold > 1 {
+	} else if !(c.OffloadThreshold > 0 && c.OffloadThreshold <= 1) { // NaN too
 		bad("OffloadThreshold", c.OffloadThreshold, "must be in (0, 1]")
 	}
 	if c.OffloadAhead == 0 {
@@ -194,7 +197,7 @@ func (c Config) withDefaults() (Config, error) {
 	} else if c.DoubleGetMinBlocks < 0 {
 		bad("DoubleGetMinBlocks", c.DoubleGetMinBlocks, "must be >= 1")
 	}
-	if c.DoubleGetMinRatio < 0 || c.DoubleGetMinRatio > 1 {
+	if !(c.DoubleGetMinRatio >= 0 && c.DoubleGetMinRatio <= 1) { // NaN too
 		bad("DoubleGetMinRatio", c.DoubleGetMinRatio, "must be in [0, 1]")
 	}
 	if c.ReadDeadlineBase == 0 {
@@ -209,5 +212,30 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if len(errs) == 0 {
+		errs = c.checkGeometry()
+	}
 	return c, errors.Join(errs...)
+}
+
+// checkGeometry checks the sizes the tiers derive from the block layout: the GPU
+// arena fits in memory addresses, and each lower tier holds at least one block.
+func (c Config) checkGeometry() []error {
+	l, err := gpu.NewLayout(c.Model, c.BlockTokens)
+	if err != nil {
+		return []error{&ConfigError{"Model", c.Model, err.Error()}}
+	}
+	bb := int64(l.BlockBytes())
+	var errs []error
+	if bb > math.MaxInt/int64(c.GPUBlocks) {
+		errs = append(errs, &ConfigError{"GPUBlocks", c.GPUBlocks, fmt.Sprintf("%d blocks of %d bytes overflow the address space", c.GPUBlocks, bb)})
+	}
+	page := int64(os.Getpagesize())
+	if stride := (bb + page - 1) / page * page; c.PinnedBytes > 0 && c.PinnedBytes/stride < 1 {
+		errs = append(errs, &ConfigError{"PinnedBytes", c.PinnedBytes, fmt.Sprintf("less than one %d-byte pinned slot", stride)})
+	}
+	if slot := disk.SlotBytes(int(bb)); c.DiskDir != "" && (slot <= 0 || c.DiskBytes/slot < 1) {
+		errs = append(errs, &ConfigError{"DiskBytes", c.DiskBytes, fmt.Sprintf("less than one %d-byte disk slot", slot)})
+	}
+	return errs
 }
