@@ -190,27 +190,63 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, msg any, reply 
 // AllocateBatch allocates several sequences in one message (one scheduler step).
 // Per-request failures are in each result's Err; the error is for the call.
 func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
-	msg := &messages.AllocateBatch{Reqs: make([]AllocRequest, len(reqs)), Reply: make(chan *messages.AllocateBatchResult, 1)}
-	copy(msg.Reqs, reqs)
-	// The message owns its tokens: one buffer for the whole batch.
-	n := 0
-	for _, r := range reqs {
-		n += len(r.Tokens)
-	}
-	buf := make([]int64, 0, n)
-	for i := range msg.Reqs {
-		if len(msg.Reqs[i].Tokens) == 0 {
-			continue // the pool reports ErrEmptySequence
-		}
-		start := len(buf)
-		buf = append(buf, msg.Reqs[i].Tokens...)
-		msg.Reqs[i].Tokens = buf[start:len(buf):len(buf)]
-	}
+	msg := &messages.AllocateBatch{Reqs: ownRequests(reqs), Reply: make(chan *messages.AllocateBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
 	if err != nil {
 		return nil, err
 	}
 	return r.Results, r.Err
+}
+
+// ownRequests copies requests and their tokens (into one buffer) for a message,
+// which owns them from then on.
+func ownRequests(reqs []AllocRequest) []AllocRequest {
+	out := make([]AllocRequest, len(reqs))
+	copy(out, reqs)
+	n := 0
+	for _, r := range reqs {
+		n += len(r.Tokens)
+	}
+	buf := make([]int64, 0, n)
+	for i := range out {
+		if len(out[i].Tokens) == 0 {
+			continue // the pool reports ErrEmptySequence
+		}
+		start := len(buf)
+		buf = append(buf, out[i].Tokens...)
+		out[i].Tokens = buf[start:len(buf):len(buf)]
+	}
+	return out
+}
+
+func ownItems(items []AppendItem) []AppendItem {
+	out := make([]AppendItem, len(items))
+	for i, it := range items {
+		out[i] = AppendItem{Seq: it.Seq, Tokens: append([]int64(nil), it.Tokens...)}
+	}
+	return out
+}
+
+// Step is one scheduler step in one message: it frees free, then appends
+// decoded tokens, then allocates new sequences, and answers with every part's
+// per-item errors and results. It is the cheapest way to drive the Manager
+// from a scheduler.
+func (m *Manager) Step(ctx context.Context, free []uint64, appends []AppendItem, allocs []AllocRequest) (StepResult, error) {
+	msg := &messages.StepBatch{Free: append([]uint64(nil), free...), Append: ownItems(appends), Allocate: ownRequests(allocs),
+		Reply: make(chan *messages.StepResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+	if err != nil {
+		return StepResult{}, err
+	}
+	return StepResult{FreeErrs: r.Free.Errs, AppendErrs: r.Append.Errs, Allocs: r.Allocate.Results}, nil
+}
+
+// StepResult answers Step: one error (or nil) per freed sequence and per append,
+// one result per allocation, in order.
+type StepResult struct {
+	FreeErrs   []error
+	AppendErrs []error
+	Allocs     []AllocResult
 }
 
 // Allocate allocates one sequence.
@@ -224,10 +260,7 @@ func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, 
 
 // AppendBatch adds decoded tokens to several sequences in one message.
 func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]error, error) {
-	msg := &messages.AppendBatch{Items: make([]AppendItem, len(items)), Reply: make(chan *messages.AppendBatchResult, 1)}
-	for i, it := range items {
-		msg.Items[i] = AppendItem{Seq: it.Seq, Tokens: append([]int64(nil), it.Tokens...)}
-	}
+	msg := &messages.AppendBatch{Items: ownItems(items), Reply: make(chan *messages.AppendBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
 	if err != nil {
 		return nil, err

@@ -486,3 +486,32 @@ func TestAllocationWaitsForAheadOfNeedCopies(t *testing.T) {
 		t.Fatalf("allocation after the copies: %v", err)
 	}
 }
+
+// TestStep: one message frees, appends and allocates, in that order.
+func TestStep(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 4})
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 2*bt)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(100, bt)}); err != nil {
+		t.Fatal(err)
+	}
+	// 3 of 4 blocks are held; freeing seq 1 first makes room for seq 3's 2 blocks
+	// after seq 2's append takes one.
+	r, err := m.Step(ctx, []uint64{1, 99}, []AppendItem{{Seq: 2, Tokens: []int64{7}}},
+		[]AllocRequest{{Seq: 3, Tokens: toks(200, 2*bt)}, {Seq: 4, Tokens: nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FreeErrs[0] != nil || r.FreeErrs[1] == nil || r.AppendErrs[0] != nil {
+		t.Fatalf("free %v append %v", r.FreeErrs, r.AppendErrs)
+	}
+	if r.Allocs[0].Err != nil || len(r.Allocs[0].Blocks) != 2 || r.Allocs[1].Err == nil {
+		t.Fatalf("allocations %+v", r.Allocs)
+	}
+	st, _ := m.Stats(ctx)
+	if st.GPU.Extra["free"] != 0 {
+		t.Fatalf("free blocks %v, want 0", st.GPU.Extra["free"])
+	}
+}

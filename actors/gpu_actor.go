@@ -135,24 +135,24 @@ func (w *waiter) done(a *GPUActor) {
 }
 
 type pendingAlloc struct {
-	batch *messages.AllocateBatch
-	b     *batchReply
-	reqs  []int // indexes of requests waiting for the lookup
-	gpu   []int // GPU hit blocks seen at lookup time, per waiting request
+	reqs    []messages.AllocRequest
+	b       *batchReply
+	waiting []int // indexes of requests waiting for the lookup
+	gpu     []int // GPU hit blocks seen at lookup time, per waiting request
 }
 
 // batchReply answers an AllocateBatch once all its requests are decided.
 type batchReply struct {
-	reply  chan *messages.AllocateBatchResult
+	send   func(*messages.AllocateBatchResult) // nil once sent
 	res    *messages.AllocateBatchResult
 	parked int  // requests waiting for pinned blocks to come free
 	ready  bool // every request not parked is decided
 }
 
 func (b *batchReply) maybeSend() {
-	if b.ready && b.parked == 0 && b.reply != nil {
-		b.reply <- b.res
-		b.reply = nil
+	if b.ready && b.parked == 0 && b.send != nil {
+		b.send(b.res)
+		b.send = nil
 	}
 }
 
@@ -207,7 +207,11 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *messages.AllocateBatch:
-		a.allocateBatch(ctx, m)
+		if !a.allocateBatch(ctx, m.Reqs, func(r *messages.AllocateBatchResult) { m.Reply <- r }) {
+			a.afterBatch(ctx)
+		}
+	case *messages.StepBatch:
+		a.step(ctx, m)
 	case *messages.LookupResult:
 		a.lookupDone(ctx, m)
 	case *messages.FetchGrant:
@@ -223,9 +227,11 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	case *fetchTimeout:
 		a.fetchLate(ctx, m.id)
 	case *messages.AppendBatch:
-		a.appendBatch(ctx, m)
+		a.appendBatch(ctx, m.Items, func(r *messages.AppendBatchResult) { m.Reply <- r })
+		a.afterBatch(ctx)
 	case *messages.FreeBatch:
-		a.freeBatch(ctx, m)
+		a.freeBatch(ctx, m.Seqs, func(r *messages.FreeBatchResult) { m.Reply <- r })
+		a.afterBatch(ctx)
 	case *messages.Query:
 		m.Reply <- a.query(m)
 	case *messages.Flush:
@@ -250,13 +256,15 @@ func (a *GPUActor) newID() uint64 {
 
 // allocateBatch allocates what needs no lower tier at once and asks the index
 // about the rest, in one Lookup for the whole batch.
-func (a *GPUActor) allocateBatch(ctx actor.Context, m *messages.AllocateBatch) {
-	res := &messages.AllocateBatchResult{Results: make([]messages.AllocResult, len(m.Reqs))}
-	b := &batchReply{reply: m.Reply, res: res}
+// It reports whether allocations wait for the index: the caller then leaves the
+// offload ahead of need to lookupDone, as it would pin blocks they are about to take.
+func (a *GPUActor) allocateBatch(ctx actor.Context, reqs []messages.AllocRequest, send func(*messages.AllocateBatchResult)) (waiting bool) {
+	res := &messages.AllocateBatchResult{Results: make([]messages.AllocResult, len(reqs))}
+	b := &batchReply{send: send, res: res}
 	var pend *pendingAlloc
 	var chains [][]uint64
-	for i := range m.Reqs {
-		r := &m.Reqs[i]
+	for i := range reqs {
+		r := &reqs[i]
 		out := &res.Results[i]
 		out.Seq = r.Seq
 		if r.MaxSeqLen > 0 && len(r.Tokens) > r.MaxSeqLen {
@@ -277,9 +285,9 @@ func (a *GPUActor) allocateBatch(ctx actor.Context, m *messages.AllocateBatch) {
 			continue
 		}
 		if pend == nil {
-			pend = &pendingAlloc{batch: m, b: b}
+			pend = &pendingAlloc{reqs: reqs, b: b}
 		}
-		pend.reqs = append(pend.reqs, i)
+		pend.waiting = append(pend.waiting, i)
 		pend.gpu = append(pend.gpu, hits)
 		chain := make([]uint64, len(hashes)-hits)
 		for j, h := range hashes[hits:] {
@@ -288,16 +296,14 @@ func (a *GPUActor) allocateBatch(ctx actor.Context, m *messages.AllocateBatch) {
 		chains = append(chains, chain)
 	}
 	if pend == nil {
-		a.afterBatch(ctx)
 		b.ready = true
 		b.maybeSend()
-		return
+		return false
 	}
 	id := a.newID()
 	a.lookups[id] = pend
 	ctx.Request(a.cfg.Index, &messages.Lookup{ID: id, Chains: chains})
-	// No offload ahead of need now: it would pin blocks the pending
-	// allocations are about to take. lookupDone runs it.
+	return true
 }
 
 func (a *GPUActor) lookupDone(ctx actor.Context, m *messages.LookupResult) {
@@ -307,8 +313,8 @@ func (a *GPUActor) lookupDone(ctx actor.Context, m *messages.LookupResult) {
 		return
 	}
 	delete(a.lookups, m.ID)
-	for k, i := range pend.reqs {
-		r := &pend.batch.Reqs[i]
+	for k, i := range pend.waiting {
+		r := &pend.reqs[i]
 		a.allocate(ctx, r, &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
 	}
 	a.afterBatch(ctx)
@@ -679,11 +685,11 @@ func (a *GPUActor) endFetch(id uint64, op *fetchOp) {
 
 // appendBatch appends and answers once the evicted bytes of any block the
 // appends took are copied out, since the caller writes those blocks next.
-func (a *GPUActor) appendBatch(ctx actor.Context, m *messages.AppendBatch) {
-	res := &messages.AppendBatchResult{Errs: make([]error, len(m.Items))}
-	w := &waiter{pending: 1, onDone: func() { m.Reply <- res }}
+func (a *GPUActor) appendBatch(ctx actor.Context, items []messages.AppendItem, send func(*messages.AppendBatchResult)) {
+	res := &messages.AppendBatchResult{Errs: make([]error, len(items))}
+	w := &waiter{pending: 1, onDone: func() { send(res) }}
 	var all []blockpool.BlockID
-	for i, it := range m.Items {
+	for i, it := range items {
 		res.Errs[i] = a.appendOne(ctx, it, &res.Errs[i], w)
 		a.offloadEvicted(ctx, w)
 		if res.Errs[i] == nil && a.cfg.Ingestion == IngestAll {
@@ -691,7 +697,6 @@ func (a *GPUActor) appendBatch(ctx actor.Context, m *messages.AppendBatch) {
 		}
 	}
 	a.offloadResident(ctx, all)
-	a.afterBatch(ctx)
 	w.done(a)
 }
 
@@ -770,18 +775,34 @@ func (a *GPUActor) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID, sk
 	return dst
 }
 
-func (a *GPUActor) freeBatch(ctx actor.Context, m *messages.FreeBatch) {
-	res := &messages.FreeBatchResult{Errs: make([]error, len(m.Seqs))}
+func (a *GPUActor) freeBatch(ctx actor.Context, seqs []uint64, send func(*messages.FreeBatchResult)) {
+	res := &messages.FreeBatchResult{Errs: make([]error, len(seqs))}
 	var all []blockpool.BlockID
-	for i, s := range m.Seqs {
+	for i, s := range seqs {
 		if a.cfg.Ingestion == IngestAll {
 			all = a.sealedBlocks(all, blockpool.SeqID(s), false)
 		}
 		res.Errs[i] = a.pool.Deallocate(blockpool.SeqID(s))
 	}
 	a.offloadResident(ctx, all)
-	a.afterBatch(ctx)
-	m.Reply <- res
+	send(res)
+}
+
+// step runs one scheduler step in one message: frees, then appends, then
+// allocations, answering once all three are decided.
+func (a *GPUActor) step(ctx actor.Context, m *messages.StepBatch) {
+	res := &messages.StepResult{}
+	parts := 3
+	done := func() {
+		if parts--; parts == 0 {
+			m.Reply <- res
+		}
+	}
+	a.freeBatch(ctx, m.Free, func(r *messages.FreeBatchResult) { res.Free = r; done() })
+	a.appendBatch(ctx, m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
+	if !a.allocateBatch(ctx, m.Allocate, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
+		a.afterBatch(ctx)
+	}
 }
 
 // afterBatch offloads free cached blocks ahead of need when the GPU holds data in
@@ -851,7 +872,7 @@ func (a *GPUActor) maybeFlushed() {
 // into memory the Manager frees only after draining the stream.
 func (a *GPUActor) stopped() {
 	for _, p := range a.lookups {
-		for _, i := range p.reqs {
+		for _, i := range p.waiting {
 			p.b.res.Results[i].Err = ErrStopped
 		}
 		p.b.ready = true

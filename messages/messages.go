@@ -144,6 +144,22 @@ type FreeBatchResult struct {
 	Err  error
 }
 
+// StepBatch carries one scheduler step in one message: the GPU actor frees Free,
+// then appends Append, then allocates Allocate.
+type StepBatch struct {
+	Free     []uint64
+	Append   []AppendItem
+	Allocate []AllocRequest
+	Reply    chan *StepResult
+}
+
+// StepResult answers StepBatch, part by part.
+type StepResult struct {
+	Free     *FreeBatchResult
+	Append   *AppendBatchResult
+	Allocate *AllocateBatchResult
+}
+
 // QueryKind selects what a Query does.
 type QueryKind int
 

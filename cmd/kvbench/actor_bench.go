@@ -103,10 +103,18 @@ func (c *actorClient) step(ctx context.Context, m *kvtier.Manager) error {
 		c.reqs = append(c.reqs, kvtier.AllocRequest{Seq: id, Tokens: c.w.prompt()})
 		c.cur = append(c.cur, id)
 	}
-	res, err := m.AllocateBatch(ctx, c.reqs)
+	// One message a step, as a scheduler drives the Manager: free the batch
+	// of the step before, allocate this one.
+	st, err := m.Step(ctx, c.held, nil, c.reqs)
 	if err != nil {
 		return err
 	}
+	for i, err := range st.FreeErrs {
+		if err != nil {
+			return fmt.Errorf("free seq %d: %w", c.held[i], err)
+		}
+	}
+	res := st.Allocs
 	for i := range res {
 		if res[i].Err != nil {
 			return fmt.Errorf("allocate seq %d: %w", c.cur[i], res[i].Err)
@@ -121,9 +129,7 @@ func (c *actorClient) step(ctx context.Context, m *kvtier.Manager) error {
 			return ctx.Err()
 		}
 	}
-	if err := c.drain(ctx, m); err != nil {
-		return err
-	}
+	c.held = c.held[:0]
 	c.held, c.cur = c.cur, c.held
 	return nil
 }

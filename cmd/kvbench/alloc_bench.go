@@ -173,8 +173,8 @@ type actorResult struct {
 	note               string
 }
 
-// Shape of the actor runs: each client sends batches of actorBatch allocations
-// and frees its previous batch in one FreeBatch.
+// Shape of the actor runs: each client sends one Step message per step, freeing
+// its previous batch and allocating actorBatch new sequences.
 const (
 	actorBatch   = 8
 	actorClients = 8
