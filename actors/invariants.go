@@ -49,8 +49,16 @@ func (a *PinnedActor) checkPinned() error {
 		return fmt.Errorf("pinned actor: %d slots at the disk, %d with an epoch", len(a.draining), len(a.drainEp))
 	}
 	st := a.pool.Stats()
-	if drains := a.drainingCount(); drains != st.Draining {
-		return fmt.Errorf("pinned actor: %d slots draining by its books, pool says %d", drains, st.Draining)
+	if drains := a.drainingCount() + len(a.drained); drains != st.Draining {
+		return fmt.Errorf("pinned actor: %d slots draining or awaiting readers by its books, pool says %d", drains, st.Draining)
+	}
+	if len(a.drainOf) != len(a.drainKey) || len(a.drainKey) != a.drainingCount() {
+		return fmt.Errorf("pinned actor: %d draining hashes, %d draining slot keys, %d draining slots", len(a.drainOf), len(a.drainKey), a.drainingCount())
+	}
+	for s := range a.drained {
+		if a.readers[s] == 0 {
+			return fmt.Errorf("pinned actor: slot %d waits for readers it does not have", s)
+		}
 	}
 	n := 0
 	for _, c := range a.pending {

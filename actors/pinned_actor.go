@@ -55,7 +55,13 @@ type PinnedActor struct {
 	hot      map[uint64]uint16     // fetch counts, IngestHot
 	written  map[uint64]struct{}   // hashes known written to disk (a hint)
 	queue    []pendingGrant        // offloads waiting for slots to drain to disk
-	readQ    []pendingRead         // disk reads waiting for slots to drain
+	// A draining slot still holds its block until the disk has it: fetches are
+	// served from it meanwhile, and it is freed after its last reader.
+	drainOf  map[uint64]int // hash -> slot, while draining
+	drainKey map[int]uint64 // slot -> hash, while draining
+	readers  map[int]int    // read references on draining slots
+	drained  map[int]bool   // written to disk, freed once its readers are done
+	readQ    []pendingRead  // disk reads waiting for slots to drain
 }
 
 type pendingRead struct {
@@ -90,7 +96,8 @@ func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	return func() actor.Actor {
 		return &PinnedActor{cfg: cfg, pool: cfg.Pool, stats: messages.TierStats{Tier: messages.Pinned, Extra: map[string]float64{}},
 			draining: map[int]bool{}, reads: map[uint64]*diskFetch{}, hot: map[uint64]uint16{}, written: map[uint64]struct{}{},
-			pending: map[uint64]int{}, fillEp: map[int]uint64{}, drainEp: map[int]uint64{}}
+			pending: map[uint64]int{}, fillEp: map[int]uint64{}, drainEp: map[int]uint64{},
+			drainOf: map[uint64]int{}, drainKey: map[int]uint64{}, readers: map[int]int{}, drained: map[int]bool{}}
 	}
 }
 
@@ -117,7 +124,7 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		a.diskRead(ctx, m)
 	case *messages.FetchRelease:
 		for _, s := range m.Slots {
-			a.pool.Release(s)
+			a.release(s)
 		}
 	case *messages.PinnedQuery:
 		if r := a.query(ctx, m); r != nil {
@@ -345,16 +352,16 @@ func (a *PinnedActor) drainVictims(ctx actor.Context, victims []pinned.Victim) {
 		return
 	}
 	w := &messages.DiskWrite{Items: make([]messages.DiskWriteItem, len(victims))}
-	removed := make([]uint64, len(victims))
 	for i, v := range victims {
 		w.Items[i] = messages.DiskWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: a.pool.Bytes(v.Slot)}
-		removed[i] = v.Key
 		a.draining[v.Slot] = true
 		a.drainEp[v.Slot] = a.cause
 		a.begin(a.cause)
+		// The index keeps saying "pinned" until the disk has the block: it
+		// is served from the draining slot meanwhile.
+		a.drainOf[v.Key], a.drainKey[v.Slot] = v.Slot, v.Key
 	}
 	a.stats.Evictions += uint64(len(victims))
-	ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
 	ctx.Request(a.cfg.Disk, w)
 }
 
@@ -393,6 +400,7 @@ func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) 
 	defer a.serveGrants(ctx)
 	defer a.serveReads(ctx)
 	a.cause = a.minEp(a.drainEp, m.Slots)
+	var removed []uint64
 	for _, s := range m.Slots {
 		drain, ok := a.draining[s]
 		if !ok {
@@ -402,11 +410,22 @@ func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) 
 		delete(a.draining, s)
 		a.end(a.drainEp[s])
 		delete(a.drainEp, s)
-		if drain {
-			a.pool.Free(s)
-		} else {
+		if !drain {
 			a.pool.Release(s)
+			continue
 		}
+		k := a.drainKey[s]
+		delete(a.drainOf, k)
+		delete(a.drainKey, s)
+		removed = append(removed, k)
+		if a.readers[s] > 0 {
+			a.drained[s] = true
+		} else {
+			a.pool.Free(s)
+		}
+	}
+	if len(removed) > 0 {
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
 	}
 	a.maybeFlushed()
 }
@@ -420,7 +439,10 @@ func (a *PinnedActor) fetch(ctx actor.Context, m *messages.FetchRequest) {
 	for _, h := range m.Hashes {
 		slot, ok := a.pool.Acquire(h)
 		if !ok {
-			break
+			if slot, ok = a.drainOf[h]; !ok {
+				break
+			}
+			a.readers[slot]++ // a draining slot still holds the block
 		}
 		a.stats.Hits++
 		g.Slots = append(g.Slots, slot)
@@ -540,6 +562,26 @@ func (a *PinnedActor) finishFetch(ctx actor.Context, f *diskFetch, ok []bool) {
 		g.Bytes = append(g.Bytes, a.pool.Bytes(slot))
 	}
 	ctx.Send(f.replyTo, g)
+}
+
+// release drops a fetch's read reference on slot: on a resident slot through
+// the pool, on a draining one here (freeing it after the last reader once the
+// disk has the block).
+func (a *PinnedActor) release(slot int) {
+	n, ok := a.readers[slot]
+	if !ok {
+		a.pool.Release(slot)
+		return
+	}
+	if n--; n > 0 {
+		a.readers[slot] = n
+		return
+	}
+	delete(a.readers, slot)
+	if a.drained[slot] {
+		delete(a.drained, slot)
+		a.pool.Free(slot)
+	}
 }
 
 // touchHot counts a fetch of h and writes it through to disk at HotHits.
