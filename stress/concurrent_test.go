@@ -91,8 +91,16 @@ func checkQuiescent(t *testing.T, ctx context.Context, m *kvtier.Manager, phase 
 	if g.InFlight != 0 || p.InFlight != 0 {
 		bad = append(bad, fmt.Sprintf("in flight after Flush: GPU %d, pinned %d", g.InFlight, p.InFlight))
 	}
-	if p.UsedBlocks != int(p.Extra["resident"]) || st.IndexBlocks != p.UsedBlocks || p.UsedBlocks > p.Blocks {
-		bad = append(bad, fmt.Sprintf("pinned used %d, resident %v, capacity %d, index %d", p.UsedBlocks, p.Extra["resident"], p.Blocks, st.IndexBlocks))
+	d := st.Disk
+	switch {
+	case p.UsedBlocks != int(p.Extra["resident"]) || p.UsedBlocks > p.Blocks:
+		bad = append(bad, fmt.Sprintf("pinned used %d, resident %v, capacity %d", p.UsedBlocks, p.Extra["resident"], p.Blocks))
+	case d.Blocks == 0 && st.IndexBlocks != p.UsedBlocks:
+		bad = append(bad, fmt.Sprintf("index knows %d blocks, pinned holds %d", st.IndexBlocks, p.UsedBlocks))
+	case d.Blocks > 0 && (st.IndexBlocks < max(p.UsedBlocks, d.UsedBlocks) || st.IndexBlocks > p.UsedBlocks+d.UsedBlocks):
+		bad = append(bad, fmt.Sprintf("index knows %d blocks, pinned holds %d and disk %d", st.IndexBlocks, p.UsedBlocks, d.UsedBlocks))
+	case d.InFlight != 0 || d.UsedBlocks > d.Blocks:
+		bad = append(bad, fmt.Sprintf("disk: %d in flight after Flush, %d of %d blocks used", d.InFlight, d.UsedBlocks, d.Blocks))
 	}
 	if g.UsedBlocks != int(g.Extra["free_cached"]) {
 		bad = append(bad, fmt.Sprintf("GPU used %d != free cached %v with no sequence live", g.UsedBlocks, g.Extra["free_cached"]))
@@ -142,13 +150,24 @@ func randomPhase(ctx context.Context, k *worker, ops int) error { return k.round
 // TestConcurrentManager drives one Manager from many goroutines in phases
 // separated by Flush barriers, checking data integrity as it goes and the model
 // after each barrier.
-func TestConcurrentManager(t *testing.T) {
+func TestConcurrentManager(t *testing.T) { runConcurrent(t, kvtier.Config{}) }
+
+// TestConcurrentManagerWithDisk adds the disk tier below a small pinned tier, so
+// blocks drain to disk and come back disk -> pinned -> GPU under the load.
+func TestConcurrentManagerWithDisk(t *testing.T) {
+	st := runConcurrent(t, kvtier.Config{PinnedBytes: 48 << 12, DiskDir: t.TempDir(), DiskBytes: 4096 * (8 << 10)})
+	if st.Disk.Offloaded == 0 || st.Disk.Onboarded == 0 {
+		t.Errorf("the disk tier was not exercised: %v", st.Disk)
+	}
+}
+
+func runConcurrent(t *testing.T, cfg kvtier.Config) kvtier.Stats {
 	goroutines := envInt(t, "KVTIER_STRESS_GOROUTINES", 64)
 	ops := envInt(t, "KVTIER_STRESS_OPS", 100)
 	const phases = 4
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 	defer cancel()
-	m := newManager(t, kvtier.Config{})
+	m := newManager(t, cfg)
 	defer func() {
 		if err := m.Close(context.Background()); err != nil {
 			t.Errorf("close: %v", err)
@@ -184,6 +203,7 @@ func TestConcurrentManager(t *testing.T) {
 	}
 	t.Logf("%d goroutines x %d phases: %d ops (%d allocations, %d no space, %d appends, %d frees, %d exists, %d deletes, %d prefetches)",
 		goroutines, phases, c.ops, c.allocs, c.noSpace, c.appends, c.frees, c.exists, c.deletes, c.prefetches)
-	t.Logf("blocks: %d written, %d verified (%d GPU hits, %d onboarded), %d hits skipped while written; %v; %v",
-		c.written, c.verified, c.verifiedHit, c.verifiedOnboard, c.skippedBusy, st.GPU, st.Pinned)
+	t.Logf("blocks: %d written, %d verified (%d GPU hits, %d onboarded), %d hits skipped while written; %v; %v; %v",
+		c.written, c.verified, c.verifiedHit, c.verifiedOnboard, c.skippedBusy, st.GPU, st.Pinned, st.Disk)
+	return st
 }

@@ -25,7 +25,11 @@ func TestSoak(t *testing.T) {
 	f := &faults{rng: rand.New(rand.NewPCG(13, 13)), failH2D: 5, slowH2D: 5, failD2H: 5, slowD2H: 5, slow: 3 * time.Millisecond}
 	dev := newFaultyDevice(t, f)
 	defer dev.Close()
-	m := newManager(t, kvtier.Config{Device: dev, ReadDeadlineBase: 2 * time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+	cfg := kvtier.Config{Device: dev, ReadDeadlineBase: 2 * time.Millisecond, ReadDeadlinePerToken: time.Microsecond}
+	if os.Getenv("KVTIER_SOAK_DISK") != "0" { // the disk tier too, unless asked not to
+		cfg.PinnedBytes, cfg.DiskDir, cfg.DiskBytes = 48<<12, t.TempDir(), 4096*(8<<10)
+	}
+	m := newManager(t, cfg)
 	defer m.Close(context.Background())
 	w := &writers{}
 	ws := make([]*worker, goroutines)
@@ -53,5 +57,8 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: %d ops by %d goroutines in %d phases, %v", c.ops, goroutines, phases, time.Since(start).Round(time.Second))
 	t.Logf("blocks verified: %d (%d GPU hits, %d onboarded), %d written, %d hits skipped while written", c.verified, c.verifiedHit, c.verifiedOnboard, c.written, c.skippedBusy)
 	t.Logf("faults injected: %v; outcomes: %d late, %d failed blocks", f, c.late, c.failed)
+	if st, err := m.Stats(context.Background()); err == nil {
+		t.Logf("tiers: %v; %v; %v", st.GPU, st.Pinned, st.Disk)
+	}
 	t.Logf("leaks found: 0 (every barrier: all GPU blocks free, nothing in flight, pinned = index)")
 }
