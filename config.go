@@ -58,6 +58,9 @@ type Config struct {
 	// DiskWriteQuota bounds disk writes in flight (default 256); a drained
 	// victim over it is dropped, counted as denied.
 	DiskWriteQuota int
+	// DiskFS is the file system the disk tier uses (nil: the operating
+	// system's); tests and fault drills pass a *disk.FaultFS.
+	DiskFS disk.FS
 	// DiskSync adds fdatasync to every disk write (power-loss safety).
 	DiskSync bool
 

@@ -103,7 +103,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if c.DiskDir != "" {
 		m.store, m.diskRep, err = disk.Open(disk.Config{Dir: c.DiskDir, CapacityBytes: c.DiskBytes, PayloadBytes: layout.BlockBytes(),
-			Fingerprint: fingerprint(c, layout), Policy: c.DiskPolicy, Sync: c.DiskSync, Logger: c.Logger.Named("disk")})
+			Fingerprint: fingerprint(c, layout), Policy: c.DiskPolicy, Sync: c.DiskSync, FS: c.DiskFS, Logger: c.Logger.Named("disk")})
 		if err != nil {
 			return fail(fmt.Errorf("kvtier: disk tier: %w", err))
 		}

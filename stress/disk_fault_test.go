@@ -1,0 +1,73 @@
+package stress
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/disk"
+)
+
+// every matches one call in n, counting calls across the I/O workers.
+func every(n int64, hits *atomic.Int64) func(string, int64, int) bool {
+	var calls atomic.Int64
+	return func(string, int64, int) bool {
+		if calls.Add(1)%n == 0 {
+			hits.Add(1)
+			return true
+		}
+		return false
+	}
+}
+
+// TestDiskFaults runs the concurrent load over a disk tier whose file system
+// fails writes (EIO, ENOSPC, torn) and reads (EIO, short): the Manager keeps
+// serving, failed writes are not published, failed reads become misses, and every
+// block read back still carries exactly its writer's bytes.
+func TestDiskFaults(t *testing.T) {
+	goroutines := envInt(t, "KVTIER_STRESS_GOROUTINES", 64)
+	ops := envInt(t, "KVTIER_STRESS_OPS", 100)
+	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
+	defer cancel()
+	var eio, enospc, torn, readEIO, short atomic.Int64
+	fs := &disk.FaultFS{NoDirect: true} // torn writes of odd lengths need buffered I/O
+	fs.Inject(disk.Fault{Op: disk.FaultWrite, Err: unix.EIO, Match: every(17, &eio)})
+	fs.Inject(disk.Fault{Op: disk.FaultWrite, Err: unix.ENOSPC, Match: every(23, &enospc)})
+	fs.Inject(disk.Fault{Op: disk.FaultWrite, Err: unix.EIO, Partial: 1000, Match: every(29, &torn)})
+	fs.Inject(disk.Fault{Op: disk.FaultRead, Err: unix.EIO, Match: every(13, &readEIO)})
+	fs.Inject(disk.Fault{Op: disk.FaultRead, Err: unix.EIO, Partial: 700, Match: every(19, &short)})
+	m := newManager(t, kvtier.Config{PinnedBytes: 48 << 12, DiskDir: t.TempDir(), DiskBytes: 4096 * (8 << 10), DiskFS: fs})
+	defer m.Close(context.Background())
+	w := &writers{}
+	ws := make([]*worker, goroutines)
+	for g := range ws {
+		ws[g] = newWorker(m, w, g, tenants, 5)
+	}
+	var st kvtier.Stats
+	for p := range 3 {
+		name := fmt.Sprintf("disk faults phase %d", p)
+		failOn(t, name, runPhase(ctx, ws, ops, randomPhase))
+		var c counts
+		for _, k := range ws {
+			c.add(&k.c)
+		}
+		st = checkQuiescent(t, ctx, m, name, &c)
+	}
+	var c counts
+	for _, k := range ws {
+		c.add(&k.c)
+	}
+	injected := eio.Load() + enospc.Load() + torn.Load() + readEIO.Load() + short.Load()
+	if injected == 0 || st.Disk.Onboarded == 0 {
+		t.Fatalf("faults injected %d, disk onboarded %d: the disk tier was not exercised", injected, st.Disk.Onboarded)
+	}
+	if st.Disk.Failed == 0 {
+		t.Errorf("disk stats count no failure after %d injected faults: %v %v", injected, st.Disk, st.Disk.Extra)
+	}
+	t.Logf("faults: write EIO %d, ENOSPC %d, torn %d; read EIO %d, short %d; blocks verified %d (%d onboarded); disk: %v",
+		eio.Load(), enospc.Load(), torn.Load(), readEIO.Load(), short.Load(), c.verified, c.verifiedOnboard, st.Disk)
+}
