@@ -64,12 +64,6 @@ type PinnedActor struct {
 	readQ    []pendingRead  // disk reads waiting for slots to drain
 }
 
-type pendingRead struct {
-	f        *diskFetch
-	hashes   []uint64
-	deadline time.Time
-}
-
 type pendingGrant struct {
 	req *messages.OffloadRequest
 	to  *actor.PID
@@ -79,16 +73,6 @@ type pendingGrant struct {
 type flushWaiter struct {
 	reply chan error
 	ep    uint64
-}
-
-// diskFetch is a fetch or prefetch waiting for blocks to come up from disk.
-type diskFetch struct {
-	replyTo  *actor.PID           // the GPU actor, for a fetch
-	grant    *messages.FetchGrant // the pinned part, granted already
-	items    []messages.DiskReadItem
-	prefetch chan *messages.QueryResult
-	have     int    // leading blocks already in pinned memory (prefetch)
-	ep       uint64 // flush epoch
 }
 
 // NewPinnedActor returns the actor's producer.
@@ -214,16 +198,6 @@ func (a *PinnedActor) serveGrants(ctx actor.Context) {
 	}
 }
 
-func (a *PinnedActor) drainingCount() int {
-	n := 0
-	for _, d := range a.draining {
-		if d {
-			n++
-		}
-	}
-	return n
-}
-
 // reserve takes a Filling slot for h. When the pool is full the policy's victim
 // goes: at once with no disk tier, or when the disk already holds it (a clean
 // victim); a dirty victim drains to disk and this reservation fails.
@@ -327,109 +301,6 @@ func (a *PinnedActor) minEp(eps map[int]uint64, slots []int) uint64 {
 	return ep
 }
 
-// drain evicts victims chosen by the policy to disk, where they are written and
-// then freed: extra of them now, plus enough to keep FreeTarget slots free
-// ahead of need. Under IngestAll and IngestHot victims are already on disk or
-// not wanted there; they are still written (the disk skips what it holds), so no
-// victim is lost for lack of time.
-func (a *PinnedActor) drain(ctx actor.Context, extra int) {
-	if a.cfg.Disk == nil {
-		return
-	}
-	n := max(extra, 0)
-	if free := a.pool.Stats().Free + a.drainingCount(); free < a.cfg.FreeTarget {
-		n = max(n, a.cfg.FreeTarget-free)
-	}
-	if n == 0 {
-		return
-	}
-	a.drainVictims(ctx, a.pool.Evict(n))
-}
-
-// drainVictims writes evicted (Draining) slots to disk; DiskWriteDone frees them.
-func (a *PinnedActor) drainVictims(ctx actor.Context, victims []pinned.Victim) {
-	if len(victims) == 0 {
-		return
-	}
-	w := &messages.DiskWrite{Items: make([]messages.DiskWriteItem, len(victims))}
-	for i, v := range victims {
-		w.Items[i] = messages.DiskWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: a.pool.Bytes(v.Slot)}
-		a.draining[v.Slot] = true
-		a.drainEp[v.Slot] = a.cause
-		a.begin(a.cause)
-		// The index keeps saying "pinned" until the disk has the block: it
-		// is served from the draining slot meanwhile.
-		a.drainOf[v.Key], a.drainKey[v.Slot] = v.Slot, v.Key
-	}
-	a.stats.Evictions += uint64(len(victims))
-	ctx.Request(a.cfg.Disk, w)
-}
-
-// writeThrough writes resident blocks to disk, holding read references on their
-// slots until the disk actor is done with them.
-func (a *PinnedActor) writeThrough(ctx actor.Context, hashes []uint64) {
-	w := &messages.DiskWrite{}
-	for _, h := range hashes {
-		if _, ok := a.written[h]; ok {
-			continue
-		}
-		slot, ok := a.pool.Lookup(h)
-		if !ok {
-			continue
-		}
-		if _, pending := a.draining[slot]; pending {
-			continue
-		}
-		slot, _ = a.pool.Acquire(h)
-		a.draining[slot] = false
-		a.drainEp[slot] = a.cause
-		a.begin(a.cause)
-		w.Items = append(w.Items, messages.DiskWriteItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
-	}
-	if len(w.Items) > 0 {
-		ctx.Request(a.cfg.Disk, w)
-	}
-}
-
-// diskWritten returns the slots of a finished DiskWrite.
-func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) {
-	for _, h := range m.Written {
-		a.written[h] = struct{}{}
-	}
-	a.stats.Offloaded += uint64(len(m.Written))
-	defer a.serveGrants(ctx)
-	defer a.serveReads(ctx)
-	a.cause = a.minEp(a.drainEp, m.Slots)
-	var removed []uint64
-	for _, s := range m.Slots {
-		drain, ok := a.draining[s]
-		if !ok {
-			a.cfg.Log.Error("pinned actor: disk returned a slot it was not given", zap.Int("slot", s))
-			continue
-		}
-		delete(a.draining, s)
-		a.end(a.drainEp[s])
-		delete(a.drainEp, s)
-		if !drain {
-			a.pool.Release(s)
-			continue
-		}
-		k := a.drainKey[s]
-		delete(a.drainOf, k)
-		delete(a.drainKey, s)
-		removed = append(removed, k)
-		if a.readers[s] > 0 {
-			a.drained[s] = true
-		} else {
-			a.pool.Free(s)
-		}
-	}
-	if len(removed) > 0 {
-		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
-	}
-	a.maybeFlushed()
-}
-
 // fetch takes read references on the leading run of hashes held here; when a
 // disk tier is below, the rest of the run is read from disk into fresh slots
 // first, under the request's deadline, and the grant goes out when it is done.
@@ -459,111 +330,6 @@ func (a *PinnedActor) fetch(ctx actor.Context, m *messages.FetchRequest) {
 	a.readFromDisk(ctx, &diskFetch{replyTo: ctx.Sender(), grant: g}, rest, m.Deadline)
 }
 
-// readFromDisk reserves Filling slots for hashes and asks the disk actor to fill
-// them; diskRead finishes the fetch or prefetch.
-func (a *PinnedActor) readFromDisk(ctx actor.Context, f *diskFetch, hashes []uint64, deadline time.Time) {
-	f.ep = a.cause
-	a.begin(f.ep)
-	a.readQ = append(a.readQ, pendingRead{f, hashes, deadline})
-	a.serveReads(ctx)
-}
-
-// serveReads starts queued disk reads in order, each once it has a free slot
-// per block: short of that, victims drain to disk first (diskWritten calls
-// again). A read starts with what fits when nothing more can drain.
-func (a *PinnedActor) serveReads(ctx actor.Context) {
-	for len(a.readQ) > 0 {
-		r := a.readQ[0]
-		a.cause = r.f.ep
-		if free := a.pool.Stats().Free; len(r.hashes) > free {
-			if a.drainingCount() == 0 {
-				a.drain(ctx, len(r.hashes)-free)
-			}
-			if a.drainingCount() > 0 {
-				return
-			}
-		}
-		a.readQ = a.readQ[1:]
-		a.startRead(ctx, r.f, r.hashes, r.deadline)
-	}
-}
-
-func (a *PinnedActor) startRead(ctx actor.Context, f *diskFetch, hashes []uint64, deadline time.Time) {
-	var evicted []uint64
-	for _, h := range hashes {
-		slot, err := a.reserve(ctx, h, &evicted)
-		if err != nil {
-			break
-		}
-		f.items = append(f.items, messages.DiskReadItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
-	}
-	if len(evicted) > 0 {
-		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: evicted})
-	}
-	a.cfg.Log.Debug("pinned actor: disk read", zap.Int("blocks", len(hashes)), zap.Int("slots", len(f.items)),
-		zap.Int("free", a.pool.Stats().Free), zap.Int("draining", a.drainingCount()))
-	if len(f.items) == 0 {
-		a.finishFetch(ctx, f, nil)
-		return
-	}
-	a.nextID++
-	a.reads[a.nextID] = f
-	ctx.Request(a.cfg.Disk, &messages.DiskRead{ID: a.nextID, Items: f.items, Deadline: deadline})
-}
-
-// diskRead commits what arrived from disk and finishes the fetch.
-func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
-	f, ok := a.reads[m.ID]
-	if !ok {
-		a.cfg.Log.Error("pinned actor: disk read done for an unknown read", zap.Uint64("id", m.ID))
-		return
-	}
-	delete(a.reads, m.ID)
-	a.cause = f.ep
-	var added []uint64
-	for i, it := range f.items {
-		if i < len(m.OK) && m.OK[i] {
-			a.pool.Commit(it.Slot)
-			added = append(added, it.Hash)
-			a.written[it.Hash] = struct{}{}
-			a.stats.Onboarded++
-		} else {
-			a.pool.Abort(it.Slot)
-		}
-	}
-	if len(added) > 0 {
-		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Added: added})
-	}
-	a.finishFetch(ctx, f, m.OK)
-	a.maybeFlushed()
-}
-
-func (a *PinnedActor) finishFetch(ctx actor.Context, f *diskFetch, ok []bool) {
-	defer a.end(f.ep)
-	if f.prefetch != nil {
-		n := f.have
-		for i := range f.items {
-			if i >= len(ok) || !ok[i] {
-				break
-			}
-			n++
-		}
-		f.prefetch <- &messages.QueryResult{PinnedTokens: n}
-		return
-	}
-	g := f.grant
-	for i, it := range f.items {
-		if i >= len(ok) || !ok[i] {
-			a.stats.Misses += uint64(len(f.items) - i)
-			break
-		}
-		slot, _ := a.pool.Acquire(it.Hash)
-		g.Slots = append(g.Slots, slot)
-		g.Bytes = append(g.Bytes, a.pool.Bytes(slot))
-	}
-	ctx.Send(f.replyTo, g)
-}
-
 // release drops a fetch's read reference on slot: on a resident slot through
 // the pool, on a draining one here (freeing it after the last reader once the
 // disk has the block).
@@ -581,18 +347,6 @@ func (a *PinnedActor) release(slot int) {
 	if a.drained[slot] {
 		delete(a.drained, slot)
 		a.pool.Free(slot)
-	}
-}
-
-// touchHot counts a fetch of h and writes it through to disk at HotHits.
-func (a *PinnedActor) touchHot(ctx actor.Context, h uint64) {
-	if a.cfg.Disk == nil || a.cfg.DiskIngestion != IngestHot {
-		return
-	}
-	a.hot[h]++
-	if int(a.hot[h]) >= a.cfg.HotHits {
-		delete(a.hot, h)
-		a.writeThrough(ctx, []uint64{h})
 	}
 }
 
