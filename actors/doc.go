@@ -1,24 +1,41 @@
-// Package actors holds kvtier's tier actors: the GPU pool actor, the pinned pool
-// actor and the prefix index actor (protoactor-go). Each owns its state outright —
-// a blockpool.Pool and device arena, a pinned.Pool, an index map — and the actors
-// talk only through the messages of package messages, so allocation, eviction and
-// copies proceed across goroutines with no shared lock.
+// Package actors holds kvtier's tier actors (protoactor-go): the GPU pool actor,
+// the pinned pool actor, the disk tier actor and the prefix index actor. Each
+// owns its state outright — a blockpool.Pool and device arena, a pinned.Pool, a
+// disk.Store, an index map — and the actors talk only through the messages of
+// package messages, so allocation, eviction and copies proceed across goroutines
+// with no shared lock.
 //
 // # Shape
 //
 // An actor is a struct with Receive and a type switch; it decodes a message, calls
-// its plain type (the pools and policies are tested without actors), and replies.
-// Copies run on the device's stream workers; a small goroutine per batch waits for
-// the batch's event and reports back with a message, so no actor blocks on I/O or
-// on a future. Mailboxes are protoactor's default unbounded queues: nothing is
-// dropped.
+// its plain type (the pools, the store and the policies are tested without
+// actors), and replies. Copies run on the device's stream workers and disk I/O on
+// the disk actor's workers; a completion comes back as a message, so no actor
+// blocks on I/O or on a future. Mailboxes are protoactor's default unbounded
+// queues: nothing is dropped. Each actor runs on its own goroutine (Dedicated).
+//
+// # Files
+//
+//	gpu_actor.go      the GPU actor: state, Receive, flush, stop, stats
+//	gpu_alloc.go      allocations, appends, frees and steps, in batches
+//	gpu_offload.go    writing blocks down to pinned memory
+//	gpu_onboard.go    loading blocks up, deadlines
+//	pinned_actor.go   the pinned actor: grants, fetches, flush epochs
+//	pinned_disk.go    draining victims to disk, write-through, reads from disk
+//	disk_*.go         the disk actor and its I/O workers
+//	index_actor.go    hash -> tiers below the GPU, longest-prefix lookups
 //
 // # Tier boundary
 //
 // The GPU actor sees lower tiers only through two conversations with the pinned
 // actor: OffloadRequest/OffloadGrant/OffloadDone to write blocks down and
 // FetchRequest/FetchGrant/FetchRelease to read them up. The index actor answers
-// which lower tier holds a chain. A disk tier plugs in below the pinned actor with
-// the same shape (the pinned actor drains its victims to it and fetches from it),
-// leaving the GPU actor unchanged.
+// which lower tier holds a chain. The disk actor sits below the pinned actor with
+// the same shape — DiskWrite/DiskWriteDone and DiskRead/DiskReadDone — so the GPU
+// actor does not know whether a block comes from pinned memory or from disk.
+//
+// # Invariants
+//
+// Built with the invariants tag, the GPU and pinned actors walk their whole
+// state after every message and panic on the first inconsistency.
 package actors
