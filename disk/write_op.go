@@ -108,7 +108,13 @@ func (op *WriteOp) Execute(payload []byte) error {
 			copy(buf, payload)
 		}
 	}
+	// The checksum goes into the header, written after the payload: compute
+	// it while the payload write is in flight (xxh64 costs ~8% of a 2 MiB
+	// write when done in series).
+	sum := make(chan uint64, 1)
+	go func() { sum <- Checksum(payload) }()
 	if err := writeFull(op.file, buf, op.off+BlockSize); err != nil {
+		<-sum
 		return fmt.Errorf("kvtier: disk: write payload %016x at %d: %w", op.rec.meta.Hash, op.off+BlockSize, err)
 	}
 	if op.sync {
@@ -117,7 +123,7 @@ func (op *WriteOp) Execute(payload []byte) error {
 		}
 	}
 	op.rec.payloadLen = int64(len(payload))
-	op.rec.payloadSum = Checksum(payload)
+	op.rec.payloadSum = <-sum
 	encodeHeader(op.hdr, &op.rec)
 	if err := writeFull(op.file, op.hdr, op.off); err != nil {
 		return fmt.Errorf("kvtier: disk: write header %016x at %d: %w", op.rec.meta.Hash, op.off, err)
