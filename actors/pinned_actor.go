@@ -365,9 +365,12 @@ func (a *PinnedActor) query(ctx actor.Context, m *messages.PinnedQuery) *message
 			ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
 		}
 	case messages.QueryPrefetch, messages.QueryExists:
-		// The leading run held here, in blocks (the Manager converts).
+		// The leading run held here (resident, or draining to disk and still
+		// readable), in blocks (the Manager converts).
 		for _, h := range m.Hashes {
-			if _, ok := a.pool.Lookup(h); !ok {
+			_, resident := a.pool.Lookup(h)
+			_, draining := a.drainOf[h]
+			if !resident && !draining {
 				break
 			}
 			res.PinnedTokens++
