@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cespare/xxhash/v2"
@@ -59,7 +58,6 @@ type Manager struct {
 	disps   []*actors.Dedicated
 	layout  gpu.Layout
 	done    chan struct{}
-	closing sync.Once
 	closeMu chan struct{} // one Close at a time
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
-	"github.com/kvtier/kvtier/prefixhash"
 )
 
 // Ingestion says when GPU blocks are written down to pinned memory (AIBrix's L2
@@ -86,7 +85,6 @@ type GPUActor struct {
 	bs      int
 	flags   []uint8
 	hits    []uint16
-	hasher  prefixhash.Hasher
 	nextID  uint64
 	lookups map[uint64]*pendingAlloc
 	fetches map[uint64]*fetchOp
