@@ -38,6 +38,8 @@ var (
 	ErrTooLong = actors.ErrTooLong
 	// ErrNoSpace (errors.Is) reports too few free GPU blocks; see *blockpool.NoSpaceError.
 	ErrNoSpace = blockpool.ErrNoSpace
+	// ErrNoLowerTier rejects Swap on a Manager with no pinned tier.
+	ErrNoLowerTier = errors.New("kvtier: no tier below the GPU")
 )
 
 // Manager is kvtier's embeddable KV-cache manager. See the package doc.
@@ -278,6 +280,23 @@ func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) error 
 // FreeBatch frees several sequences; their blocks stay cached.
 func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error) {
 	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Reply: make(chan *messages.FreeBatchResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+	if err != nil {
+		return nil, err
+	}
+	return r.Errs, r.Err
+}
+
+// Swap preempts sequences by swapping: their full blocks that have no copy below
+// the GPU yet are written down to pinned memory, and the sequences are freed. A
+// later allocation of the same tokens finds the blocks on the GPU while they stay
+// cached there, and in pinned memory after; the partial last block is
+// recomputed. It returns ErrNoLowerTier, changing nothing, without a pinned tier.
+func (m *Manager) Swap(ctx context.Context, seqs []uint64) ([]error, error) {
+	if m.pinPID == nil {
+		return nil, ErrNoLowerTier
+	}
+	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Swap: true, Reply: make(chan *messages.FreeBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/prefixhash"
 )
@@ -514,4 +515,36 @@ func TestStep(t *testing.T) {
 	if st.GPU.Extra["free"] != 0 {
 		t.Fatalf("free blocks %v, want 0", st.GPU.Extra["free"])
 	}
+}
+
+// TestSwap: swapping a sequence out writes its full blocks to pinned memory and
+// frees it; a readmission finds them there once the GPU has evicted them.
+func TestSwap(t *testing.T) {
+	ctx := context.Background()
+	if _, err := newManager(t, Config{GPUBlocks: 4}).Swap(ctx, []uint64{1}); !errors.Is(err, ErrNoLowerTier) {
+		t.Fatalf("swap without a pinned tier: %v", err)
+	}
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, OffloadThreshold: 1})
+	a := toks(50, 3*bt+2)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	writeBlocks(t, m, r.Blocks, a, "")
+	errs, err := m.Swap(ctx, []uint64{1, 2})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], blockpool.ErrUnknownSequence) {
+		t.Fatalf("swap: %v %v", errs, err)
+	}
+	m.Flush(ctx)
+	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != 3*bt || p.GPUTokens != 3*bt {
+		t.Fatalf("after swap %+v, want 3 full blocks on GPU and in pinned memory", p)
+	}
+	evictAll(t, m, 8)
+	r, err = m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: a})
+	if err != nil || r.PinnedTokens != 3*bt {
+		t.Fatalf("readmission %+v %v", r, err)
+	}
+	wait(t, r)
+	checkBlocks(t, m, r.Blocks, a, "", 3)
 }

@@ -178,7 +178,7 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		a.appendBatch(ctx, m.Items, func(r *messages.AppendBatchResult) { m.Reply <- r })
 		a.afterBatch(ctx)
 	case *messages.FreeBatch:
-		a.freeBatch(ctx, m.Seqs, func(r *messages.FreeBatchResult) { m.Reply <- r })
+		a.freeBatch(ctx, m.Seqs, m.Swap, func(r *messages.FreeBatchResult) { m.Reply <- r })
 		a.afterBatch(ctx)
 	case *messages.Query:
 		m.Reply <- a.query(m)

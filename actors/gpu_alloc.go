@@ -280,11 +280,13 @@ func (a *GPUActor) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID, sk
 	return dst
 }
 
-func (a *GPUActor) freeBatch(ctx actor.Context, seqs []uint64, send func(*messages.FreeBatchResult)) {
+// freeBatch frees seqs; with swap (or IngestAll) their full blocks that have no
+// copy below yet are written down first.
+func (a *GPUActor) freeBatch(ctx actor.Context, seqs []uint64, swap bool, send func(*messages.FreeBatchResult)) {
 	res := &messages.FreeBatchResult{Errs: make([]error, len(seqs))}
 	var all []blockpool.BlockID
 	for i, s := range seqs {
-		if a.cfg.Ingestion == IngestAll {
+		if swap || a.cfg.Ingestion == IngestAll {
 			all = a.sealedBlocks(all, blockpool.SeqID(s), false)
 		}
 		res.Errs[i] = a.pool.Deallocate(blockpool.SeqID(s))
@@ -303,7 +305,7 @@ func (a *GPUActor) step(ctx actor.Context, m *messages.StepBatch) {
 			m.Reply <- res
 		}
 	}
-	a.freeBatch(ctx, m.Free, func(r *messages.FreeBatchResult) { res.Free = r; done() })
+	a.freeBatch(ctx, m.Free, false /* swap */, func(r *messages.FreeBatchResult) { res.Free = r; done() })
 	a.appendBatch(ctx, m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
 	if !a.allocateBatch(ctx, m.Allocate, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
 		a.afterBatch(ctx)

@@ -132,9 +132,11 @@ type AppendBatchResult struct {
 	Err  error
 }
 
-// FreeBatch frees finished sequences.
+// FreeBatch frees finished sequences. With Swap, their full blocks are written
+// down to pinned memory first (preemption by swapping).
 type FreeBatch struct {
 	Seqs  []uint64
+	Swap  bool
 	Reply chan *FreeBatchResult
 }
 

@@ -153,11 +153,32 @@ func (c *Cache) Free(ctx context.Context, seqs []scheduler.SeqID) error {
 	return c.sync(ctx)
 }
 
-// Swap implements scheduler.Cache. The Manager cannot move a live sequence's
-// blocks to pinned memory, so Swap changes nothing and answers
+// Swap implements scheduler.Cache with Manager.Swap: the sequences' full blocks
+// are written down to pinned memory and the sequences freed. A Manager with no
+// pinned tier answers kvtier.ErrNoLowerTier, which becomes
 // scheduler.ErrUnsupported: the scheduler recomputes instead.
-func (c *Cache) Swap(context.Context, []scheduler.SeqID) error {
-	return fmt.Errorf("schedcache: swap: the kvtier Manager has no swap-out call: %w", scheduler.ErrUnsupported)
+func (c *Cache) Swap(ctx context.Context, seqs []scheduler.SeqID) error {
+	c.seqs = c.seqs[:0]
+	for _, s := range seqs {
+		c.seqs = append(c.seqs, uint64(s))
+	}
+	errs, err := c.m.Swap(ctx, c.seqs)
+	if errors.Is(err, kvtier.ErrNoLowerTier) {
+		return fmt.Errorf("schedcache: swap: %w: %w", err, scheduler.ErrUnsupported)
+	}
+	if err != nil {
+		return fmt.Errorf("schedcache: swap %d sequences: %w", len(seqs), err)
+	}
+	var bad []error
+	for i, e := range errs {
+		if e != nil {
+			bad = append(bad, fmt.Errorf("sequence %d: %w", seqs[i], e))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("schedcache: swap: %w", errors.Join(bad...))
+	}
+	return c.sync(ctx)
 }
 
 // Flush implements scheduler.Cache with Manager.Flush.

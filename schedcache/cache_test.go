@@ -183,6 +183,32 @@ func TestSwapUnsupported(t *testing.T) {
 	}
 }
 
+// TestSwapToPinned: with a pinned tier, Swap frees the sequence and its full
+// blocks land in pinned memory.
+func TestSwapToPinned(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, kvtier.Config{GPUBlocks: 16, PinnedBytes: 1 << 20, OffloadThreshold: 1})
+	c := New(m, Options{Sync: true})
+	toks := make([]int64, 3*blockTokens+1)
+	for i := range toks {
+		toks[i] = int64(7 + i)
+	}
+	out, err := c.Allocate(ctx, []scheduler.AllocReq{{Seq: 1, Tokens: toks}})
+	if err != nil || out[0].Err != nil {
+		t.Fatal(err, out)
+	}
+	if err := c.Swap(ctx, []scheduler.SeqID{1}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Exists(ctx, toks, "")
+	if err != nil || p.PinnedTokens != 3*blockTokens {
+		t.Fatalf("after swap %+v %v, want 3 blocks in pinned memory", p, err)
+	}
+	if err := c.Free(ctx, []scheduler.SeqID{1}); err == nil {
+		t.Fatal("a swapped-out sequence could be freed again")
+	}
+}
+
 func TestClosedManager(t *testing.T) {
 	m, err := kvtier.New(kvtier.Config{GPUBlocks: 2, BlockTokens: blockTokens})
 	if err != nil {

@@ -16,11 +16,11 @@
 //
 // # Swap
 //
-// The Manager has no call that moves a live sequence's blocks to pinned memory,
-// so Swap answers scheduler.ErrUnsupported and the scheduler preempts by
-// recomputation. The preempted sequence's full blocks stay cached on the GPU
-// when it is freed and go down to pinned memory when evicted, so a readmission
-// still finds much of its prefix.
+// Swap is Manager.Swap: the preempted sequences' full blocks are written down to
+// pinned memory and the sequences freed, so a readmission finds its prefix on
+// the GPU or in pinned memory and recomputes only the partial last block. A
+// Manager with no pinned tier answers scheduler.ErrUnsupported, and the
+// scheduler preempts by recomputation.
 //
 // # Determinism
 //

@@ -186,7 +186,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")
 	fs.DurationVar(&o.onboardTimeout, "onboard-timeout", scheduler.DefaultOnboardTimeout, "-onboard timeout: base allowance (logical time)")
 	fs.DurationVar(&o.onboardPer1K, "onboard-timeout-per-1k", scheduler.DefaultOnboardTimeoutPer1K, "-onboard timeout: allowance per 1,000 loading tokens")
-	fs.StringVar(&preempt, "preempt", "recompute", "preemption: recompute, or swap (the Manager cannot swap: falls back to recompute)")
+	fs.StringVar(&preempt, "preempt", "recompute", "preemption: recompute, or swap (full blocks to pinned memory; recompute where there is no pinned tier)")
 	fs.IntVar(&o.maxSeqs, "max-seqs", scheduler.DefaultMaxNumSeqs, "max sequences admitted at once")
 	fs.IntVar(&o.maxBatched, "max-batched-tokens", scheduler.DefaultMaxNumBatchedTokens, "max tokens computed in one step (longer prompts are prefilled in chunks)")
 	fs.IntVar(&o.maxOutput, "max-output", 0, "cap each request's output tokens (0: the trace's output_length)")

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	fmt.Fprintf(table, "link bytes: blocks moved x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))
 	if o.preempt == scheduler.Swap {
-		fmt.Fprintln(table, "preempt swap: the Manager has no swap-out call, so preemptions were recomputed (swap fallbacks).")
+		fmt.Fprintln(table, "preempt swap: preempted sequences' full blocks go to pinned memory; with no pinned tier (the gpu column) they are recomputed (swap fallbacks).")
 	}
 	if o.jsonPath != "" {
 		if err := writeJSONTo(o.jsonPath, stdout, rep); err != nil {
