@@ -1,20 +1,24 @@
 // Package kvtier manages the KV cache of an LLM inference server across memory
-// tiers: GPU memory, pinned host memory and (with the disk tier) local disk.
+// tiers: GPU memory, pinned host memory and local disk.
 //
 // A Manager is an embedded actor system: separate actors own the GPU block pool,
-// the pinned host pool and the prefix index and exchange messages, so allocation,
-// eviction and copies proceed across goroutines with no shared lock. The Manager's
-// methods are safe for concurrent use; each takes a context and sends one message
-// per call (one per scheduler step for the batch forms).
+// the pinned host pool, the disk tier and the prefix index and exchange
+// messages, so allocation, eviction and copies proceed across goroutines with no
+// shared lock. The Manager's methods are safe for concurrent use; each takes a
+// context and sends one message per call: the batch forms and Step carry a whole
+// scheduler step.
 //
 // # Allocation and onboarding
 //
 // Allocate gives a sequence its block table. Leading blocks already on the GPU are
-// shared; blocks that continue the prefix in pinned memory are copied up
-// (onboarded). The result says how many tokens are ready (GPUTokens) and how many
-// are loading (PinnedTokens, DiskTokens); Ready completes when the copies are done
-// and reports how many tokens hold valid KV. A load that misses its deadline
-// becomes a miss to recompute (counted), never an error.
+// shared; blocks that continue the prefix below the GPU are copied up
+// (onboarded), from disk through pinned memory under one deadline. The result
+// says how many tokens are ready (GPUTokens) and how many are loading
+// (PinnedTokens, DiskTokens); Ready completes when the copies are done and
+// reports how many tokens hold valid KV. A load that misses its deadline becomes
+// a miss to recompute (counted), never an error: the outcome then carries a new
+// block table whose late blocks were swapped for fresh ones, since the late copy
+// still finishes into the old ones.
 //
 // # Offload
 //
@@ -23,7 +27,10 @@
 // blocks are more than OffloadThreshold full. IngestAll writes blocks through as
 // soon as their sequence moves past them; IngestHot after HotHits hits. Writes run
 // under an in-flight quota: over it a write is skipped and counted as denied;
-// allocation never waits on the quota.
+// allocation never waits on the quota. The pinned tier drains its victims to the
+// disk tier ahead of need; the disk tier keeps every acknowledged block across a
+// restart and verifies every read. Swap preempts a sequence by writing its full
+// blocks down and freeing it.
 //
 // # Contract
 //
