@@ -179,10 +179,7 @@ func runConcurrent(t *testing.T, cfg kvtier.Config) kvtier.Stats {
 		ws[g] = newWorker(m, w, g, tenants, 1)
 	}
 	sum := func() *counts {
-		var c counts
-		for _, k := range ws {
-			c.add(&k.c)
-		}
+		c := sumCounts(ws)
 		return &c
 	}
 	first := ws[:min(tenants, len(ws))]

@@ -51,16 +51,10 @@ func TestDiskFaults(t *testing.T) {
 	for p := range 3 {
 		name := fmt.Sprintf("disk faults phase %d", p)
 		failOn(t, name, runPhase(ctx, ws, ops, randomPhase))
-		var c counts
-		for _, k := range ws {
-			c.add(&k.c)
-		}
+		c := sumCounts(ws)
 		st = checkQuiescent(t, ctx, m, name, &c)
 	}
-	var c counts
-	for _, k := range ws {
-		c.add(&k.c)
-	}
+	c := sumCounts(ws)
 	injected := eio.Load() + enospc.Load() + torn.Load() + readEIO.Load() + short.Load()
 	if injected == 0 || st.Disk.Onboarded == 0 {
 		t.Fatalf("faults injected %d, disk onboarded %d: the disk tier was not exercised", injected, st.Disk.Onboarded)

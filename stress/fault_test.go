@@ -98,10 +98,7 @@ func TestFaults(t *testing.T) {
 	for p := range 3 {
 		name := fmt.Sprintf("faults phase %d", p)
 		failOn(t, name, runPhase(ctx, ws, ops, randomPhase))
-		var c counts
-		for _, k := range ws {
-			c.add(&k.c)
-		}
+		c := sumCounts(ws)
 		st = checkQuiescent(t, ctx, m, name, &c)
 		// Every failed block is a failed onboard some allocation saw, or a
 		// failed offload.
@@ -112,10 +109,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("%s: outcomes report %d failed blocks, only %d failed to copy", name, c.failed, f.h2dFailedBlocks.Load())
 		}
 	}
-	var c counts
-	for _, k := range ws {
-		c.add(&k.c)
-	}
+	c := sumCounts(ws)
 	if c.late == 0 || c.failed == 0 || f.d2hFailed.Load() == 0 {
 		t.Errorf("faults never showed: late %d, failed %d, %v", c.late, c.failed, f)
 	}

@@ -372,3 +372,12 @@ func (k *worker) free(ctx context.Context, i int) error {
 	k.live = append(k.live[:i], k.live[i+1:]...)
 	return k.check("free", k.m.Free(ctx, seq))
 }
+
+// sumCounts adds up every worker's counters.
+func sumCounts(ws []*worker) counts {
+	var c counts
+	for _, k := range ws {
+		c.add(&k.c)
+	}
+	return c
+}

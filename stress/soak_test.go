@@ -43,10 +43,7 @@ func TestSoak(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 		name := fmt.Sprintf("soak phase %d", phases)
 		failOn(t, name, runPhase(ctx, ws, perPhase, randomPhase))
-		c = counts{}
-		for _, k := range ws {
-			c.add(&k.c)
-		}
+		c = sumCounts(ws)
 		st := checkQuiescent(t, ctx, m, name, &c)
 		if int64(st.GPU.Failed) != int64(c.failed)+f.d2hFailedBlocks.Load() {
 			t.Fatalf("%s: GPU failed %d, outcomes %d + offload blocks %d", name, st.GPU.Failed, c.failed, f.d2hFailedBlocks.Load())
