@@ -116,14 +116,34 @@ func (e *ConfigError) Unwrap() error { return ErrBadConfig }
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	bad := func(field string, v any, reason string) { errs = append(errs, &ConfigError{field, v, reason}) }
+	// count fills a zero count with def and rejects a negative one.
+	count := func(field string, v *int, def int, reason string) {
+		if *v == 0 {
+			*v = def
+		} else if *v < 0 {
+			bad(field, *v, reason)
+		}
+	}
+	evictionPolicy := func(field string, k *policy.Kind) {
+		if *k == 0 {
+			*k = policy.LRU
+		} else if !k.Valid() {
+			bad(field, *k, "unknown policy")
+		}
+	}
+	ingestion := func(field string, i *Ingestion) {
+		switch *i {
+		case 0:
+			*i = IngestEvict
+		case IngestEvict, IngestAll, IngestHot:
+		default:
+			bad(field, *i, "unknown ingestion policy")
+		}
+	}
 	if c.GPUBlocks <= 0 {
 		bad("GPUBlocks", c.GPUBlocks, "must be >= 1")
 	}
-	if c.BlockTokens == 0 {
-		c.BlockTokens = 16
-	} else if c.BlockTokens < 0 {
-		bad("BlockTokens", c.BlockTokens, "must be >= 1")
-	}
+	count("BlockTokens", &c.BlockTokens, 16, "must be >= 1")
 	if c.Model == (gpu.ModelSpec{}) {
 		c.Model = gpu.TinySpec
 	}
@@ -136,18 +156,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PinnedBytes < 0 {
 		bad("PinnedBytes", c.PinnedBytes, "must be >= 0")
 	}
-	if c.PinnedPolicy == 0 {
-		c.PinnedPolicy = policy.LRU
-	} else if !c.PinnedPolicy.Valid() {
-		bad("PinnedPolicy", c.PinnedPolicy, "unknown policy")
-	}
-	switch c.Ingestion {
-	case 0:
-		c.Ingestion = IngestEvict
-	case IngestEvict, IngestAll, IngestHot:
-	default:
-		bad("Ingestion", c.Ingestion, "unknown ingestion policy")
-	}
+	evictionPolicy("PinnedPolicy", &c.PinnedPolicy)
+	ingestion("Ingestion", &c.Ingestion)
 	if c.DiskDir != "" {
 		if c.PinnedBytes == 0 {
 			bad("DiskDir", c.DiskDir, "the disk tier needs a pinned tier above it (PinnedBytes > 0)")
@@ -155,51 +165,21 @@ func (c Config) withDefaults() (Config, error) {
 		if c.DiskBytes <= 0 {
 			bad("DiskBytes", c.DiskBytes, "must be > 0 with DiskDir")
 		}
-		if c.DiskPolicy == 0 {
-			c.DiskPolicy = policy.LRU
-		} else if !c.DiskPolicy.Valid() {
-			bad("DiskPolicy", c.DiskPolicy, "unknown policy")
-		}
-		switch c.DiskIngestion {
-		case 0:
-			c.DiskIngestion = IngestEvict
-		case IngestEvict, IngestAll, IngestHot:
-		default:
-			bad("DiskIngestion", c.DiskIngestion, "unknown ingestion policy")
-		}
-		if c.DiskWriteQuota == 0 {
-			c.DiskWriteQuota = 256
-		} else if c.DiskWriteQuota < 0 {
-			bad("DiskWriteQuota", c.DiskWriteQuota, "must be >= 1")
-		}
+		evictionPolicy("DiskPolicy", &c.DiskPolicy)
+		ingestion("DiskIngestion", &c.DiskIngestion)
+		count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
 	} else if c.DiskBytes != 0 {
 		bad("DiskBytes", c.DiskBytes, "set without DiskDir")
 	}
-	if c.HotHits == 0 {
-		c.HotHits = 2
-	} else if c.HotHits < 0 {
-		bad("HotHits", c.HotHits, "must be >= 1")
-	}
+	count("HotHits", &c.HotHits, 2, "must be >= 1")
 	if c.OffloadThreshold == 0 {
 		c.OffloadThreshold = 0.85
 	} else if !(c.OffloadThreshold > 0 && c.OffloadThreshold <= 1) { // NaN too
 		bad("OffloadThreshold", c.OffloadThreshold, "must be in (0, 1]")
 	}
-	if c.OffloadAhead == 0 {
-		c.OffloadAhead = 64
-	} else if c.OffloadAhead < 0 {
-		bad("OffloadAhead", c.OffloadAhead, "must be >= 0")
-	}
-	if c.WriteQuota == 0 {
-		c.WriteQuota = 256
-	} else if c.WriteQuota < 0 {
-		bad("WriteQuota", c.WriteQuota, "must be >= 1")
-	}
-	if c.DoubleGetMinBlocks == 0 {
-		c.DoubleGetMinBlocks = 1
-	} else if c.DoubleGetMinBlocks < 0 {
-		bad("DoubleGetMinBlocks", c.DoubleGetMinBlocks, "must be >= 1")
-	}
+	count("OffloadAhead", &c.OffloadAhead, 64, "must be >= 0")
+	count("WriteQuota", &c.WriteQuota, 256, "must be >= 1")
+	count("DoubleGetMinBlocks", &c.DoubleGetMinBlocks, 1, "must be >= 1")
 	if !(c.DoubleGetMinRatio >= 0 && c.DoubleGetMinRatio <= 1) { // NaN too
 		bad("DoubleGetMinRatio", c.DoubleGetMinRatio, "must be in [0, 1]")
 	}
