@@ -106,7 +106,7 @@ func (a *GPUActor) lookupDone(ctx actor.Context, m *messages.LookupResult) {
 // allocate allocates one request; below lists the tiers of the blocks after the
 // first gpuAt blocks that lower tiers hold.
 func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
-	nb := (len(r.Tokens) + a.bs - 1) / a.bs
+	nb := a.blocksFor(len(r.Tokens))
 	if len(below) > 0 && (len(below) < a.cfg.DoubleGetMinBlocks || float64(len(below)) < a.cfg.DoubleGetMinRatio*float64(nb)) {
 		a.stats.DoubleGetSkips += uint64(len(below))
 		below = nil
@@ -209,16 +209,16 @@ func (a *GPUActor) appendBatch(ctx actor.Context, items []messages.AppendItem, s
 // the blocks it needs.
 func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *error, w *waiter) error {
 	seq := blockpool.SeqID(it.Seq)
-	before, _ := a.pool.Table(a.scratch[:0], seq)
-	n0 := len(before)
+	t0, _ := a.pool.NumTokens(seq)
 	err := a.pool.AppendTokens(seq, it.Tokens)
-	if err == nil {
-		// Blocks the append took start with no copy below and no hits.
-		after, _ := a.pool.Table(before[:0], seq)
-		for _, id := range after[n0:] {
+	if t1, _ := a.pool.NumTokens(seq); err == nil && a.blocksFor(t1) > a.blocksFor(t0) {
+		// Blocks the append took start with no copy below and no hits. Most
+		// appends take none, so the table is read only when one did.
+		table, _ := a.pool.Table(a.scratch[:0], seq)
+		for _, id := range table[a.blocksFor(t0):] {
 			a.flags[id], a.hits[id] = 0, 0
 		}
-		a.scratch = after
+		a.scratch = table
 	}
 	if a.parkable(err) {
 		w.pending++
@@ -331,3 +331,6 @@ func (a *GPUActor) afterBatch(ctx actor.Context) {
 	})
 	a.offloadResident(ctx, ids)
 }
+
+// blocksFor is the number of blocks tokens tokens take.
+func (a *GPUActor) blocksFor(tokens int) int { return (tokens + a.bs - 1) / a.bs }
