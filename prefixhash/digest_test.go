@@ -75,4 +75,3 @@ func BenchmarkDigestBlock(b *testing.B) {
 		})
 	}
 }
-
