@@ -35,11 +35,28 @@
 //
 // # Sequences
 //
-// Allocate(seq, tokens, salt) walks the sequence's blocks: a full block whose hash
-// is cached and whose tokens match is a hit; after the first miss every later block
-// misses. MayAppend adds one decoded token and covers nano-vllm's three cases: the
-// last block was full (a new block is taken), the token fills the last block (it is
-// hashed and registered), or neither. Reserve/Release set blocks aside for a request
+// Allocate(seq, tokens, ns) walks the sequence's blocks: a committed full block
+// whose hash, digest (prefixhash.Digest: SHA-256 over the namespace and the whole
+// prefix) and tokens match is a hit; after the first miss every later block
+// misses. MayAppend and AppendTokens add tokens and cover nano-vllm's three cases:
+// the last block was full (a new block is taken, or a lookahead slot used), the
+// token fills the last block (it is hashed), or neither.
+//
+// # Commit before cache
+//
+// A block's life follows the engine's, not the allocator's:
+//
+//	state       how it gets there                  findable  offloadable  on Free
+//	open        taken by Allocate/AppendTokens     no        no           discarded
+//	filled      its last token appended (hashed)   no        no           discarded
+//	committed   Commit covers its tokens           yes       yes          kept, revivable
+//	evicted     reused from the free queue         no        (bytes gone) -
+//
+// Commit(seq, n) says the first n tokens hold computed KV (vLLM's
+// cache_blocks(num_computed_tokens)); only then do its full blocks become hits
+// for other sequences. Freeing blocks that were never committed is an abort:
+// they return to the free queue's head with no contents. Recache publishes a
+// filled block whose bytes arrived verified from a lower tier. Reserve/Release set blocks aside for a request
 // all or nothing, as Dynamo's storage manager does; a sequence with the same id draws
 // from its reservation before the free queue.
 //
@@ -54,6 +71,8 @@
 //
 //	p, err := blockpool.New(blockpool.Config{NumBlocks: 1024, BlockSize: 16})
 //	a, err := p.Allocate(1, prompt, "")   // a.Blocks, a.CachedTokens
+//	// ... compute the prompt's KV from a.CachedTokens on ...
+//	_, err = p.Commit(1, len(prompt), nil)
 //	err = p.MayAppend(1, nextToken)
 //	err = p.Deallocate(1)
 package blockpool

@@ -70,7 +70,7 @@ func TestHashTableAgainstMap(t *testing.T) {
 func TestCheckInvariantsSeesHashTableDamage(t *testing.T) {
 	setup := func(t *testing.T) (*Pool, int) {
 		p := newPool(t, 16, 2)
-		if _, err := p.Allocate(1, seq(12, 100), ""); err != nil {
+		if _, err := allocCommit(p, 1, seq(12, 100), ""); err != nil {
 			t.Fatal(err)
 		}
 		check(t, p)
@@ -142,7 +142,7 @@ func TestCheckInvariantsSeesHashTableDamage(t *testing.T) {
 // in the slab and expects CheckInvariants to report it.
 func TestCheckInvariantsSeesMisplacedTokens(t *testing.T) {
 	p := newPool(t, 8, 2)
-	a, err := p.Allocate(1, seq(4, 1), "")
+	a, err := allocCommit(p, 1, seq(4, 1), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,9 @@ import (
 type model struct {
 	seqs map[SeqID]modelSeq
 	resv map[SeqID]int
+	// done holds the digests of every block some sequence committed: only
+	// those may ever be findable (commit before cache).
+	done map[prefixhash.Digest]bool
 }
 
 type modelSeq struct {
@@ -25,7 +28,7 @@ type modelSeq struct {
 func runOps(t *testing.T, data []byte) {
 	const blocks, size = 24, 4
 	p := newPool(t, blocks, size)
-	m := model{seqs: map[SeqID]modelSeq{}, resv: map[SeqID]int{}}
+	m := model{seqs: map[SeqID]modelSeq{}, resv: map[SeqID]int{}, done: map[prefixhash.Digest]bool{}}
 	salts := []string{"", "", "t1"}
 	var h prefixhash.Hasher
 	next := func() byte {
@@ -39,7 +42,7 @@ func runOps(t *testing.T, data []byte) {
 	for len(data) > 0 {
 		op, arg := next(), next()
 		id := SeqID(arg % 8)
-		switch op % 5 {
+		switch op % 6 {
 		case 0: // allocate: a shared stem of 0-3 blocks plus a private tail
 			stem := int(next()%4) * size
 			n := stem + int(next()%9)
@@ -100,6 +103,21 @@ func runOps(t *testing.T, data []byte) {
 			case !has && !errors.Is(err, ErrNoSpace):
 				t.Fatalf("reserve: %v", err)
 			}
+		case 5: // commit a random number of the sequence's tokens
+			ms, live := m.seqs[id]
+			n := 0
+			if live {
+				n = int(next()) % (len(ms.tokens) + 1)
+			}
+			_, err := p.Commit(id, n, nil)
+			if live != (err == nil) {
+				t.Fatalf("commit live=%v: %v", live, err)
+			}
+			if live {
+				for _, d := range ComputeKeys(ms.salt, ms.tokens[:n], size).Digests {
+					m.done[d] = true
+				}
+			}
 		case 4: // release
 			_, has := m.resv[id]
 			err := p.Release(id)
@@ -129,6 +147,11 @@ func runOps(t *testing.T, data []byte) {
 				if b.hash != want || !slices.Equal(b.tokens, ms.tokens[i*size:(i+1)*size]) {
 					t.Fatalf("seq %d block %d holds other contents", id, i)
 				}
+			}
+		}
+		for i := range p.blocks {
+			if p.blocks[i].cached && !m.done[p.digests[i]] {
+				t.Fatalf("block %d is findable but no sequence committed its prefix", i)
 			}
 		}
 		for id, n := range m.resv {

@@ -58,8 +58,10 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 	fresh := p.take(seq)
 	b, o := &p.blocks[fresh], &p.blocks[old]
 	if len(o.tokens) == p.cfg.BlockSize {
-		// Keep the tokens and hash so the fresh block is registered once recomputed.
+		// Keep the keys and tokens so the fresh block is published once
+		// recomputed and committed.
 		b.hash = o.hash
+		p.digests[fresh] = p.digests[old]
 		p.setTokens(fresh, o.tokens)
 	}
 	s.table[idx] = fresh
@@ -67,21 +69,8 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 	return fresh, nil
 }
 
-// Recache makes a block findable by its hash again after Uncache (its contents
-// became valid: a load finished). It does nothing if the block holds no full
-// block or another block already holds the hash.
-func (p *Pool) Recache(id BlockID) {
-	b := &p.blocks[id]
-	if b.cached || len(b.tokens) != p.cfg.BlockSize {
-		return
-	}
-	if !p.byHash.add(b.hash, id) {
-		return
-	}
-	b.cached = true
-	if b.state == stateFree {
-		p.freeCache++
-		p.free.remove(p.blocks, int32(id))
-		p.free.pushTail(p.blocks, int32(id))
-	}
-}
+// Recache makes a block findable by its hash (again) because its contents became
+// valid outside a sequence's commit: a load from a lower tier, verified against
+// the block's digest, finished. It does nothing if the block holds no full block
+// or another block already holds the hash.
+func (p *Pool) Recache(id BlockID) { p.publish(id) }

@@ -53,11 +53,13 @@ type block struct {
 }
 
 type sequence struct {
-	table     []BlockID
-	numTokens int
-	tail      []int64         // tokens of the last block while it is partial
-	last      prefixhash.Hash // hash before the next block to fill
-	hasLast   bool
+	table      []BlockID // blocksFor(numTokens) blocks, then lookahead slots
+	numTokens  int
+	committed  int             // leading tokens the owner said hold computed KV
+	tail       []int64         // tokens of the last block while it is partial
+	last       prefixhash.Hash // hash before the next block to fill
+	hasLast    bool
+	lastDigest prefixhash.Digest // digest before the next block to fill
 }
 
 // Evicted is a cached block whose contents were dropped because the block was
@@ -65,6 +67,39 @@ type sequence struct {
 type Evicted struct {
 	Block BlockID
 	Hash  prefixhash.Hash
+}
+
+// Keys are the chained hashes and digests of a prompt's full blocks in one
+// namespace. ComputeKeys fills them on any goroutine, so that a pool's owner
+// need not hash big prompts itself.
+type Keys struct {
+	NS      string // the namespace key (prefixhash.Namespace.Key)
+	Hashes  []prefixhash.Hash
+	Digests []prefixhash.Digest
+}
+
+// ComputeKeys hashes every full block of tokens, blocks of blockSize tokens, in
+// namespace ns.
+func ComputeKeys(ns string, tokens []int64, blockSize int) *Keys {
+	var h prefixhash.Hasher
+	var d prefixhash.Digester
+	return &Keys{NS: ns, Hashes: h.Chain(nil, ns, tokens, blockSize), Digests: d.Chain(nil, ns, tokens, blockSize)}
+}
+
+// Request asks Pool.Allocate for a sequence's blocks.
+type Request struct {
+	Seq    SeqID
+	Tokens []int64
+	// NS is the namespace key (prefixhash.Namespace.Key): blocks of different
+	// namespaces never match.
+	NS string
+	// Keys, when not nil, are Tokens' keys in NS (ComputeKeys); nil: the pool
+	// computes them.
+	Keys *Keys
+	// Lookahead adds blocks for this many tokens past Tokens (slots the
+	// caller may write before it appends their tokens, e.g. speculative
+	// drafts).
+	Lookahead int
 }
 
 // Allocation is the result of Allocate. Blocks belongs to the caller.
@@ -102,7 +137,10 @@ type Pool struct {
 	pins      map[BlockID]int32 // references held by in-flight copies
 	spare     []*sequence       // recycled sequence records
 	hasher    prefixhash.Hasher
+	digester  prefixhash.Digester
+	digests   []prefixhash.Digest // a filled block's digest, by block id
 	scratch   []prefixhash.Hash
+	dscratch  []prefixhash.Digest
 	evicted   []Evicted
 	slab      tokenSlab // blocks' token ids
 	sink      uint64    // what prefetch read, kept so its reads stay
@@ -117,10 +155,11 @@ func New(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{
-		cfg:    cfg,
-		blocks: make([]block, cfg.NumBlocks),
-		seqs:   make(map[SeqID]*sequence),
-		resv:   make(map[SeqID][]BlockID),
+		cfg:     cfg,
+		blocks:  make([]block, cfg.NumBlocks),
+		digests: make([]prefixhash.Digest, cfg.NumBlocks),
+		seqs:    make(map[SeqID]*sequence),
+		resv:    make(map[SeqID][]BlockID),
 	}
 	p.byHash.init(p.blocks)
 	p.slab.init(cfg.NumBlocks, cfg.BlockSize)
@@ -152,14 +191,31 @@ func (p *Pool) checkTokens(tokens []int64) error {
 	return nil
 }
 
-// plan walks tokens and returns the full blocks' hashes (in p.scratch), the number of
-// leading hits and how many of those hits are free cached blocks.
-func (p *Pool) plan(tokens []int64, salt string) (hits, revive int) {
+// keys returns the keys of tokens in ns: k itself when given (checked against
+// the tokens' block count), else computed into the pool's scratch.
+func (p *Pool) keys(tokens []int64, ns string, k *Keys) (*Keys, error) {
+	full := len(tokens) / p.cfg.BlockSize
+	if k != nil {
+		if len(k.Hashes) != full || len(k.Digests) != full || k.NS != ns {
+			return nil, fmt.Errorf("%w: keys for %d/%d blocks in namespace %q, prompt has %d full blocks in %q",
+				ErrBadArgument, len(k.Hashes), len(k.Digests), k.NS, full, ns)
+		}
+		return k, nil
+	}
+	p.scratch = p.hasher.Chain(p.scratch[:0], ns, tokens, p.cfg.BlockSize)
+	p.dscratch = p.digester.Chain(p.dscratch[:0], ns, tokens, p.cfg.BlockSize)
+	return &Keys{NS: ns, Hashes: p.scratch, Digests: p.dscratch}, nil
+}
+
+// plan returns the number of leading hits of tokens with keys k and how many of
+// those hits are free cached blocks. A hit is a committed block whose hash,
+// digest and tokens all match: the digest binds the whole prefix and namespace,
+// so a forged 64-bit hash collision is never a hit.
+func (p *Pool) plan(tokens []int64, k *Keys) (hits, revive int) {
 	bs := p.cfg.BlockSize
-	p.scratch = p.hasher.Chain(p.scratch[:0], salt, tokens, bs)
-	for i, h := range p.scratch {
+	for i, h := range k.Hashes {
 		id, ok := p.byHash.get(h)
-		if !ok || !slices.Equal(p.blocks[id].tokens, tokens[i*bs:(i+1)*bs]) {
+		if !ok || p.digests[id] != k.Digests[i] || !slices.Equal(p.blocks[id].tokens, tokens[i*bs:(i+1)*bs]) {
 			break
 		}
 		hits++
@@ -172,24 +228,49 @@ func (p *Pool) plan(tokens []int64, salt string) (hits, revive int) {
 
 // CanAllocate says whether Allocate of these tokens would find enough blocks now.
 func (p *Pool) CanAllocate(seq SeqID, tokens []int64, salt string) bool {
-	hits, revive := p.plan(tokens, salt)
+	k, _ := p.keys(tokens, salt, nil)
+	hits, revive := p.plan(tokens, k)
 	return p.numBlocksFor(len(tokens))-hits+revive <= p.free.n+len(p.resv[seq])
 }
 
 // CachedPrefix returns how many leading blocks of tokens are cached on this pool,
 // and the chained hashes of all full blocks (appended to dst). It changes nothing.
 func (p *Pool) CachedPrefix(dst []prefixhash.Hash, tokens []int64, salt string) (int, []prefixhash.Hash) {
-	hits, _ := p.plan(tokens, salt)
-	return hits, append(dst, p.scratch...)
+	k, _ := p.keys(tokens, salt, nil)
+	hits, _ := p.plan(tokens, k)
+	return hits, append(dst, k.Hashes...)
 }
 
-// Allocate gives sequence seq a block table for tokens. Leading full blocks whose
-// hash is cached and whose tokens match are shared (hits); the rest come from the
-// seq's reservation, then from the head of the free queue. Newly filled full
-// blocks are registered for later hits. On error nothing changes.
+// CachedBlocks returns how many leading blocks of a prompt with keys k are
+// committed on this pool. It changes nothing.
+func (p *Pool) CachedBlocks(tokens []int64, k *Keys) (int, error) {
+	k, err := p.keys(tokens, k.NS, k)
+	if err != nil {
+		return 0, err
+	}
+	hits, _ := p.plan(tokens, k)
+	return hits, nil
+}
+
+// Allocate gives sequence seq a block table for tokens in namespace salt (a
+// prefixhash.Namespace key); see AllocateRequest.
 func (p *Pool) Allocate(seq SeqID, tokens []int64, salt string) (Allocation, error) {
+	return p.AllocateRequest(Request{Seq: seq, Tokens: tokens, NS: salt})
+}
+
+// AllocateRequest gives sequence r.Seq a block table for r.Tokens plus
+// r.Lookahead tokens. Leading full blocks that are committed (a hash, digest and
+// tokens match) are shared (hits); the rest come from the seq's reservation,
+// then from the head of the free queue. New full blocks get their hash, digest
+// and tokens but stay unfindable until Commit says their KV is computed. On
+// error nothing changes.
+func (p *Pool) AllocateRequest(r Request) (Allocation, error) {
+	seq, tokens := r.Seq, r.Tokens
 	if len(tokens) == 0 {
 		return Allocation{}, ErrEmptySequence
+	}
+	if r.Lookahead < 0 {
+		return Allocation{}, fmt.Errorf("%w: lookahead %d", ErrBadArgument, r.Lookahead)
 	}
 	if _, ok := p.seqs[seq]; ok {
 		return Allocation{}, fmt.Errorf("%w: %d", ErrSequenceExists, seq)
@@ -197,8 +278,12 @@ func (p *Pool) Allocate(seq SeqID, tokens []int64, salt string) (Allocation, err
 	if err := p.checkTokens(tokens); err != nil {
 		return Allocation{}, err
 	}
-	hits, revive := p.plan(tokens, salt)
-	nb := p.numBlocksFor(len(tokens))
+	k, err := p.keys(tokens, r.NS, r.Keys)
+	if err != nil {
+		return Allocation{}, err
+	}
+	hits, revive := p.plan(tokens, k)
+	nb := p.numBlocksFor(len(tokens) + r.Lookahead)
 	resv := p.resv[seq]
 	if need := nb - hits + revive; need > p.free.n+len(resv) {
 		return Allocation{}, &NoSpaceError{Needed: need - len(resv), Free: p.free.n}
@@ -206,33 +291,71 @@ func (p *Pool) Allocate(seq SeqID, tokens []int64, salt string) (Allocation, err
 	s := p.newSequence()
 	bs := p.cfg.BlockSize
 	for i := range hits {
-		id, _ := p.byHash.get(p.scratch[i])
+		id, _ := p.byHash.get(k.Hashes[i])
 		p.hold(id)
 		s.table = append(s.table, id)
 	}
-	p.prefetch(nb-hits-len(resv), p.scratch[hits:])
+	p.prefetch(nb-hits-len(resv), k.Hashes[hits:])
 	for i := hits; i < nb; i++ {
 		id := p.take(seq)
 		s.table = append(s.table, id)
-		if i < len(p.scratch) {
-			p.register(id, p.scratch[i], tokens[i*bs:(i+1)*bs])
+		if i < len(k.Hashes) {
+			p.fill(id, k.Hashes[i], k.Digests[i], tokens[i*bs:(i+1)*bs])
 		}
 	}
 	s.numTokens = len(tokens)
-	s.last, s.hasLast = prefixhash.Seed(salt)
-	if n := len(p.scratch); n > 0 {
-		s.last, s.hasLast = p.scratch[n-1], true
+	s.committed = hits * bs
+	s.last, s.hasLast = prefixhash.Seed(r.NS)
+	s.lastDigest = prefixhash.DigestSeed(r.NS)
+	if n := len(k.Hashes); n > 0 {
+		s.last, s.hasLast = k.Hashes[n-1], true
+		s.lastDigest = k.Digests[n-1]
 	}
-	s.tail = append(s.tail[:0], tokens[len(p.scratch)*bs:]...)
+	s.tail = append(s.tail[:0], tokens[len(k.Hashes)*bs:]...)
 	p.seqs[seq] = s
 	p.stats.HitBlocks += uint64(hits)
-	p.stats.MissBlocks += uint64(nb - hits)
+	p.stats.MissBlocks += uint64(p.numBlocksFor(len(tokens)) - hits)
 	p.stats.Allocations++
 	return Allocation{Blocks: slices.Clone(s.table), CachedTokens: hits * bs, HitBlocks: hits}, nil
 }
 
+// Commit says that the first tokens tokens of seq hold computed KV. Every full
+// block among them becomes committed: findable by later allocations, and a
+// candidate for offload. Commit appends the blocks it made findable to dst.
+// Commits below the sequence's committed count change nothing; more tokens
+// than the sequence holds is ErrBadCommit, and nothing changes.
+func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
+	s, ok := p.seqs[seq]
+	if !ok {
+		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+	}
+	if tokens < 0 || tokens > s.numTokens {
+		return dst, fmt.Errorf("%w: commit of %d tokens, sequence %d holds %d", ErrBadCommit, tokens, seq, s.numTokens)
+	}
+	bs := p.cfg.BlockSize
+	for i := s.committed / bs; i < tokens/bs; i++ {
+		id := s.table[i]
+		if p.publish(id) {
+			dst = append(dst, id)
+		}
+	}
+	s.committed = max(s.committed, tokens)
+	return dst, nil
+}
+
+// Committed returns how many leading tokens of seq are committed.
+func (p *Pool) Committed(seq SeqID) (int, error) {
+	s, ok := p.seqs[seq]
+	if !ok {
+		return 0, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+	}
+	return s.committed, nil
+}
+
 // Deallocate drops sequence seq's hold on its blocks, tail first. Blocks whose count
-// reaches zero become free; cached ones keep their contents and can be revived.
+// reaches zero become free; committed ones keep their contents and can be
+// revived. Blocks never committed are discarded (an abort): they go to the free
+// queue's head with no contents.
 func (p *Pool) Deallocate(seq SeqID) error {
 	s, ok := p.seqs[seq]
 	if !ok {
@@ -253,47 +376,59 @@ func (p *Pool) CanAppend(seq SeqID) (bool, error) {
 	if !ok {
 		return false, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
 	}
-	need := 0
-	if s.numTokens%p.cfg.BlockSize == 0 {
-		need = 1
-	}
+	need := max(0, p.numBlocksFor(s.numTokens+1)-len(s.table))
 	return need <= p.free.n+len(p.resv[seq]), nil
 }
 
 // MayAppend adds one decoded token to seq: a new block when the last one was full,
-// and hashing plus registration when the token fills the last block.
+// and hashing when the token fills the last block.
 func (p *Pool) MayAppend(seq SeqID, token int64) error {
-	return p.AppendTokens(seq, []int64{token})
+	_, err := p.AppendTokens(seq, []int64{token}, 0, nil)
+	return err
 }
 
-// AppendTokens adds tokens to seq, all or nothing.
-func (p *Pool) AppendTokens(seq SeqID, tokens []int64) error {
+// AppendTokens adds tokens to seq, all or nothing, and makes sure its table has
+// slots for lookahead more tokens after them. A block the tokens fill gets its
+// hash and digest; it becomes findable only when Commit covers it. The blocks
+// taken are appended to dst, in table order.
+func (p *Pool) AppendTokens(seq SeqID, tokens []int64, lookahead int, dst []BlockID) ([]BlockID, error) {
 	s, ok := p.seqs[seq]
 	if !ok {
-		return fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+	}
+	if lookahead < 0 {
+		return dst, fmt.Errorf("%w: lookahead %d", ErrBadArgument, lookahead)
 	}
 	if err := p.checkTokens(tokens); err != nil {
-		return err
+		return dst, err
 	}
 	bs := p.cfg.BlockSize
-	need := p.numBlocksFor(s.numTokens+len(tokens)) - len(s.table)
+	need := p.numBlocksFor(s.numTokens+len(tokens)+lookahead) - len(s.table)
 	if resv := len(p.resv[seq]); need > p.free.n+resv {
-		return &NoSpaceError{Needed: need - resv, Free: p.free.n}
+		return dst, &NoSpaceError{Needed: need - resv, Free: p.free.n}
 	}
 	for _, t := range tokens {
-		if s.numTokens%bs == 0 {
-			s.table = append(s.table, p.take(seq))
+		if s.numTokens/bs == len(s.table) {
+			id := p.take(seq)
+			s.table = append(s.table, id)
+			dst = append(dst, id)
 		}
 		s.tail = append(s.tail, t)
 		s.numTokens++
 		if len(s.tail) == bs {
 			h := p.hasher.Block(s.last, s.hasLast, s.tail)
-			p.register(s.table[len(s.table)-1], h, s.tail)
-			s.last, s.hasLast = h, true
+			d := p.digester.Block(s.lastDigest, s.tail)
+			p.fill(s.table[s.numTokens/bs-1], h, d, s.tail)
+			s.last, s.hasLast, s.lastDigest = h, true, d
 			s.tail = s.tail[:0]
 		}
 	}
-	return nil
+	for len(s.table) < p.numBlocksFor(s.numTokens+lookahead) {
+		id := p.take(seq)
+		s.table = append(s.table, id)
+		dst = append(dst, id)
+	}
+	return dst, nil
 }
 
 // Reserve sets n blocks aside for request id, all or nothing. A sequence with the
@@ -363,10 +498,29 @@ func (p *Pool) NumTokens(seq SeqID) (int, error) {
 	return s.numTokens, nil
 }
 
-// BlockHash returns the hash block id holds and whether it is cached (findable).
+// BlockHash returns the hash block id holds and whether it is cached (committed
+// and findable).
 func (p *Pool) BlockHash(id BlockID) (prefixhash.Hash, bool) {
 	b := &p.blocks[id]
 	return b.hash, b.cached
+}
+
+// BlockDigest returns the digest of the full block id holds; ok is false when it
+// holds no full block.
+func (p *Pool) BlockDigest(id BlockID) (d prefixhash.Digest, ok bool) {
+	if len(p.blocks[id].tokens) != p.cfg.BlockSize {
+		return d, false
+	}
+	return p.digests[id], true
+}
+
+// BlockTokens returns the token ids of the full block id holds (nil when it
+// holds none). The slice is the pool's: read it before the next call.
+func (p *Pool) BlockTokens(id BlockID) []int64 {
+	if b := &p.blocks[id]; len(b.tokens) == p.cfg.BlockSize {
+		return b.tokens
+	}
+	return nil
 }
 
 // RefCount returns block id's reference count.
@@ -501,13 +655,28 @@ func (p *Pool) popFree() BlockID {
 	return BlockID(i)
 }
 
-// register records that block id holds the full block tokens with hash h. The first
-// block registered for a hash keeps it; a duplicate stays unfindable.
-func (p *Pool) register(id BlockID, h prefixhash.Hash, tokens []int64) {
-	b := &p.blocks[id]
-	b.hash = h
+// fill records that block id holds the full block tokens with hash h and digest
+// d. The block stays unfindable until publish.
+func (p *Pool) fill(id BlockID, h prefixhash.Hash, d prefixhash.Digest, tokens []int64) {
+	p.blocks[id].hash = h
+	p.digests[id] = d
 	p.setTokens(id, tokens)
-	b.cached = p.byHash.add(h, id)
+}
+
+// publish makes a filled block findable by its hash and reports whether it did.
+// The first block published for a hash keeps it; a duplicate stays unfindable.
+func (p *Pool) publish(id BlockID) bool {
+	b := &p.blocks[id]
+	if b.cached || len(b.tokens) != p.cfg.BlockSize || !p.byHash.add(b.hash, id) {
+		return false
+	}
+	b.cached = true
+	if b.state == stateFree {
+		p.freeCache++
+		p.free.remove(p.blocks, int32(id))
+		p.free.pushTail(p.blocks, int32(id))
+	}
+	return true
 }
 
 // setTokens copies a full block's tokens into block id's place in the slab.

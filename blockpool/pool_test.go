@@ -51,11 +51,11 @@ func TestConfigErrors(t *testing.T) {
 // share its block id, with ref count 2 and one block of cached tokens.
 func TestSharedPrefix(t *testing.T) {
 	p := newPool(t, 8, 4)
-	a, err := p.Allocate(1, []int64{1, 2, 3, 4, 5, 6}, "")
+	a, err := allocCommit(p, 1, []int64{1, 2, 3, 4, 5, 6}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.Allocate(2, []int64{1, 2, 3, 4, 7, 8, 9}, "")
+	b, err := allocCommit(p, 2, []int64{1, 2, 3, 4, 7, 8, 9}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,11 +73,11 @@ func TestSharedPrefix(t *testing.T) {
 
 func TestHitConfirmedByTokens(t *testing.T) {
 	p := newPool(t, 8, 2)
-	a, _ := p.Allocate(1, []int64{1, 2, 3, 4}, "")
+	a, _ := allocCommit(p, 1, []int64{1, 2, 3, 4}, "")
 	// Forge a collision: point the second block's hash at different tokens.
 	b := &p.blocks[a.Blocks[1]]
 	b.tokens[0] = 99
-	r, err := p.Allocate(2, []int64{1, 2, 3, 4}, "")
+	r, err := allocCommit(p, 2, []int64{1, 2, 3, 4}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +88,14 @@ func TestHitConfirmedByTokens(t *testing.T) {
 
 func TestRevivalOfFreedCachedBlock(t *testing.T) {
 	p := newPool(t, 4, 2)
-	a, _ := p.Allocate(1, []int64{1, 2, 3, 4}, "")
+	a, _ := allocCommit(p, 1, []int64{1, 2, 3, 4}, "")
 	if err := p.Deallocate(1); err != nil {
 		t.Fatal(err)
 	}
 	if p.NumFree() != 4 || p.Stats().FreeCached != 2 {
 		t.Fatalf("free %d, free cached %d", p.NumFree(), p.Stats().FreeCached)
 	}
-	b, err := p.Allocate(2, []int64{1, 2, 3, 4, 5}, "")
+	b, err := allocCommit(p, 2, []int64{1, 2, 3, 4, 5}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +107,8 @@ func TestRevivalOfFreedCachedBlock(t *testing.T) {
 
 func TestMissStopsLaterHits(t *testing.T) {
 	p := newPool(t, 16, 2)
-	p.Allocate(1, []int64{1, 2, 3, 4, 5, 6}, "")
-	r, _ := p.Allocate(2, []int64{1, 2, 9, 9, 5, 6}, "")
+	allocCommit(p, 1, []int64{1, 2, 3, 4, 5, 6}, "")
+	r, _ := allocCommit(p, 2, []int64{1, 2, 9, 9, 5, 6}, "")
 	if r.HitBlocks != 1 {
 		t.Fatalf("hit blocks %d, want 1", r.HitBlocks)
 	}
@@ -116,18 +116,24 @@ func TestMissStopsLaterHits(t *testing.T) {
 
 func TestMayAppendThreeCases(t *testing.T) {
 	p := newPool(t, 8, 4)
-	a, _ := p.Allocate(1, []int64{1, 2, 3}, "")
+	a, _ := allocCommit(p, 1, []int64{1, 2, 3}, "")
 	if len(a.Blocks) != 1 {
 		t.Fatal(a.Blocks)
 	}
-	// Case: the token fills the last block -> hashed and registered.
+	// Case: the token fills the last block -> hashed, findable once committed.
 	if err := p.MayAppend(1, 4); err != nil {
 		t.Fatal(err)
 	}
 	var h prefixhash.Hasher
 	want := h.Chain(nil, "", []int64{1, 2, 3, 4}, 4)[0]
-	if got, cached := p.BlockHash(a.Blocks[0]); got != want || !cached {
-		t.Fatalf("filled block hash %x cached %v, want %x", got, cached, want)
+	if got, cached := p.BlockHash(a.Blocks[0]); got != want || cached {
+		t.Fatalf("filled block hash %x cached %v, want %x uncommitted", got, cached, want)
+	}
+	if got, _ := p.Commit(1, 4, nil); !slices.Equal(got, a.Blocks[:1]) {
+		t.Fatalf("commit published %v, want %v", got, a.Blocks[:1])
+	}
+	if _, cached := p.BlockHash(a.Blocks[0]); !cached {
+		t.Fatal("committed block not findable")
 	}
 	// Case: the last block was full -> a new block.
 	free := p.NumFree()
@@ -163,7 +169,7 @@ func TestMayAppendThreeCases(t *testing.T) {
 
 func TestCanAppendWhenFull(t *testing.T) {
 	p := newPool(t, 1, 2)
-	p.Allocate(1, []int64{1, 2}, "")
+	allocCommit(p, 1, []int64{1, 2}, "")
 	if ok, _ := p.CanAppend(1); ok {
 		t.Fatal("CanAppend true with no free block and a full last block")
 	}
@@ -182,22 +188,22 @@ func TestCanAppendWhenFull(t *testing.T) {
 // and within one sequence the tail goes before the head.
 func TestLRUEviction(t *testing.T) {
 	p := newPool(t, 4, 1)
-	a, _ := p.Allocate(1, []int64{10, 11}, "")
-	b, _ := p.Allocate(2, []int64{20, 21}, "")
+	a, _ := allocCommit(p, 1, []int64{10, 11}, "")
+	b, _ := allocCommit(p, 2, []int64{20, 21}, "")
 	p.Deallocate(1)
 	p.Deallocate(2)
-	p.Allocate(3, []int64{30}, "")
+	allocCommit(p, 3, []int64{30}, "")
 	ev := p.DrainEvicted(nil)
 	if len(ev) != 1 || ev[0].Block != a.Blocks[1] {
 		t.Fatalf("first eviction %v, want seq 1's tail block %d", ev, a.Blocks[1])
 	}
-	p.Allocate(4, []int64{40, 41}, "")
+	allocCommit(p, 4, []int64{40, 41}, "")
 	ev = p.DrainEvicted(nil)
 	if len(ev) != 2 || ev[0].Block != a.Blocks[0] || ev[1].Block != b.Blocks[1] {
 		t.Fatalf("evictions %v, want %d then %d", ev, a.Blocks[0], b.Blocks[1])
 	}
 	// seq 2's head is still cached.
-	r, _ := p.Allocate(5, []int64{20}, "")
+	r, _ := allocCommit(p, 5, []int64{20}, "")
 	if r.HitBlocks != 1 || r.Blocks[0] != b.Blocks[0] {
 		t.Fatalf("seq 2's head was not kept: %+v", r)
 	}
@@ -206,11 +212,11 @@ func TestLRUEviction(t *testing.T) {
 
 func TestUncachedFreedBlocksAreReusedFirst(t *testing.T) {
 	p := newPool(t, 3, 2)
-	p.Allocate(1, []int64{1, 2}, "") // one cached block
-	p.Allocate(2, []int64{3}, "")    // one partial block
+	allocCommit(p, 1, []int64{1, 2}, "") // one cached block
+	allocCommit(p, 2, []int64{3}, "")    // one partial block
 	p.Deallocate(1)
 	p.Deallocate(2)
-	p.Allocate(3, []int64{5, 6, 7}, "") // needs 2 blocks: the partial and the never-used one
+	allocCommit(p, 3, []int64{5, 6, 7}, "") // needs 2 blocks: the partial and the never-used one
 	if ev := p.DrainEvicted(nil); len(ev) != 0 {
 		t.Fatalf("evicted %v while uncached blocks were free", ev)
 	}
@@ -219,21 +225,21 @@ func TestUncachedFreedBlocksAreReusedFirst(t *testing.T) {
 
 func TestBadInputChangesNothing(t *testing.T) {
 	p, _ := New(Config{NumBlocks: 4, BlockSize: 2, VocabSize: 100})
-	p.Allocate(1, []int64{1, 2, 3}, "")
+	allocCommit(p, 1, []int64{1, 2, 3}, "")
 	before := p.Stats()
 	cases := []struct {
 		err error
 		fn  func() error
 	}{
-		{ErrEmptySequence, func() error { _, err := p.Allocate(2, nil, ""); return err }},
-		{ErrSequenceExists, func() error { _, err := p.Allocate(1, []int64{1}, ""); return err }},
-		{ErrTokenOutOfRange, func() error { _, err := p.Allocate(2, []int64{1, 100}, ""); return err }},
-		{ErrTokenOutOfRange, func() error { _, err := p.Allocate(2, []int64{-1}, ""); return err }},
-		{ErrNoSpace, func() error { _, err := p.Allocate(2, seq(9, 0), ""); return err }},
+		{ErrEmptySequence, func() error { _, err := allocCommit(p, 2, nil, ""); return err }},
+		{ErrSequenceExists, func() error { _, err := allocCommit(p, 1, []int64{1}, ""); return err }},
+		{ErrTokenOutOfRange, func() error { _, err := allocCommit(p, 2, []int64{1, 100}, ""); return err }},
+		{ErrTokenOutOfRange, func() error { _, err := allocCommit(p, 2, []int64{-1}, ""); return err }},
+		{ErrNoSpace, func() error { _, err := allocCommit(p, 2, seq(9, 0), ""); return err }},
 		{ErrUnknownSequence, func() error { return p.Deallocate(7) }},
 		{ErrUnknownSequence, func() error { return p.MayAppend(7, 1) }},
 		{ErrTokenOutOfRange, func() error { return p.MayAppend(1, 1000) }},
-		{ErrNoSpace, func() error { return p.AppendTokens(1, seq(9, 0)) }},
+		{ErrNoSpace, func() error { _, err := p.AppendTokens(1, seq(9, 0), 0, nil); return err }},
 		{ErrNoSpace, func() error { return p.Reserve(9, 5) }},
 		{ErrBadArgument, func() error { return p.Reserve(9, 0) }},
 		{ErrUnknownReservation, func() error { return p.Release(9) }},
@@ -248,7 +254,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		check(t, p)
 	}
 	var ns *NoSpaceError
-	_, err := p.Allocate(2, seq(9, 0), "")
+	_, err := allocCommit(p, 2, seq(9, 0), "")
 	if !errors.As(err, &ns) || ns.Needed != 5 || ns.Free != 2 {
 		t.Fatalf("no-space error %v, want needed 5 free 2", err)
 	}
@@ -268,11 +274,11 @@ func TestReserveRelease(t *testing.T) {
 	if err := p.Reserve(1, 1); !errors.Is(err, ErrReservationExists) {
 		t.Fatal(err)
 	}
-	if _, err := p.Allocate(2, seq(6, 0), ""); !errors.Is(err, ErrNoSpace) {
+	if _, err := allocCommit(p, 2, seq(6, 0), ""); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("reserved blocks were handed to another sequence: %v", err)
 	}
 	// Sequence 1 draws on its own reservation: 3 blocks from it, none from the queue.
-	if _, err := p.Allocate(1, seq(6, 0), ""); err != nil {
+	if _, err := allocCommit(p, 1, seq(6, 0), ""); err != nil {
 		t.Fatal(err)
 	}
 	if p.Reserved(1) != 1 || p.NumFree() != 2 {
@@ -290,12 +296,12 @@ func TestReserveRelease(t *testing.T) {
 
 func TestSaltSeparatesTenants(t *testing.T) {
 	p := newPool(t, 8, 2)
-	p.Allocate(1, []int64{1, 2, 3, 4}, "a")
-	r, _ := p.Allocate(2, []int64{1, 2, 3, 4}, "b")
+	allocCommit(p, 1, []int64{1, 2, 3, 4}, "a")
+	r, _ := allocCommit(p, 2, []int64{1, 2, 3, 4}, "b")
 	if r.HitBlocks != 0 {
 		t.Fatal("tenant b hit tenant a's blocks")
 	}
-	r, _ = p.Allocate(3, []int64{1, 2, 3, 4}, "a")
+	r, _ = allocCommit(p, 3, []int64{1, 2, 3, 4}, "a")
 	if r.HitBlocks != 2 {
 		t.Fatalf("tenant a missed its own blocks: %d", r.HitBlocks)
 	}
@@ -316,7 +322,9 @@ func TestRefCountUnderflowPanics(t *testing.T) {
 func TestPinDetachRecache(t *testing.T) {
 	p := newPool(t, 4, 2)
 	a, _ := p.Allocate(1, []int64{1, 2, 3, 4}, "")
-	p.Uncache(a.Blocks[1]) // loading: not findable
+	if _, err := p.Commit(1, 2, nil); err != nil { // block 0 computed, block 1 loading
+		t.Fatal(err)
+	}
 	p.Pin(a.Blocks[1])
 	fresh, err := p.Detach(1, 1)
 	if err != nil {
@@ -342,9 +350,19 @@ func TestPinDetachRecache(t *testing.T) {
 	// A pinned free block is not reused.
 	p.Deallocate(1)
 	p.Pin(a.Blocks[0])
-	if _, err := p.Allocate(2, seq(8, 50), ""); !errors.Is(err, ErrNoSpace) {
+	if _, err := allocCommit(p, 2, seq(8, 50), ""); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("allocation took a pinned block: %v", err)
 	}
 	p.Unpin(a.Blocks[0])
 	check(t, p)
+}
+
+// allocCommit allocates and commits the whole prompt, as an engine does once
+// its prefill has run.
+func allocCommit(p *Pool, id SeqID, tokens []int64, salt string) (Allocation, error) {
+	a, err := p.Allocate(id, tokens, salt)
+	if err == nil {
+		_, err = p.Commit(id, len(tokens), nil)
+	}
+	return a, err
 }

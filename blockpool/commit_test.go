@@ -1,0 +1,161 @@
+package blockpool
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestAbortedBlocksAreNeverHits: a sequence freed before its prefill ran (an
+// abort) leaves nothing findable; the next identical prompt computes from 0.
+func TestAbortedBlocksAreNeverHits(t *testing.T) {
+	p := newPool(t, 8, 4)
+	prompt := seq(12, 1)
+	if _, err := p.Allocate(1, prompt, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Deallocate(1); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Cached != 0 || st.FreeCached != 0 {
+		t.Fatalf("aborted blocks cached: %+v", st)
+	}
+	b, err := p.Allocate(2, prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.CachedTokens != 0 {
+		t.Fatalf("identical prompt after an abort got %d cached tokens of uncomputed KV", b.CachedTokens)
+	}
+	check(t, p)
+}
+
+// TestSameStepSharesNothingUncommitted: two requests with one prefix in one
+// step; the second is not told the first's uncomputed blocks are ready.
+func TestSameStepSharesNothingUncommitted(t *testing.T) {
+	p := newPool(t, 16, 4)
+	prompt := seq(9, 1)
+	a, _ := p.Allocate(1, prompt, "")
+	b, err := p.Allocate(2, prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.CachedTokens != 0 || a.Blocks[0] == b.Blocks[0] {
+		t.Fatalf("second request shares uncommitted blocks: %v %v cached %d", a.Blocks, b.Blocks, b.CachedTokens)
+	}
+	// Both commit: the first published block wins, the duplicate stays private.
+	if got, _ := p.Commit(1, 9, nil); !slices.Equal(got, a.Blocks[:2]) {
+		t.Fatalf("commit 1 published %v", got)
+	}
+	if got, _ := p.Commit(2, 9, nil); len(got) != 0 {
+		t.Fatalf("duplicate commit published %v", got)
+	}
+	c, _ := p.Allocate(3, prompt, "")
+	if c.CachedTokens != 8 || !slices.Equal(c.Blocks[:2], a.Blocks[:2]) {
+		t.Fatalf("after commit: %v cached %d", c.Blocks, c.CachedTokens)
+	}
+	check(t, p)
+}
+
+// TestPartialCommit: a chunked prefill commits chunk by chunk; only fully
+// computed blocks become findable.
+func TestPartialCommit(t *testing.T) {
+	p := newPool(t, 16, 4)
+	prompt := seq(12, 1)
+	a, _ := p.Allocate(1, prompt, "")
+	got, err := p.Commit(1, 6, nil)
+	if err != nil || !slices.Equal(got, a.Blocks[:1]) {
+		t.Fatalf("commit 6 published %v, %v", got, err)
+	}
+	if n, _ := p.Committed(1); n != 6 {
+		t.Fatalf("committed %d", n)
+	}
+	b, _ := p.Allocate(2, prompt, "")
+	if b.CachedTokens != 4 {
+		t.Fatalf("cached %d after committing one block", b.CachedTokens)
+	}
+	// Lower commits change nothing; too many tokens is an error that changes nothing.
+	if got, err := p.Commit(1, 2, nil); err != nil || len(got) != 0 {
+		t.Fatalf("lower commit: %v %v", got, err)
+	}
+	if _, err := p.Commit(1, 13, nil); !errors.Is(err, ErrBadCommit) {
+		t.Fatalf("commit past the end: %v", err)
+	}
+	if n, _ := p.Committed(1); n != 6 {
+		t.Fatalf("failed commit changed the count: %d", n)
+	}
+	if _, err := p.Commit(9, 1, nil); !errors.Is(err, ErrUnknownSequence) {
+		t.Fatalf("commit of unknown seq: %v", err)
+	}
+	check(t, p)
+}
+
+// TestDigestMismatchIsNoHit: a block whose 64-bit hash and tokens match but
+// whose digest (the whole prefix) differs is not a hit — the shape of a forged
+// xxh64 collision after a different prefix.
+func TestDigestMismatchIsNoHit(t *testing.T) {
+	p := newPool(t, 8, 2)
+	a, _ := allocCommit(p, 1, []int64{1, 2, 3, 4}, "")
+	p.digests[a.Blocks[1]][0] ^= 1
+	r, err := p.Allocate(2, []int64{1, 2, 3, 4}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.HitBlocks != 1 {
+		t.Fatalf("%d hit blocks, want 1: a block of another prefix was served", r.HitBlocks)
+	}
+}
+
+func TestLookaheadAndNewBlocks(t *testing.T) {
+	p := newPool(t, 16, 4)
+	a, err := p.AllocateRequest(Request{Seq: 1, Tokens: seq(5, 1), Lookahead: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Blocks) != 3 { // 11 tokens of room
+		t.Fatalf("table %v, want 3 blocks for 5+6 tokens", a.Blocks)
+	}
+	// Appends land in the lookahead slots: no new blocks until past them.
+	got, err := p.AppendTokens(1, seq(6, 100), 0, nil)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("append into lookahead took %v, %v", got, err)
+	}
+	got, err = p.AppendTokens(1, seq(2, 200), 4, nil) // 13 tokens + 4 ahead: 5 blocks
+	if err != nil || len(got) != 2 {
+		t.Fatalf("append took %v, %v; want 2 new blocks", got, err)
+	}
+	tbl, _ := p.Table(nil, 1)
+	if !slices.Equal(tbl[3:], got) {
+		t.Fatalf("new blocks %v are not the table's tail %v", got, tbl)
+	}
+	if _, err := p.AppendTokens(1, nil, -1, nil); !errors.Is(err, ErrBadArgument) {
+		t.Fatalf("negative lookahead: %v", err)
+	}
+	if _, err := p.AppendTokens(1, nil, 100, nil); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("lookahead past the pool: %v", err)
+	}
+	if n, _ := p.NumTokens(1); n != 13 {
+		t.Fatalf("tokens %d", n)
+	}
+	check(t, p)
+	if err := p.Deallocate(1); err != nil || p.NumFree() != 16 {
+		t.Fatalf("free %d after deallocate: %v", p.NumFree(), err)
+	}
+}
+
+func TestKeysMustMatchPrompt(t *testing.T) {
+	p := newPool(t, 8, 4)
+	k := ComputeKeys("ns", seq(8, 1), 4)
+	if _, err := p.AllocateRequest(Request{Seq: 1, Tokens: seq(12, 1), NS: "ns", Keys: k}); !errors.Is(err, ErrBadArgument) {
+		t.Fatalf("keys for another length: %v", err)
+	}
+	if _, err := p.AllocateRequest(Request{Seq: 1, Tokens: seq(8, 1), NS: "other", Keys: k}); !errors.Is(err, ErrBadArgument) {
+		t.Fatalf("keys for another namespace: %v", err)
+	}
+	if p.Stats().Sequences != 0 {
+		t.Fatal("a rejected request changed the pool")
+	}
+	if _, err := p.AllocateRequest(Request{Seq: 1, Tokens: seq(8, 1), NS: "ns", Keys: k}); err != nil {
+		t.Fatal(err)
+	}
+}
