@@ -37,6 +37,12 @@ type Config struct {
 	Model gpu.ModelSpec
 	// VocabSize, when > 0, rejects token ids outside [0, VocabSize).
 	VocabSize int
+	// ModelID names the served model and its revision (e.g.
+	// "meta-llama/Llama-3-8B@5f0b02c"). It is part of every block's namespace
+	// and of the disk tier's fingerprint: KV of another model, a fine-tune with
+	// the same shape included, is never served. Set it whenever a disk
+	// directory may outlive the model.
+	ModelID string
 
 	// PinnedBytes is the pinned host tier's capacity; 0 disables the tier.
 	PinnedBytes int64
@@ -158,6 +164,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	evictionPolicy("PinnedPolicy", &c.PinnedPolicy)
 	ingestion("Ingestion", &c.Ingestion)
+	// Every disk field is checked, whether or not DiskDir enables the tier.
+	evictionPolicy("DiskPolicy", &c.DiskPolicy)
+	ingestion("DiskIngestion", &c.DiskIngestion)
+	count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
 	if c.DiskDir != "" {
 		if c.PinnedBytes == 0 {
 			bad("DiskDir", c.DiskDir, "the disk tier needs a pinned tier above it (PinnedBytes > 0)")
@@ -165,9 +175,6 @@ func (c Config) withDefaults() (Config, error) {
 		if c.DiskBytes <= 0 {
 			bad("DiskBytes", c.DiskBytes, "must be > 0 with DiskDir")
 		}
-		evictionPolicy("DiskPolicy", &c.DiskPolicy)
-		ingestion("DiskIngestion", &c.DiskIngestion)
-		count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
 	} else if c.DiskBytes != 0 {
 		bad("DiskBytes", c.DiskBytes, "set without DiskDir")
 	}

@@ -25,6 +25,7 @@ type (
 	AllocRequest   = messages.AllocRequest
 	AllocResult    = messages.AllocResult
 	AppendItem     = messages.AppendItem
+	CommitItem     = messages.CommitItem
 	OnboardOutcome = messages.OnboardOutcome
 	TierStats      = messages.TierStats
 	BlockID        = blockpool.BlockID
@@ -40,27 +41,39 @@ var (
 	ErrNoSpace = blockpool.ErrNoSpace
 	// ErrNoLowerTier rejects Swap on a Manager with no pinned tier.
 	ErrNoLowerTier = errors.New("kvtier: no tier below the GPU")
+	// ErrCanceled says a call's context ended before the call took effect:
+	// nothing changed. It wraps the context's error. A call whose context
+	// ends after the actor took it is applied in full and answered normally.
+	ErrCanceled = errors.New("kvtier: call canceled before it took effect")
+	// ErrNilContext rejects a call made with a nil context.
+	ErrNilContext = errors.New("kvtier: nil context")
+	// ErrNotReady rejects a Commit for a sequence whose Ready has not
+	// completed (its blocks may still be loading).
+	ErrNotReady = actors.ErrNotReady
+	// ErrBadCommit rejects a Commit of more tokens than the sequence holds.
+	ErrBadCommit = blockpool.ErrBadCommit
 )
 
 // Manager is kvtier's embeddable KV-cache manager. See the package doc.
 type Manager struct {
-	cfg     Config
-	system  *actor.ActorSystem
-	ownSys  bool
-	device  gpu.Device
-	ownDev  bool
-	arena   gpu.Arena
-	pinned  *pinned.Pool
-	store   *disk.Store // handed to the disk actor, which closes it
-	diskRep disk.OpenReport
-	gpuPID  *actor.PID
-	pinPID  *actor.PID
-	idxPID  *actor.PID
-	diskPID *actor.PID
-	disps   []*actors.Dedicated
-	layout  gpu.Layout
-	done    chan struct{}
-	closeMu chan struct{} // one Close at a time
+	cfg      Config
+	system   *actor.ActorSystem
+	ownSys   bool
+	device   gpu.Device
+	ownDev   bool
+	arena    gpu.Arena
+	pinned   *pinned.Pool
+	store    *disk.Store // handed to the disk actor, which closes it
+	diskRep  disk.OpenReport
+	gpuPID   *actor.PID
+	pinPID   *actor.PID
+	idxPID   *actor.PID
+	diskPID  *actor.PID
+	disps    []*actors.Dedicated
+	layout   gpu.Layout
+	layoutFP string // the layout part of every namespace
+	done     chan struct{}
+	closeMu  chan struct{} // one Close at a time
 }
 
 // New validates cfg, allocates the tiers and starts the actors.
@@ -77,7 +90,8 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), closeMu: make(chan struct{}, 1)}
+	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), closeMu: make(chan struct{}, 1),
+		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
 	if m.device = c.Device; m.device == nil {
 		if m.device, err = gpu.Default(); err != nil {
 			return nil, fmt.Errorf("kvtier: opening the device: %w", err)
@@ -166,32 +180,80 @@ func (m *Manager) Arena() gpu.Arena { return m.arena }
 func (m *Manager) BlockTokens() int { return m.cfg.BlockTokens }
 
 // ask sends msg to pid and waits for a reply on reply, the context or Close.
-func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, msg any, reply chan T) (T, error) {
+// call, when not nil, is the request's cancellation handle: if the context
+// ends first and the actor has not taken the request, it is withdrawn and the
+// error wraps ErrCanceled (nothing changed); if the actor took it, ask waits
+// for the reply, so an applied request is never reported as failed.
+func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.Call, msg any, reply chan T) (T, error) {
 	var zero T
+	if ctx == nil {
+		return zero, ErrNilContext
+	}
 	select {
 	case <-m.done:
 		return zero, ErrClosed
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return zero, err
+		return zero, cancelErr(err, call != nil)
 	}
 	m.system.Root.Send(pid, msg)
 	select {
 	case r := <-reply:
 		return r, nil
 	case <-ctx.Done():
-		return zero, ctx.Err()
+		if call == nil || call.Cancel() {
+			return zero, cancelErr(ctx.Err(), call != nil)
+		}
+	case <-m.done:
+		return zero, ErrClosed
+	}
+	select { // the actor took the request: its answer comes
+	case r := <-reply:
+		return r, nil
 	case <-m.done:
 		return zero, ErrClosed
 	}
 }
 
+// cancelErr wraps a context's error; for a state-changing call it also says
+// that nothing took effect.
+func cancelErr(err error, changing bool) error {
+	if changing {
+		return fmt.Errorf("%w: %w", ErrCanceled, err)
+	}
+	return err
+}
+
+// namespace is the key of a request's namespace: tenant salt, the Manager's
+// model, the request's LoRA adapter and the KV layout.
+func (m *Manager) namespace(salt, lora string) string {
+	return prefixhash.Namespace{Salt: salt, Model: m.cfg.ModelID, LoRA: lora, Layout: m.layoutFP}.Key()
+}
+
+// keysFor hashes each request's prompt (as the actor will truncate it) on the
+// caller's goroutine, so the GPU actor never hashes a big prompt.
+func (m *Manager) keysFor(reqs []AllocRequest) []*blockpool.Keys {
+	keys := make([]*blockpool.Keys, len(reqs))
+	for i, r := range reqs {
+		t := r.Tokens
+		if r.MaxSeqLen > 0 && len(t) > r.MaxSeqLen {
+			if !r.Truncate {
+				continue // refused by the actor
+			}
+			t = t[:r.MaxSeqLen]
+		}
+		keys[i] = blockpool.ComputeKeys(m.namespace(r.Salt, r.LoRA), t, m.cfg.BlockTokens)
+	}
+	return keys
+}
+
 // AllocateBatch allocates several sequences in one message (one scheduler step).
 // Per-request failures are in each result's Err; the error is for the call.
 func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
-	msg := &messages.AllocateBatch{Reqs: ownRequests(reqs), Reply: make(chan *messages.AllocateBatchResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+	owned := ownRequests(reqs)
+	msg := &messages.AllocateBatch{Reqs: owned, Keys: m.keysFor(owned), Reply: make(chan *messages.AllocateBatchResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return nil, err
 	}
@@ -222,31 +284,43 @@ func ownRequests(reqs []AllocRequest) []AllocRequest {
 func ownItems(items []AppendItem) []AppendItem {
 	out := make([]AppendItem, len(items))
 	for i, it := range items {
-		out[i] = AppendItem{Seq: it.Seq, Tokens: append([]int64(nil), it.Tokens...)}
+		out[i] = AppendItem{Seq: it.Seq, Tokens: append([]int64(nil), it.Tokens...), Lookahead: it.Lookahead}
 	}
 	return out
 }
 
-// Step is one scheduler step in one message: it frees free, then appends
-// decoded tokens, then allocates new sequences, and answers with every part's
-// per-item errors and results. It is the cheapest way to drive the Manager
-// from a scheduler.
-func (m *Manager) Step(ctx context.Context, free []uint64, appends []AppendItem, allocs []AllocRequest) (StepResult, error) {
-	msg := &messages.StepBatch{Free: append([]uint64(nil), free...), Append: ownItems(appends), Allocate: ownRequests(allocs),
-		Reply: make(chan *messages.StepResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+// StepRequest is one scheduler step: Commit says what the last forward pass
+// computed, Free ends sequences (finished, aborted or preempted for
+// recompute), Append adds the tokens the step decoded, Allocate admits new
+// sequences. The actor applies them in that order.
+type StepRequest struct {
+	Commit   []CommitItem
+	Free     []uint64
+	Append   []AppendItem
+	Allocate []AllocRequest
+}
+
+// StepResult answers Step: one error (or nil) per commit, freed sequence and
+// append, the blocks each append took, and one result per allocation, in
+// order.
+type StepResult struct {
+	CommitErrs []error
+	FreeErrs   []error
+	Appends    []AppendResult
+	Allocs     []AllocResult
+}
+
+// Step is one scheduler step in one message. It is the cheapest way to drive
+// the Manager from a scheduler.
+func (m *Manager) Step(ctx context.Context, req StepRequest) (StepResult, error) {
+	allocs := ownRequests(req.Allocate)
+	msg := &messages.StepBatch{Commit: append([]CommitItem(nil), req.Commit...), Free: append([]uint64(nil), req.Free...),
+		Append: ownItems(req.Append), Allocate: allocs, Keys: m.keysFor(allocs), Reply: make(chan *messages.StepResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return StepResult{}, err
 	}
-	return StepResult{FreeErrs: r.Free.Errs, AppendErrs: r.Append.Errs, Allocs: r.Allocate.Results}, nil
-}
-
-// StepResult answers Step: one error (or nil) per freed sequence and per append,
-// one result per allocation, in order.
-type StepResult struct {
-	FreeErrs   []error
-	AppendErrs []error
-	Allocs     []AllocResult
+	return StepResult{CommitErrs: r.Commit.Errs, FreeErrs: r.Free.Errs, Appends: appendResults(r.Append), Allocs: r.Allocate.Results}, nil
 }
 
 // Allocate allocates one sequence.
@@ -258,46 +332,89 @@ func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, 
 	return res[0], res[0].Err
 }
 
-// AppendBatch adds decoded tokens to several sequences in one message.
-func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]error, error) {
-	msg := &messages.AppendBatch{Items: ownItems(items), Reply: make(chan *messages.AppendBatchResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
-	if err != nil {
-		return nil, err
-	}
-	return r.Errs, r.Err
-}
-
-// Append adds decoded tokens to one sequence.
-func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) error {
-	errs, err := m.AppendBatch(ctx, []AppendItem{{Seq: seq, Tokens: tokens}})
+// Commit says that the first tokens tokens of sequence seq hold computed KV
+// (vLLM's cache_blocks(num_computed_tokens)). Only committed blocks are ever
+// hits for other sequences, written to lower tiers or swapped out. Call it
+// once the KV is written: after the forward pass on the host backend, and on a
+// GPU after the pass's kernels are enqueued on the stream the Manager's copies
+// wait for (see the package doc). It fails with ErrNotReady before the
+// sequence's Ready completed, ErrBadCommit past the sequence's tokens.
+func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
+	errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: seq, Tokens: tokens}})
 	if err != nil {
 		return err
 	}
 	return errs[0]
 }
 
-// FreeBatch frees several sequences; their blocks stay cached.
-func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error) {
-	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Reply: make(chan *messages.FreeBatchResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+// CommitBatch commits several sequences in one message.
+func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error, error) {
+	msg := &messages.CommitBatch{Items: append([]CommitItem(nil), items...), Reply: make(chan *messages.CommitBatchResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return nil, err
 	}
 	return r.Errs, r.Err
 }
 
-// Swap preempts sequences by swapping: their full blocks that have no copy below
-// the GPU yet are written down to pinned memory, and the sequences are freed. A
-// later allocation of the same tokens finds the blocks on the GPU while they stay
-// cached there, and in pinned memory after; the partial last block is
-// recomputed. It returns ErrNoLowerTier, changing nothing, without a pinned tier.
+// AppendResult answers one AppendItem: the blocks it took, which are the
+// sequence's block table's new tail (none when the tokens fit in blocks it
+// held), or its error.
+type AppendResult struct {
+	Blocks []BlockID
+	Err    error
+}
+
+func appendResults(r *messages.AppendBatchResult) []AppendResult {
+	out := make([]AppendResult, len(r.Errs))
+	for i := range out {
+		out[i] = AppendResult{Blocks: r.Blocks[i], Err: r.Errs[i]}
+	}
+	return out
+}
+
+// AppendBatch adds decoded tokens to several sequences in one message.
+func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]AppendResult, error) {
+	msg := &messages.AppendBatch{Items: ownItems(items), Reply: make(chan *messages.AppendBatchResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
+	if err != nil {
+		return nil, err
+	}
+	return appendResults(r), r.Err
+}
+
+// Append adds decoded tokens to one sequence and returns the blocks it took.
+func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) ([]BlockID, error) {
+	res, err := m.AppendBatch(ctx, []AppendItem{{Seq: seq, Tokens: tokens}})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Blocks, res[0].Err
+}
+
+// FreeBatch frees several sequences. Their committed blocks stay cached;
+// blocks never committed are discarded.
+func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error) {
+	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Reply: make(chan *messages.FreeBatchResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
+	if err != nil {
+		return nil, err
+	}
+	return r.Errs, r.Err
+}
+
+// Swap preempts sequences by swapping: their committed blocks that have no
+// copy below the GPU yet are written down to pinned memory, and the sequences
+// are freed. A later allocation of the same tokens finds the blocks on the GPU
+// while they stay cached there, and in pinned memory after; uncommitted blocks
+// (a prefill cut short) and the partial last block are recomputed. It returns
+// ErrNoLowerTier, changing nothing, without a pinned tier.
 func (m *Manager) Swap(ctx context.Context, seqs []uint64) ([]error, error) {
 	if m.pinPID == nil {
 		return nil, ErrNoLowerTier
 	}
 	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Swap: true, Reply: make(chan *messages.FreeBatchResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, msg, msg.Reply)
+	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return nil, err
 	}
@@ -318,35 +435,51 @@ type Presence struct {
 	GPUTokens, PinnedTokens, DiskTokens int
 }
 
-func (m *Manager) chain(tokens []int64, salt string) []uint64 {
-	var h prefixhash.Hasher
-	hashes := h.Chain(nil, salt, tokens, m.cfg.BlockTokens)
-	out := make([]uint64, len(hashes))
-	for i, x := range hashes {
+// chainKeys hashes tokens in the namespace of salt and lora.
+func (m *Manager) chainKeys(tokens []int64, salt, lora string) *blockpool.Keys {
+	return blockpool.ComputeKeys(m.namespace(salt, lora), tokens, m.cfg.BlockTokens)
+}
+
+func hashes(k *blockpool.Keys) []uint64 {
+	out := make([]uint64, len(k.Hashes))
+	for i, x := range k.Hashes {
 		out[i] = uint64(x)
 	}
 	return out
 }
 
-// Exists reports how many leading tokens of tokens each tier holds.
+// Exists reports how many leading tokens of tokens each tier holds, verified
+// (digest) in the namespace of salt and the Manager's model. It changes
+// nothing.
 func (m *Manager) Exists(ctx context.Context, tokens []int64, salt string) (Presence, error) {
-	q := &messages.Query{Kind: messages.QueryExists, Tokens: append([]int64(nil), tokens...), Salt: salt, Reply: make(chan *messages.QueryResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, q, q.Reply)
+	return m.exists(ctx, tokens, m.chainKeys(tokens, salt, ""), 0)
+}
+
+// exists asks each tier for its leading run of k's blocks from block from on.
+func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys, from int) (Presence, error) {
+	q := &messages.Query{Kind: messages.QueryExists, Tokens: append([]int64(nil), tokens...), Keys: k, Reply: make(chan *messages.QueryResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &q.Call, q, q.Reply)
 	if err != nil {
 		return Presence{}, err
 	}
+	if r.Err != nil {
+		return Presence{}, r.Err
+	}
 	p := Presence{GPUTokens: r.GPUTokens}
+	if from < 0 {
+		from = r.GPUTokens / m.cfg.BlockTokens
+	}
 	if m.pinPID != nil {
-		pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
-		pr, err := ask(ctx, m, m.pinPID, pq, pq.Reply)
+		pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: hashes(k)[from:], Digests: k.Digests[from:], Reply: make(chan *messages.QueryResult, 1)}
+		pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
 		if err != nil {
 			return Presence{}, err
 		}
 		p.PinnedTokens = pr.PinnedTokens * m.cfg.BlockTokens
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
-		dr, err := ask(ctx, m, m.diskPID, dq, dq.Reply)
+		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: hashes(k)[from:], Reply: make(chan *messages.QueryResult, 1)}
+		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return Presence{}, err
 		}
@@ -355,26 +488,66 @@ func (m *Manager) Exists(ctx context.Context, tokens []int64, salt string) (Pres
 	return p, nil
 }
 
+// LookupRequest names a prompt for Lookup, as an AllocRequest would.
+type LookupRequest struct {
+	Tokens []int64
+	Salt   string
+	LoRA   string
+}
+
+// LookupResult says what an allocation of the prompt would find now, per tier
+// and in order: GPUTokens on the GPU, then LowerTokens more below it
+// (PinnedTokens from pinned memory, the rest from disk), with the double-get
+// thresholds applied (DoubleGetSkipped when they turned a lower hit away).
+// It is a snapshot: blocks may move before an allocation.
+type LookupResult struct {
+	GPUTokens, PinnedTokens, DiskTokens int
+	LowerTokens                         int
+	DoubleGetSkipped                    bool
+}
+
+// Lookup reports the hit a prompt would get, per tier, without side effects:
+// nothing is allocated, pinned, loaded or counted as a hit (vLLM's
+// get_computed_blocks before admission).
+func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, error) {
+	k := m.chainKeys(req.Tokens, req.Salt, req.LoRA)
+	p, err := m.exists(ctx, req.Tokens, k, -1)
+	if err != nil {
+		return LookupResult{}, err
+	}
+	res := LookupResult{GPUTokens: p.GPUTokens, PinnedTokens: p.PinnedTokens}
+	// The disk run counts from the GPU hit too; what pinned memory does not
+	// hold comes from disk.
+	res.LowerTokens = max(p.PinnedTokens, p.DiskTokens)
+	res.DiskTokens = res.LowerTokens - res.PinnedTokens
+	below, total := res.LowerTokens/m.cfg.BlockTokens, (len(req.Tokens)+m.cfg.BlockTokens-1)/m.cfg.BlockTokens
+	if below > 0 && (below < m.cfg.DoubleGetMinBlocks || float64(below) < m.cfg.DoubleGetMinRatio*float64(total)) {
+		res.PinnedTokens, res.DiskTokens, res.LowerTokens, res.DoubleGetSkipped = 0, 0, 0, true
+	}
+	return res, nil
+}
+
 // Delete drops the chain's cached blocks from every tier (blocks held by live
 // sequences stay on the GPU) and returns how many blocks were dropped.
 func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int, error) {
-	q := &messages.Query{Kind: messages.QueryDelete, Tokens: append([]int64(nil), tokens...), Salt: salt, Reply: make(chan *messages.QueryResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, q, q.Reply)
+	k := m.chainKeys(tokens, salt, "")
+	q := &messages.Query{Kind: messages.QueryDelete, Tokens: append([]int64(nil), tokens...), Keys: k, Reply: make(chan *messages.QueryResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &q.Call, q, q.Reply)
 	if err != nil {
 		return 0, err
 	}
 	n := r.Deleted
 	if m.pinPID != nil {
-		pq := &messages.PinnedQuery{Kind: messages.QueryDelete, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
-		pr, err := ask(ctx, m, m.pinPID, pq, pq.Reply)
+		pq := &messages.PinnedQuery{Kind: messages.QueryDelete, Hashes: hashes(k), Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
+		pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
 		if err != nil {
 			return n, err
 		}
 		n += pr.Deleted
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
-		dr, err := ask(ctx, m, m.diskPID, dq, dq.Reply)
+		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: hashes(k), Reply: make(chan *messages.QueryResult, 1)}
+		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return n, err
 		}
@@ -389,8 +562,9 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 	if m.pinPID == nil {
 		return 0, nil
 	}
-	pq := &messages.PinnedQuery{Kind: messages.QueryPrefetch, Hashes: m.chain(tokens, salt), Reply: make(chan *messages.QueryResult, 1)}
-	pr, err := ask(ctx, m, m.pinPID, pq, pq.Reply)
+	k := m.chainKeys(tokens, salt, "")
+	pq := &messages.PinnedQuery{Kind: messages.QueryPrefetch, Hashes: hashes(k), Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
+	pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
 	if err != nil {
 		return 0, err
 	}
@@ -405,7 +579,7 @@ func (m *Manager) Flush(ctx context.Context) error {
 			continue
 		}
 		f := &messages.Flush{Reply: make(chan error, 1)}
-		r, err := ask(ctx, m, pid, f, f.Reply)
+		r, err := ask(ctx, m, pid, nil, f, f.Reply)
 		if err != nil {
 			return err
 		}
@@ -428,18 +602,18 @@ type Stats struct {
 func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-	g, err := ask(ctx, m, m.gpuPID, req, req.Reply)
+	g, err := ask(ctx, m, m.gpuPID, nil, req, req.Reply)
 	if err != nil {
 		return s, err
 	}
 	s.GPU = g
 	if m.pinPID != nil {
 		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Pinned, err = ask(ctx, m, m.pinPID, req, req.Reply); err != nil {
+		if s.Pinned, err = ask(ctx, m, m.pinPID, nil, req, req.Reply); err != nil {
 			return s, err
 		}
 		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		ix, err := ask(ctx, m, m.idxPID, req, req.Reply)
+		ix, err := ask(ctx, m, m.idxPID, nil, req, req.Reply)
 		if err != nil {
 			return s, err
 		}
@@ -447,7 +621,7 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	}
 	if m.diskPID != nil {
 		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Disk, err = ask(ctx, m, m.diskPID, req, req.Reply); err != nil {
+		if s.Disk, err = ask(ctx, m, m.diskPID, nil, req, req.Reply); err != nil {
 			return s, err
 		}
 		s.DiskOpen = m.diskRep
@@ -459,6 +633,9 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 // memory. Calls in flight end with ErrClosed or their result; later calls return
 // ErrClosed. A second Close returns ErrClosed.
 func (m *Manager) Close(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	select {
 	case <-m.done:
 		return ErrClosed
@@ -513,5 +690,5 @@ func (m *Manager) release() error {
 // fingerprint names the block format on disk: a different model layout, block
 // size or hash scheme must not read another's records.
 func fingerprint(c Config, l gpu.Layout) uint64 {
-	return xxhash.Sum64String(fmt.Sprintf("kvtier/%d/%+v/%d/%d", prefixhash.SchemeVersion, c.Model, c.BlockTokens, l.BlockBytes()))
+	return xxhash.Sum64String(fmt.Sprintf("kvtier/%d/%+v/%d/%d/%q", prefixhash.SchemeVersion, c.Model, c.BlockTokens, l.BlockBytes(), c.ModelID))
 }

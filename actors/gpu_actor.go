@@ -47,6 +47,10 @@ var ErrTooLong = errors.New("kvtier: sequence longer than MaxSeqLen")
 // ErrStopped answers work still waiting when a tier actor stops.
 var ErrStopped = errors.New("kvtier: tier actor stopped")
 
+// ErrNotReady rejects a commit for a sequence whose Ready has not completed:
+// its blocks may still be loading, and the caller has computed nothing yet.
+var ErrNotReady = errors.New("kvtier: commit before the allocation's Ready completed")
+
 // GPUConfig configures the GPU pool actor. The actor owns Pool, Arena and Stream.
 type GPUConfig struct {
 	Pool   *blockpool.Pool
@@ -96,6 +100,9 @@ type GPUActor struct {
 	stats   messages.TierStats
 	evicted []blockpool.Evicted
 	scratch []blockpool.BlockID
+	// notReady counts, per sequence, allocations whose Ready has not
+	// completed: commits wait for it.
+	notReady map[blockpool.SeqID]int
 }
 
 // NewGPUActor returns the actor's producer.
@@ -106,6 +113,7 @@ func NewGPUActor(cfg GPUConfig) actor.Producer {
 			cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
 			flags: make([]uint8, n), hits: make([]uint16, n),
 			lookups: map[uint64]*pendingAlloc{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
+			notReady: map[blockpool.SeqID]int{},
 			stats: messages.TierStats{Tier: messages.GPU},
 		}
 	}
@@ -124,6 +132,11 @@ func (w *waiter) done(a *GPUActor) {
 	w.pending--
 	if w.pending > 0 {
 		return
+	}
+	if w.c != nil {
+		if a.notReady[w.seq]--; a.notReady[w.seq] <= 0 {
+			delete(a.notReady, w.seq)
+		}
 	}
 	if w.onDone != nil {
 		w.onDone()
@@ -155,11 +168,20 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *messages.AllocateBatch:
-		if !a.allocateBatch(ctx, m.Reqs, func(r *messages.AllocateBatchResult) { m.Reply <- r }) {
+		if !m.Take() {
+			return // the caller gave up before it took effect
+		}
+		if !a.allocateBatch(ctx, m.Reqs, m.Keys, func(r *messages.AllocateBatchResult) { m.Reply <- r }) {
 			a.afterBatch(ctx)
 		}
 	case *messages.StepBatch:
-		a.step(ctx, m)
+		if m.Take() {
+			a.step(ctx, m)
+		}
+	case *messages.CommitBatch:
+		if m.Take() {
+			m.Reply <- a.commitBatch(ctx, m.Items)
+		}
 	case *messages.LookupResult:
 		a.lookupDone(ctx, m)
 	case *messages.FetchGrant:
@@ -175,13 +197,19 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	case *fetchTimeout:
 		a.fetchLate(ctx, m.id)
 	case *messages.AppendBatch:
-		a.appendBatch(ctx, m.Items, func(r *messages.AppendBatchResult) { m.Reply <- r })
-		a.afterBatch(ctx)
+		if m.Take() {
+			a.appendBatch(ctx, m.Items, func(r *messages.AppendBatchResult) { m.Reply <- r })
+			a.afterBatch(ctx)
+		}
 	case *messages.FreeBatch:
-		a.freeBatch(ctx, m.Seqs, m.Swap, func(r *messages.FreeBatchResult) { m.Reply <- r })
-		a.afterBatch(ctx)
+		if m.Take() {
+			a.freeBatch(ctx, m.Seqs, m.Swap, func(r *messages.FreeBatchResult) { m.Reply <- r })
+			a.afterBatch(ctx)
+		}
 	case *messages.Query:
-		m.Reply <- a.query(m)
+		if m.Take() {
+			m.Reply <- a.query(m)
+		}
 	case *messages.Flush:
 		a.flushes = append(a.flushes, gpuFlush{reply: m.Reply, upto: a.nextID})
 		a.maybeFlushed()
@@ -225,11 +253,16 @@ func (a *GPUActor) startCopy(ctx actor.Context, id uint64, fetch bool, dir gpu.D
 
 func (a *GPUActor) query(m *messages.Query) *messages.QueryResult {
 	res := &messages.QueryResult{}
-	hits, hashes := a.pool.CachedPrefix(nil, m.Tokens, m.Salt)
+	hits, err := a.pool.CachedBlocks(m.Tokens, m.Keys)
+	if err != nil {
+		res.Err = err
+		return res
+	}
 	res.GPUTokens = hits * a.bs
 	if m.Kind == messages.QueryDelete {
-		for _, h := range hashes {
-			if id, ok := a.pool.Lookup(h); ok && a.pool.RefCount(id) == 0 {
+		for i, h := range m.Keys.Hashes {
+			id, ok := a.pool.Lookup(h)
+			if d, _ := a.pool.BlockDigest(id); ok && d == m.Keys.Digests[i] && a.pool.RefCount(id) == 0 {
 				a.pool.Uncache(id)
 				a.flags[id] = 0
 				res.Deleted++

@@ -15,6 +15,7 @@ import (
 
 type pendingAlloc struct {
 	reqs    []messages.AllocRequest
+	keys    []*blockpool.Keys
 	b       *batchReply
 	waiting []int // indexes of requests waiting for the lookup
 	gpu     []int // GPU hit blocks seen at lookup time, per waiting request
@@ -39,7 +40,7 @@ func (b *batchReply) maybeSend() {
 // about the rest, in one Lookup for the whole batch.
 // It reports whether allocations wait for the index: the caller then leaves the
 // offload ahead of need to lookupDone, as it would pin blocks they are about to take.
-func (a *GPUActor) allocateBatch(ctx actor.Context, reqs []messages.AllocRequest, send func(*messages.AllocateBatchResult)) (waiting bool) {
+func (a *GPUActor) allocateBatch(ctx actor.Context, reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) (waiting bool) {
 	res := &messages.AllocateBatchResult{Results: make([]messages.AllocResult, len(reqs))}
 	b := &batchReply{send: send, res: res}
 	var pend *pendingAlloc
@@ -56,17 +57,27 @@ func (a *GPUActor) allocateBatch(ctx actor.Context, reqs []messages.AllocRequest
 			out.Truncated = len(r.Tokens) - r.MaxSeqLen
 			r.Tokens = r.Tokens[:r.MaxSeqLen]
 		}
-		if !a.lower() || len(r.Tokens) < a.bs {
-			a.allocate(ctx, r, out, 0, nil, b)
+		k := keys[i]
+		if k == nil || len(k.Hashes) != len(r.Tokens)/a.bs {
+			out.Err = fmt.Errorf("%w: request %d carries no keys for its %d tokens", blockpool.ErrBadArgument, r.Seq, len(r.Tokens))
 			continue
 		}
-		hits, hashes := a.pool.CachedPrefix(nil, r.Tokens, r.Salt)
+		if !a.lower() || len(r.Tokens) < a.bs {
+			a.allocate(ctx, r, k, out, 0, nil, b)
+			continue
+		}
+		hits, err := a.pool.CachedBlocks(r.Tokens, k)
+		if err != nil {
+			out.Err = err
+			continue
+		}
+		hashes := k.Hashes
 		if hits == len(hashes) {
-			a.allocate(ctx, r, out, 0, nil, b)
+			a.allocate(ctx, r, k, out, 0, nil, b)
 			continue
 		}
 		if pend == nil {
-			pend = &pendingAlloc{reqs: reqs, b: b}
+			pend = &pendingAlloc{reqs: reqs, keys: keys, b: b}
 		}
 		pend.waiting = append(pend.waiting, i)
 		pend.gpu = append(pend.gpu, hits)
@@ -96,7 +107,7 @@ func (a *GPUActor) lookupDone(ctx actor.Context, m *messages.LookupResult) {
 	delete(a.lookups, m.ID)
 	for k, i := range pend.waiting {
 		r := &pend.reqs[i]
-		a.allocate(ctx, r, &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
+		a.allocate(ctx, r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
 	}
 	a.afterBatch(ctx)
 	pend.b.ready = true
@@ -105,18 +116,18 @@ func (a *GPUActor) lookupDone(ctx actor.Context, m *messages.LookupResult) {
 
 // allocate allocates one request; below lists the tiers of the blocks after the
 // first gpuAt blocks that lower tiers hold.
-func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
+func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
 	nb := a.blocksFor(len(r.Tokens))
 	if len(below) > 0 && (len(below) < a.cfg.DoubleGetMinBlocks || float64(len(below)) < a.cfg.DoubleGetMinRatio*float64(nb)) {
 		a.stats.DoubleGetSkips += uint64(len(below))
 		below = nil
 	}
-	alloc, err := a.pool.Allocate(blockpool.SeqID(r.Seq), r.Tokens, r.Salt)
+	alloc, err := a.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead})
 	if a.parkable(err) {
 		b.parked++
 		a.parked = append(a.parked, func(ctx actor.Context) {
 			b.parked--
-			a.allocate(ctx, r, out, gpuAt, below, b)
+			a.allocate(ctx, r, k, out, gpuAt, below, b)
 			b.maybeSend()
 		})
 		return
@@ -130,12 +141,15 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *me
 	a.stats.Hits += uint64(alloc.HitBlocks)
 	a.stats.Misses += uint64(nb - alloc.HitBlocks)
 	w := &waiter{seq: blockpool.SeqID(r.Seq), c: messages.NewCompletion(), pending: 1}
+	a.notReady[w.seq]++
 	w.out.ValidTokens = alloc.CachedTokens
 	out.Ready = w.c
 	evictOp := a.offloadEvicted(ctx, w) // before the reused blocks' flags are reset
 	for _, id := range alloc.Blocks[alloc.HitBlocks:] {
 		a.flags[id], a.hits[id] = 0, 0
 	}
+	// Hits are committed blocks only (the pool finds nothing else), so hot
+	// ones hold computed KV and may be written down.
 	if a.cfg.Ingestion == IngestHot {
 		var hot []blockpool.BlockID
 		for _, id := range alloc.Blocks[:alloc.HitBlocks] {
@@ -155,11 +169,11 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *me
 		op := &fetchOp{w: w, first: start}
 		for j := range load {
 			id := alloc.Blocks[start+j]
-			h, _ := a.pool.BlockHash(id)
-			a.pool.Uncache(id) // not findable until its bytes arrive
+			// Filled but not findable until its bytes arrive, verified.
 			a.pool.Pin(id)
 			op.blocks = append(op.blocks, id)
-			op.hashes = append(op.hashes, uint64(h))
+			op.hashes = append(op.hashes, uint64(k.Hashes[start+j]))
+			op.digests = append(op.digests, k.Digests[start+j])
 			if load[j] == messages.Disk {
 				out.DiskTokens += a.bs
 			} else {
@@ -177,7 +191,7 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *me
 			self, sys := ctx.Self(), ctx.ActorSystem()
 			op.timer = time.AfterFunc(d, func() { sys.Root.Send(self, &fetchTimeout{id: id}) })
 		}
-		req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Deadline: deadline}
+		req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: deadline}
 		if evictOp != nil {
 			// The loads land in blocks whose old bytes are still being copied out.
 			evictOp.then = append(evictOp.then, func(ctx actor.Context) { ctx.Request(a.cfg.Pinned, req) })
@@ -191,45 +205,58 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, out *me
 // appendBatch appends and answers once the evicted bytes of any block the
 // appends took are copied out, since the caller writes those blocks next.
 func (a *GPUActor) appendBatch(ctx actor.Context, items []messages.AppendItem, send func(*messages.AppendBatchResult)) {
-	res := &messages.AppendBatchResult{Errs: make([]error, len(items))}
+	res := &messages.AppendBatchResult{Errs: make([]error, len(items)), Blocks: make([][]blockpool.BlockID, len(items))}
 	w := &waiter{pending: 1, onDone: func() { send(res) }}
-	var all []blockpool.BlockID
 	for i, it := range items {
-		res.Errs[i] = a.appendOne(ctx, it, &res.Errs[i], w)
+		res.Errs[i] = a.appendOne(ctx, it, &res.Errs[i], &res.Blocks[i], w)
 		a.offloadEvicted(ctx, w)
-		if res.Errs[i] == nil && a.cfg.Ingestion == IngestAll {
-			all = a.sealedBlocks(all, blockpool.SeqID(it.Seq), true)
-		}
 	}
-	a.offloadResident(ctx, all)
 	w.done(a)
 }
 
 // appendOne appends it, parking it (w waits) while offloads ahead of need pin
-// the blocks it needs.
-func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *error, w *waiter) error {
+// the blocks it needs. The blocks it took go to *took.
+func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *error, took *[]blockpool.BlockID, w *waiter) error {
 	seq := blockpool.SeqID(it.Seq)
-	t0, _ := a.pool.NumTokens(seq)
-	err := a.pool.AppendTokens(seq, it.Tokens)
-	if t1, _ := a.pool.NumTokens(seq); err == nil && a.blocksFor(t1) > a.blocksFor(t0) {
-		// Blocks the append took start with no copy below and no hits. Most
-		// appends take none, so the table is read only when one did.
-		table, _ := a.pool.Table(a.scratch[:0], seq)
-		for _, id := range table[a.blocksFor(t0):] {
-			a.flags[id], a.hits[id] = 0, 0
-		}
-		a.scratch = table
+	ids, err := a.pool.AppendTokens(seq, it.Tokens, it.Lookahead, nil)
+	// Blocks the append took start with no copy below and no hits.
+	for _, id := range ids {
+		a.flags[id], a.hits[id] = 0, 0
 	}
 	if a.parkable(err) {
 		w.pending++
 		a.parked = append(a.parked, func(ctx actor.Context) {
-			*errp = a.appendOne(ctx, it, errp, w)
+			*errp = a.appendOne(ctx, it, errp, took, w)
 			a.offloadEvicted(ctx, w)
 			w.done(a)
 		})
 		return nil
 	}
+	*took = ids
 	return err
+}
+
+// commitBatch commits what the caller computed. Under IngestAll the blocks a
+// commit makes findable are written through at once.
+func (a *GPUActor) commitBatch(ctx actor.Context, items []messages.CommitItem) *messages.CommitBatchResult {
+	res := &messages.CommitBatchResult{Errs: make([]error, len(items))}
+	var all []blockpool.BlockID
+	for i, it := range items {
+		seq := blockpool.SeqID(it.Seq)
+		if a.notReady[seq] > 0 {
+			res.Errs[i] = fmt.Errorf("%w: sequence %d", ErrNotReady, it.Seq)
+			continue
+		}
+		var err error
+		n := len(all)
+		all, err = a.pool.Commit(seq, it.Tokens, all)
+		res.Errs[i] = err
+		if a.cfg.Ingestion != IngestAll {
+			all = all[:n]
+		}
+	}
+	a.offloadResident(ctx, all)
+	return res
 }
 
 // parkable says whether err is a lack of blocks that offloads ahead of need
@@ -262,15 +289,13 @@ func (a *GPUActor) retryParked(ctx actor.Context) {
 	}
 }
 
-// sealedBlocks appends seq's full, cached blocks not yet written down; with
-// skipLast the last block (still being written) is left out.
-func (a *GPUActor) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID, skipLast bool) []blockpool.BlockID {
+// sealedBlocks appends seq's committed blocks not yet written down. Blocks
+// never committed (a prefill cut short, an abort) hold no KV worth keeping and
+// are left out.
+func (a *GPUActor) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID) []blockpool.BlockID {
 	table, err := a.pool.Table(nil, seq)
 	if err != nil {
 		return dst
-	}
-	if skipLast && len(table) > 0 {
-		table = table[:len(table)-1]
 	}
 	for _, id := range table {
 		if _, cached := a.pool.BlockHash(id); cached && a.flags[id]&(flagBelow|flagMoving) == 0 {
@@ -287,7 +312,7 @@ func (a *GPUActor) freeBatch(ctx actor.Context, seqs []uint64, swap bool, send f
 	var all []blockpool.BlockID
 	for i, s := range seqs {
 		if swap || a.cfg.Ingestion == IngestAll {
-			all = a.sealedBlocks(all, blockpool.SeqID(s), false)
+			all = a.sealedBlocks(all, blockpool.SeqID(s))
 		}
 		res.Errs[i] = a.pool.Deallocate(blockpool.SeqID(s))
 	}
@@ -295,10 +320,10 @@ func (a *GPUActor) freeBatch(ctx actor.Context, seqs []uint64, swap bool, send f
 	send(res)
 }
 
-// step runs one scheduler step in one message: frees, then appends, then
-// allocations, answering once all three are decided.
+// step runs one scheduler step in one message: commits, frees, then appends,
+// then allocations, answering once all are decided.
 func (a *GPUActor) step(ctx actor.Context, m *messages.StepBatch) {
-	res := &messages.StepResult{}
+	res := &messages.StepResult{Commit: a.commitBatch(ctx, m.Commit)}
 	parts := 3
 	done := func() {
 		if parts--; parts == 0 {
@@ -307,7 +332,7 @@ func (a *GPUActor) step(ctx actor.Context, m *messages.StepBatch) {
 	}
 	a.freeBatch(ctx, m.Free, false /* swap */, func(r *messages.FreeBatchResult) { res.Free = r; done() })
 	a.appendBatch(ctx, m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
-	if !a.allocateBatch(ctx, m.Allocate, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
+	if !a.allocateBatch(ctx, m.Allocate, m.Keys, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
 		a.afterBatch(ctx)
 	}
 }

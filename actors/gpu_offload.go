@@ -42,7 +42,7 @@ func (a *GPUActor) offloadEvicted(ctx actor.Context, w *waiter) *offloadOp {
 			continue // already written down
 		}
 		op.blocks = append(op.blocks, e.Block)
-		op.items = append(op.items, messages.OffloadItem{Hash: uint64(e.Hash), Tokens: a.bs})
+		op.items = append(op.items, messages.OffloadItem{Hash: uint64(e.Hash), Digest: e.Digest, Tokens: a.bs})
 	}
 	if len(op.blocks) == 0 {
 		return nil
@@ -61,14 +61,16 @@ func (a *GPUActor) offloadResident(ctx actor.Context, ids []blockpool.BlockID) {
 	}
 	op := &offloadOp{}
 	for _, id := range ids {
+		// Only committed blocks (cached) hold computed KV to write down.
 		h, cached := a.pool.BlockHash(id)
 		if !cached || a.flags[id]&(flagBelow|flagMoving) != 0 {
 			continue
 		}
+		d, _ := a.pool.BlockDigest(id)
 		a.pool.Pin(id)
 		a.flags[id] |= flagMoving
 		op.blocks = append(op.blocks, id)
-		op.items = append(op.items, messages.OffloadItem{Hash: uint64(h), Tokens: a.bs})
+		op.items = append(op.items, messages.OffloadItem{Hash: uint64(h), Digest: d, Tokens: a.bs})
 	}
 	if len(op.blocks) > 0 {
 		a.startOffload(ctx, op)

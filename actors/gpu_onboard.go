@@ -9,15 +9,17 @@ import (
 	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/prefixhash"
 )
 
 // fetchOp is one onboarding: blocks [first, first+len(blocks)) of a sequence.
 type fetchOp struct {
 	w      *waiter
 	first  int
-	blocks []blockpool.BlockID
-	hashes []uint64
-	slots  []int
+	blocks  []blockpool.BlockID
+	hashes  []uint64
+	digests []prefixhash.Digest
+	slots   []int
 	late   bool
 	copied bool
 	timer  *time.Timer
@@ -40,7 +42,7 @@ func (a *GPUActor) fetchGranted(ctx actor.Context, g *messages.FetchGrant) {
 	}
 	op.slots = g.Slots
 	if n := len(g.Slots); n < len(op.blocks) {
-		a.missFrom(op, n, false)
+		a.missFrom(op, n, g.Short)
 	}
 	if len(g.Slots) == 0 {
 		a.endFetch(g.ID, op)
@@ -54,17 +56,29 @@ func (a *GPUActor) fetchGranted(ctx actor.Context, g *messages.FetchGrant) {
 	op.ev = a.startCopy(ctx, g.ID, true, gpu.H2D, ops)
 }
 
-// missFrom gives up on op's blocks from index n on: they stay the sequence's,
-// uncached, to be recomputed.
-func (a *GPUActor) missFrom(op *fetchOp, n int, failed bool) {
+// missFrom gives up on op's blocks from index n on, for reason why: they stay
+// the sequence's, unfindable, to be recomputed. Every block given up is
+// counted under its reason, in the outcome and in the tier's stats.
+func (a *GPUActor) missFrom(op *fetchOp, n int, why messages.MissReason) {
 	for _, id := range op.blocks[n:] {
 		a.pool.Unpin(id)
 	}
-	if failed {
-		op.w.out.Failed += len(op.blocks) - n
-		a.stats.Failed += uint64(len(op.blocks) - n)
+	lost := len(op.blocks) - n
+	switch why {
+	case messages.MissMismatch:
+		op.w.out.Mismatch += lost
+		a.stats.Mismatches += uint64(lost)
+	case messages.MissLate:
+		op.w.out.Late += lost
+		a.stats.Timeouts += uint64(lost)
+	case messages.MissFailed:
+		op.w.out.Failed += lost
+		a.stats.Failed += uint64(lost)
+	default: // evicted between the lookup and the fetch, or not said
+		op.w.out.Evicted += lost
+		a.stats.Misses += uint64(lost)
 	}
-	op.blocks, op.hashes = op.blocks[:n], op.hashes[:n]
+	op.blocks, op.hashes, op.digests = op.blocks[:n], op.hashes[:n], op.digests[:n]
 }
 
 func (a *GPUActor) fetchCopied(ctx actor.Context, m *copyDone) {
@@ -85,8 +99,10 @@ func (a *GPUActor) fetchCopied(ctx actor.Context, m *copyDone) {
 	}
 	if m.err != nil {
 		a.cfg.Log.Warn("gpu actor: onboard copy failed", zap.Error(m.err))
-		a.missFrom(op, 0, true)
+		a.missFrom(op, 0, messages.MissFailed)
 	} else {
+		// The bytes arrived from a record whose digest matched: the blocks
+		// hold computed KV of this prefix, so they are committed.
 		for _, id := range op.blocks {
 			a.pool.Recache(id)
 			a.flags[id] |= flagBelow
@@ -94,6 +110,13 @@ func (a *GPUActor) fetchCopied(ctx actor.Context, m *copyDone) {
 		}
 		a.stats.Onboarded += uint64(len(op.blocks))
 		op.w.out.ValidTokens = (op.first + len(op.blocks)) * a.bs
+		if table, err := a.pool.Table(a.scratch[:0], op.w.seq); err == nil && len(op.blocks) > 0 {
+			last := op.first + len(op.blocks) - 1
+			if last < len(table) && table[last] == op.blocks[len(op.blocks)-1] {
+				_, _ = a.pool.Commit(op.w.seq, op.w.out.ValidTokens, nil)
+			}
+			a.scratch = table
+		}
 	}
 	a.endFetch(m.id, op)
 	op.w.done(a)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvtier/kvtier/messages"
 	"github.com/kvtier/kvtier/pinned"
+	"github.com/kvtier/kvtier/prefixhash"
 )
 
 // PinnedConfig configures the pinned pool actor.
@@ -35,6 +36,7 @@ type PinnedConfig struct {
 type PinnedActor struct {
 	cfg      PinnedConfig
 	pool     *pinned.Pool
+	digests  []prefixhash.Digest // by slot: the prefix digest of the block it holds
 	inFlight int
 	flushers []flushWaiter
 	stats    messages.TierStats
@@ -78,7 +80,7 @@ type flushWaiter struct {
 // NewPinnedActor returns the actor's producer.
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	return func() actor.Actor {
-		return &PinnedActor{cfg: cfg, pool: cfg.Pool, stats: messages.TierStats{Tier: messages.Pinned, Extra: map[string]float64{}},
+		return &PinnedActor{cfg: cfg, pool: cfg.Pool, digests: make([]prefixhash.Digest, cfg.Pool.NumSlots()), stats: messages.TierStats{Tier: messages.Pinned, Extra: map[string]float64{}},
 			draining: map[int]bool{}, reads: map[uint64]*diskFetch{}, hot: map[uint64]uint16{}, written: map[uint64]struct{}{},
 			pending: map[uint64]int{}, fillEp: map[int]uint64{}, drainEp: map[int]uint64{},
 			drainOf: map[uint64]int{}, drainKey: map[int]uint64{}, readers: map[int]int{}, drained: map[int]bool{}}
@@ -156,6 +158,7 @@ func (a *PinnedActor) grant(ctx actor.Context, m *messages.OffloadRequest) *mess
 		default:
 			g.Slots[i] = slot
 			g.Bytes[i] = a.pool.Bytes(slot)
+			a.digests[slot] = it.Digest
 			a.inFlight++
 			a.fillEp[slot] = a.cause
 			a.begin(a.cause)
@@ -301,19 +304,29 @@ func (a *PinnedActor) minEp(eps map[int]uint64, slots []int) uint64 {
 	return ep
 }
 
-// fetch takes read references on the leading run of hashes held here; when a
-// disk tier is below, the rest of the run is read from disk into fresh slots
-// first, under the request's deadline, and the grant goes out when it is done.
+// fetch takes read references on the leading run of hashes held here whose
+// digests match; when a disk tier is below, the rest of the run is read from
+// disk into fresh slots first, under the request's deadline, and the grant goes
+// out when it is done. A block held under its hash with another digest (another
+// prefix, namespace or model) ends the run: it is never served.
 func (a *PinnedActor) fetch(ctx actor.Context, m *messages.FetchRequest) {
 	g := &messages.FetchGrant{ID: m.ID}
 	n := 0
-	for _, h := range m.Hashes {
+	for i, h := range m.Hashes {
 		slot, ok := a.pool.Acquire(h)
 		if !ok {
 			if slot, ok = a.drainOf[h]; !ok {
 				break
 			}
 			a.readers[slot]++ // a draining slot still holds the block
+		}
+		if i >= len(m.Digests) || a.digests[slot] != m.Digests[i] {
+			a.release(slot)
+			a.stats.Mismatches++
+			a.stats.Misses += uint64(len(m.Hashes) - n)
+			g.Short = messages.MissMismatch
+			ctx.Send(ctx.Sender(), g)
+			return
 		}
 		a.stats.Hits++
 		g.Slots = append(g.Slots, slot)
@@ -324,10 +337,13 @@ func (a *PinnedActor) fetch(ctx actor.Context, m *messages.FetchRequest) {
 	rest := m.Hashes[n:]
 	if len(rest) == 0 || a.cfg.Disk == nil {
 		a.stats.Misses += uint64(len(rest))
+		if len(rest) > 0 {
+			g.Short = messages.MissEvicted
+		}
 		ctx.Send(ctx.Sender(), g)
 		return
 	}
-	a.readFromDisk(ctx, &diskFetch{replyTo: ctx.Sender(), grant: g}, rest, m.Deadline)
+	a.readFromDisk(ctx, &diskFetch{replyTo: ctx.Sender(), grant: g}, rest, m.Digests[n:], m.Deadline)
 }
 
 // release drops a fetch's read reference on slot: on a resident slot through
@@ -365,19 +381,24 @@ func (a *PinnedActor) query(ctx actor.Context, m *messages.PinnedQuery) *message
 			ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
 		}
 	case messages.QueryPrefetch, messages.QueryExists:
-		// The leading run held here (resident, or draining to disk and still
-		// readable), in blocks (the Manager converts).
-		for _, h := range m.Hashes {
-			_, resident := a.pool.Lookup(h)
-			_, draining := a.drainOf[h]
-			if !resident && !draining {
+		// The leading run held here with matching digests (resident, or
+		// draining to disk and still readable), in blocks (the Manager
+		// converts).
+		for i, h := range m.Hashes {
+			slot, resident := a.pool.Lookup(h)
+			if !resident {
+				if slot, resident = a.drainOf[h]; !resident {
+					break
+				}
+			}
+			if i >= len(m.Digests) || a.digests[slot] != m.Digests[i] {
 				break
 			}
 			res.PinnedTokens++
 		}
-		if m.Kind == messages.QueryPrefetch && a.cfg.Disk != nil && res.PinnedTokens < len(m.Hashes) {
-			f := &diskFetch{prefetch: m.Reply, have: res.PinnedTokens}
-			a.readFromDisk(ctx, f, m.Hashes[res.PinnedTokens:], time.Time{})
+		if n := res.PinnedTokens; m.Kind == messages.QueryPrefetch && a.cfg.Disk != nil && n < len(m.Hashes) && n < len(m.Digests) {
+			f := &diskFetch{prefetch: m.Reply, have: n}
+			a.readFromDisk(ctx, f, m.Hashes[n:], m.Digests[n:], time.Time{})
 			return nil
 		}
 	}

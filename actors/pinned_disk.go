@@ -8,11 +8,13 @@ import (
 
 	"github.com/kvtier/kvtier/messages"
 	"github.com/kvtier/kvtier/pinned"
+	"github.com/kvtier/kvtier/prefixhash"
 )
 
 type pendingRead struct {
 	f        *diskFetch
 	hashes   []uint64
+	digests  []prefixhash.Digest
 	deadline time.Time
 }
 
@@ -21,6 +23,8 @@ type diskFetch struct {
 	replyTo  *actor.PID           // the GPU actor, for a fetch
 	grant    *messages.FetchGrant // the pinned part, granted already
 	items    []messages.DiskReadItem
+	digests  []prefixhash.Digest // per item: what the block must be
+	deadline time.Time
 	prefetch chan *messages.QueryResult
 	have     int    // leading blocks already in pinned memory (prefetch)
 	ep       uint64 // flush epoch
@@ -141,10 +145,10 @@ func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) 
 
 // readFromDisk reserves Filling slots for hashes and asks the disk actor to fill
 // them; diskRead finishes the fetch or prefetch.
-func (a *PinnedActor) readFromDisk(ctx actor.Context, f *diskFetch, hashes []uint64, deadline time.Time) {
+func (a *PinnedActor) readFromDisk(ctx actor.Context, f *diskFetch, hashes []uint64, digests []prefixhash.Digest, deadline time.Time) {
 	f.ep = a.cause
 	a.begin(f.ep)
-	a.readQ = append(a.readQ, pendingRead{f, hashes, deadline})
+	a.readQ = append(a.readQ, pendingRead{f, hashes, digests, deadline})
 	a.serveReads(ctx)
 }
 
@@ -164,18 +168,20 @@ func (a *PinnedActor) serveReads(ctx actor.Context) {
 			}
 		}
 		a.readQ = a.readQ[1:]
-		a.startRead(ctx, r.f, r.hashes, r.deadline)
+		a.startRead(ctx, r.f, r.hashes, r.digests, r.deadline)
 	}
 }
 
-func (a *PinnedActor) startRead(ctx actor.Context, f *diskFetch, hashes []uint64, deadline time.Time) {
+func (a *PinnedActor) startRead(ctx actor.Context, f *diskFetch, hashes []uint64, digests []prefixhash.Digest, deadline time.Time) {
 	var evicted []uint64
-	for _, h := range hashes {
+	f.deadline = deadline
+	for i, h := range hashes {
 		slot, err := a.reserve(ctx, h, &evicted)
 		if err != nil {
 			break
 		}
 		f.items = append(f.items, messages.DiskReadItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
+		f.digests = append(f.digests, digests[i])
 	}
 	if len(evicted) > 0 {
 		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: evicted})
@@ -203,6 +209,7 @@ func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
 	var added []uint64
 	for i, it := range f.items {
 		if i < len(m.OK) && m.OK[i] {
+			a.digests[it.Slot] = f.digests[i]
 			a.pool.Commit(it.Slot)
 			added = append(added, it.Hash)
 			a.written[it.Hash] = struct{}{}
@@ -232,9 +239,16 @@ func (a *PinnedActor) finishFetch(ctx actor.Context, f *diskFetch, ok []bool) {
 		return
 	}
 	g := f.grant
+	if len(f.items) == 0 {
+		g.Short = messages.MissEvicted // no slot could be had for the read
+	}
 	for i, it := range f.items {
 		if i >= len(ok) || !ok[i] {
 			a.stats.Misses += uint64(len(f.items) - i)
+			g.Short = messages.MissFailed
+			if !f.deadline.IsZero() && !time.Now().Before(f.deadline) {
+				g.Short = messages.MissLate
+			}
 			break
 		}
 		slot, _ := a.pool.Acquire(it.Hash)

@@ -65,8 +65,9 @@ type sequence struct {
 // Evicted is a cached block whose contents were dropped because the block was
 // reused. Hash is what it held.
 type Evicted struct {
-	Block BlockID
-	Hash  prefixhash.Hash
+	Block  BlockID
+	Hash   prefixhash.Hash
+	Digest prefixhash.Digest
 }
 
 // Keys are the chained hashes and digests of a prompt's full blocks in one
@@ -647,7 +648,7 @@ func (p *Pool) popFree() BlockID {
 	b := &p.blocks[i]
 	if b.cached {
 		p.byHash.remove(b.hash, BlockID(i))
-		p.evicted = append(p.evicted, Evicted{Block: BlockID(i), Hash: b.hash})
+		p.evicted = append(p.evicted, Evicted{Block: BlockID(i), Hash: b.hash, Digest: p.digests[i]})
 		p.freeCache--
 		p.stats.Evictions++
 	}

@@ -3,10 +3,26 @@ package messages
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/prefixhash"
 )
+
+// Call is embedded in every request a caller may give up on. The caller and
+// the actor race for it once: Take (the actor, before applying the request)
+// and Cancel (the caller, when its context ends) — exactly one wins. A
+// cancelled request has no effect; a taken one is applied and answered in
+// full, so a caller that lost the race waits for the answer.
+type Call struct{ state atomic.Int32 }
+
+// Take claims the request for the actor; false means the caller cancelled it
+// and the actor must not apply it.
+func (c *Call) Take() bool { return c.state.CompareAndSwap(0, 1) }
+
+// Cancel withdraws the request; false means the actor already took it.
+func (c *Call) Cancel() bool { return c.state.CompareAndSwap(0, 2) }
 
 // Tier is a set of storage tiers.
 type Tier uint8
@@ -41,6 +57,12 @@ type AllocRequest struct {
 	Seq    uint64
 	Tokens []int64
 	Salt   string // tenant salt; different salts never share a block
+	// LoRA names the adapter the sequence runs with ("" for the base model);
+	// different adapters never share a block.
+	LoRA string
+	// Lookahead adds blocks for this many tokens past Tokens, for the caller
+	// to write before it appends their tokens (speculative decoding).
+	Lookahead int
 	// MaxSeqLen, when > 0, bounds the prompt: longer prompts are cut to
 	// MaxSeqLen tokens when Truncate is set and denied (ErrTooLong) otherwise.
 	MaxSeqLen int
@@ -73,9 +95,12 @@ type OnboardOutcome struct {
 	// Blocks, when not nil, replaces the block table of the AllocResult: a late
 	// load's blocks were swapped for fresh ones to recompute into.
 	Blocks []blockpool.BlockID
-	// Late counts blocks whose load missed its deadline; Failed those whose
-	// load failed.
-	Late, Failed int
+	// Why blocks that were loading are not valid: Late missed the deadline;
+	// Failed copies or reads failed (corrupt disk records included); Evicted
+	// were gone from the lower tier when fetched; Mismatch were found under
+	// the hash but failed digest verification (another prefix, namespace or
+	// model). ValidTokens plus these blocks' tokens covers what was loading.
+	Late, Failed, Evicted, Mismatch int
 }
 
 // Completion is a one-shot future set by an actor and read by the caller.
@@ -104,7 +129,11 @@ func (c *Completion) Complete(o OnboardOutcome) {
 
 // AllocateBatch carries one scheduler step's allocations.
 type AllocateBatch struct {
-	Reqs  []AllocRequest
+	Call
+	Reqs []AllocRequest
+	// Keys[i] are Reqs[i]'s block keys in its namespace, computed by the
+	// sender (off the actor's goroutine).
+	Keys  []*blockpool.Keys
 	Reply chan *AllocateBatchResult
 }
 
@@ -114,20 +143,44 @@ type AllocateBatchResult struct {
 	Err     error
 }
 
-// AppendItem adds decoded tokens to one sequence.
+// AppendItem adds decoded tokens to one sequence and keeps slots for
+// Lookahead more tokens after them.
 type AppendItem struct {
-	Seq    uint64
-	Tokens []int64
+	Seq       uint64
+	Tokens    []int64
+	Lookahead int
 }
 
 // AppendBatch carries one decode step.
 type AppendBatch struct {
+	Call
 	Items []AppendItem
 	Reply chan *AppendBatchResult
 }
 
-// AppendBatchResult has one error (or nil) per item.
+// AppendBatchResult has one error (or nil) per item, and the blocks each item
+// took (its table's new tail; none when it only filled existing slots).
 type AppendBatchResult struct {
+	Errs   []error
+	Blocks [][]blockpool.BlockID
+	Err    error
+}
+
+// CommitItem says the first Tokens tokens of sequence Seq hold computed KV.
+type CommitItem struct {
+	Seq    uint64
+	Tokens int
+}
+
+// CommitBatch commits computed tokens of several sequences (one forward pass).
+type CommitBatch struct {
+	Call
+	Items []CommitItem
+	Reply chan *CommitBatchResult
+}
+
+// CommitBatchResult has one error (or nil) per item.
+type CommitBatchResult struct {
 	Errs []error
 	Err  error
 }
@@ -135,6 +188,7 @@ type AppendBatchResult struct {
 // FreeBatch frees finished sequences. With Swap, their full blocks are written
 // down to pinned memory first (preemption by swapping).
 type FreeBatch struct {
+	Call
 	Seqs  []uint64
 	Swap  bool
 	Reply chan *FreeBatchResult
@@ -146,17 +200,22 @@ type FreeBatchResult struct {
 	Err  error
 }
 
-// StepBatch carries one scheduler step in one message: the GPU actor frees Free,
-// then appends Append, then allocates Allocate.
+// StepBatch carries one scheduler step in one message: the GPU actor commits
+// Commit (what the last forward pass computed), frees Free, then appends
+// Append, then allocates Allocate.
 type StepBatch struct {
+	Call
+	Commit   []CommitItem
 	Free     []uint64
 	Append   []AppendItem
 	Allocate []AllocRequest
+	Keys     []*blockpool.Keys // per Allocate request, as in AllocateBatch
 	Reply    chan *StepResult
 }
 
 // StepResult answers StepBatch, part by part.
 type StepResult struct {
+	Commit   *CommitBatchResult
 	Free     *FreeBatchResult
 	Append   *AppendBatchResult
 	Allocate *AllocateBatchResult
@@ -176,9 +235,10 @@ const (
 
 // Query asks about a token chain across tiers.
 type Query struct {
+	Call
 	Kind   QueryKind
+	Keys   *blockpool.Keys // the chain's keys in its namespace
 	Tokens []int64
-	Salt   string
 	Reply  chan *QueryResult
 }
 
@@ -215,6 +275,7 @@ type TierStats struct {
 	Timeouts       uint64 // reads that missed their deadline (became misses)
 	Failed         uint64 // copies or I/O that failed (became misses)
 	DoubleGetSkips uint64 // lower-tier hits not fetched: below the double-get thresholds
+	Mismatches     uint64 // blocks found under their hash whose digest differed (never served)
 	InFlight       int
 	Extra          map[string]float64 `json:",omitempty"`
 }
@@ -245,9 +306,11 @@ type IndexUpdate struct {
 	Added, Remove []uint64
 }
 
-// OffloadItem is one GPU block to write down.
+// OffloadItem is one GPU block to write down, with the digest that identifies
+// its whole prefix and namespace (stored with the copy, verified on every read).
 type OffloadItem struct {
 	Hash   uint64
+	Digest prefixhash.Digest
 	Tokens int
 }
 
@@ -284,8 +347,20 @@ type OffloadDone struct {
 type FetchRequest struct {
 	ID       uint64
 	Hashes   []uint64
+	Digests  []prefixhash.Digest // Digests[i] must match what Hashes[i] holds
 	Deadline time.Time
 }
+
+// MissReason says why a lower tier did not grant a block it was asked for.
+type MissReason uint8
+
+const (
+	MissNone     MissReason = iota // everything asked for was granted
+	MissEvicted                    // not held any more
+	MissMismatch                   // held under the hash, but its digest differs
+	MissFailed                     // a read failed or found the record corrupt
+	MissLate                       // the read missed its deadline
+)
 
 // FetchGrant answers FetchRequest with read references on the leading run of
 // Hashes that pinned memory holds: Slots[i], Bytes[i] for Hashes[i]. The GPU
@@ -294,6 +369,8 @@ type FetchGrant struct {
 	ID    uint64
 	Slots []int
 	Bytes [][]byte
+	// Short says why the grant stops before the end of the request.
+	Short MissReason
 }
 
 // FetchRelease drops the read references of a FetchGrant.
@@ -303,7 +380,8 @@ type FetchRelease struct {
 
 // PinnedQuery asks the pinned actor to delete or prefetch hashes.
 type PinnedQuery struct {
-	Kind   QueryKind
-	Hashes []uint64
-	Reply  chan *QueryResult
+	Kind    QueryKind
+	Hashes  []uint64
+	Digests []prefixhash.Digest
+	Reply   chan *QueryResult
 }
