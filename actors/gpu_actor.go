@@ -100,8 +100,9 @@ type GPUActor struct {
 	stats   messages.TierStats
 	evicted []blockpool.Evicted
 	scratch []blockpool.BlockID
-	// notReady counts, per sequence, allocations whose Ready has not
-	// completed: commits wait for it.
+	// notReady counts, per sequence, allocations whose loads from lower
+	// tiers have not completed: commits wait for them, since a finishing
+	// load publishes its blocks.
 	notReady map[blockpool.SeqID]int
 }
 
@@ -125,6 +126,7 @@ type waiter struct {
 	c       *messages.Completion
 	onDone  func() // instead of c, for a batch reply that waits
 	pending int
+	loading bool // blocks are loading from a lower tier: commits wait
 	out     messages.OnboardOutcome
 }
 
@@ -133,7 +135,7 @@ func (w *waiter) done(a *GPUActor) {
 	if w.pending > 0 {
 		return
 	}
-	if w.c != nil {
+	if w.loading {
 		if a.notReady[w.seq]--; a.notReady[w.seq] <= 0 {
 			delete(a.notReady, w.seq)
 		}

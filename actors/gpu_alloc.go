@@ -141,7 +141,6 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, k *bloc
 	a.stats.Hits += uint64(alloc.HitBlocks)
 	a.stats.Misses += uint64(nb - alloc.HitBlocks)
 	w := &waiter{seq: blockpool.SeqID(r.Seq), c: messages.NewCompletion(), pending: 1}
-	a.notReady[w.seq]++
 	w.out.ValidTokens = alloc.CachedTokens
 	out.Ready = w.c
 	evictOp := a.offloadEvicted(ctx, w) // before the reused blocks' flags are reset
@@ -181,6 +180,8 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, k *bloc
 			}
 		}
 		w.pending++
+		w.loading = true
+		a.notReady[w.seq]++
 		id := a.newID()
 		a.fetches[id] = op
 		tokens := len(op.blocks) * a.bs

@@ -117,15 +117,32 @@ func (c *Cache) Append(ctx context.Context, seqs []scheduler.SeqID, tokens []int
 	for i, s := range seqs {
 		c.items = append(c.items, kvtier.AppendItem{Seq: uint64(s), Tokens: c.toks[i : i+1 : i+1]})
 	}
-	errs, err := c.m.AppendBatch(ctx, c.items)
+	res, err := c.m.AppendBatch(ctx, c.items)
 	if err != nil {
 		return nil, fmt.Errorf("schedcache: append to %d sequences: %w", len(seqs), err)
 	}
-	if len(errs) != len(seqs) {
-		return nil, fmt.Errorf("schedcache: append: %d results for %d sequences", len(errs), len(seqs))
+	if len(res) != len(seqs) {
+		return nil, fmt.Errorf("schedcache: append: %d results for %d sequences", len(res), len(seqs))
 	}
-	for i := range errs {
-		errs[i] = noBlocks(errs[i])
+	errs := make([]error, len(res))
+	for i := range res {
+		errs[i] = noBlocks(res[i].Err)
+	}
+	return errs, c.sync(ctx)
+}
+
+// Commit implements scheduler.Cache with one Manager.CommitBatch.
+func (c *Cache) Commit(ctx context.Context, seqs []scheduler.SeqID, computed []int) ([]error, error) {
+	if len(seqs) != len(computed) {
+		return nil, fmt.Errorf("schedcache: commit: %d sequences, %d counts", len(seqs), len(computed))
+	}
+	items := make([]kvtier.CommitItem, len(seqs))
+	for i, s := range seqs {
+		items[i] = kvtier.CommitItem{Seq: uint64(s), Tokens: computed[i]}
+	}
+	errs, err := c.m.CommitBatch(ctx, items)
+	if err != nil {
+		return nil, fmt.Errorf("schedcache: commit %d sequences: %w", len(seqs), err)
 	}
 	return errs, c.sync(ctx)
 }

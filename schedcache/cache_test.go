@@ -63,6 +63,13 @@ func allocOne(t *testing.T, c *Cache, seq scheduler.SeqID, toks []int64) schedul
 	if len(outs) != 1 {
 		t.Fatalf("%d outcomes for one request", len(outs))
 	}
+	if outs[0].Err == nil {
+		// The prompt's prefill ran: commit it, as the scheduler does.
+		errs, err := c.Commit(context.Background(), []scheduler.SeqID{seq}, []int{len(toks)})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("commit: %v %v", err, errs)
+		}
+	}
 	return outs[0]
 }
 
@@ -196,6 +203,24 @@ func TestSwapToPinned(t *testing.T) {
 	out, err := c.Allocate(ctx, []scheduler.AllocReq{{Seq: 1, Tokens: toks}})
 	if err != nil || out[0].Err != nil {
 		t.Fatal(err, out)
+	}
+	// A swap in the middle of the prefill writes nothing down: one block is
+	// computed so far, and only it may reach pinned memory.
+	if _, err := c.Commit(ctx, []scheduler.SeqID{1}, []int{blockTokens + 1}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.Allocate(ctx, []scheduler.AllocReq{{Seq: 2, Tokens: toks}})
+	if err != nil || out[0].Err != nil {
+		t.Fatal(err, out)
+	}
+	if err := c.Swap(ctx, []scheduler.SeqID{2}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := m.Exists(ctx, toks, ""); err != nil || p.PinnedTokens != blockTokens {
+		t.Fatalf("after swapping a half-computed sequence %+v %v, want its one committed block in pinned memory", p, err)
+	}
+	if _, err := c.Commit(ctx, []scheduler.SeqID{1}, []int{len(toks)}); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.Swap(ctx, []scheduler.SeqID{1}); err != nil {
 		t.Fatal(err)

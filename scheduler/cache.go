@@ -59,6 +59,11 @@ type Cache interface {
 	// returns one error per sequence, nil on success; errors.Is(e, ErrNoBlocks)
 	// means that sequence could not grow and is unchanged.
 	Append(ctx context.Context, seqs []SeqID, tokens []int64) ([]error, error)
+	// Commit says that the first computed[i] tokens of seqs[i] hold computed
+	// KV: the step's forward pass wrote them. Only committed blocks may be
+	// served to other sequences or moved to lower tiers. It returns one error
+	// per sequence.
+	Commit(ctx context.Context, seqs []SeqID, computed []int) ([]error, error)
 	// Free releases finished or preempted sequences. Their blocks stay cached
 	// and can be hit later.
 	Free(ctx context.Context, seqs []SeqID) error

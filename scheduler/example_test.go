@@ -27,6 +27,9 @@ func (c *gpuOnly) Append(_ context.Context, seqs []scheduler.SeqID, _ []int64) (
 	return make([]error, len(seqs)), nil
 }
 func (c *gpuOnly) Free(context.Context, []scheduler.SeqID) error { return nil }
+func (c *gpuOnly) Commit(_ context.Context, seqs []scheduler.SeqID, _ []int) ([]error, error) {
+	return make([]error, len(seqs)), nil
+}
 func (c *gpuOnly) Swap(context.Context, []scheduler.SeqID) error { return scheduler.ErrUnsupported }
 func (c *gpuOnly) Flush(context.Context) error                   { return nil }
 

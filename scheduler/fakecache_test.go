@@ -190,6 +190,14 @@ func (f *fakeCache) Swap(ctx context.Context, seqs []SeqID) error {
 
 func (f *fakeCache) Flush(ctx context.Context) error { return nil }
 
+func (f *fakeCache) Commit(ctx context.Context, seqs []SeqID, computed []int) ([]error, error) {
+	errs := make([]error, len(seqs))
+	for i, s := range seqs {
+		_, errs[i] = f.pool.Commit(blockpool.SeqID(s), computed[i], nil)
+	}
+	return errs, nil
+}
+
 // lruSet is a set of block hashes with a capacity and LRU eviction.
 type lruSet struct {
 	cap   int

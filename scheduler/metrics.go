@@ -20,6 +20,7 @@ type Result struct {
 	DiskTokens     int64 // loaded from disk
 	HitRatio       float64
 	PrefillTokens  int64 // tokens computed in prefill (chunked prompts and recomputation)
+	CommitRefused  int64 // per-sequence commits the cache refused (blocks left uncached)
 	OutputTokens   int64 // output tokens sampled
 
 	TTFT TTFT // arrival to the end of the step that sampled the first output token

@@ -232,6 +232,9 @@ func (s *Scheduler) release(now time.Duration) {
 func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *StepReport) error {
 	s.m.last = end
 	s.ids = s.ids[:0]
+	if err := s.commit(ctx); err != nil {
+		return err
+	}
 	for _, p := range s.batch {
 		q := p.s
 		prefill := q.computed < q.fill
@@ -277,6 +280,29 @@ func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *Step
 	}
 	clear(s.running[len(kept):])
 	s.running = kept
+	return nil
+}
+
+// commit tells the cache what the step computed: every batch member's
+// computed count after this step, before anything is freed.
+func (s *Scheduler) commit(ctx context.Context) error {
+	seqs := make([]SeqID, len(s.batch))
+	done := make([]int, len(s.batch))
+	for i, p := range s.batch {
+		seqs[i], done[i] = p.s.id, p.s.computed+p.tokens
+	}
+	errs, err := s.cache.Commit(ctx, seqs, done)
+	if err != nil {
+		return fmt.Errorf("scheduler: commit %d sequences: %w", len(seqs), err)
+	}
+	// A refused commit only leaves blocks uncached (say, a sequence the
+	// Timeout policy recomputed while its load was still in flight): the
+	// replay goes on, and the cache never serves what it did not commit.
+	for _, e := range errs {
+		if e != nil {
+			s.m.res.CommitRefused++
+		}
+	}
 	return nil
 }
 

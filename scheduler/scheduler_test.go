@@ -326,7 +326,9 @@ func TestDeterminism(t *testing.T) {
 		}
 		t.Logf("%s: %d requests, hit %.3f (gpu %d pinned %d disk %d), %d preemptions, %d onboarded",
 			c.name, a.Requests, a.HitRatio, a.GPUTokens, a.PinnedTokens, a.DiskTokens, a.Preemptions, a.Onboarded)
-		if a.Requests != len(c.reqs) || a.PinnedTokens+a.DiskTokens == 0 {
+		// The sample's 50 requests reuse little after eviction now that only
+		// committed blocks are cached; the synthetic run must reach the lower tiers.
+		if a.Requests != len(c.reqs) || (c.name == "synthetic" && a.PinnedTokens+a.DiskTokens == 0) {
 			t.Fatalf("%s: run does not exercise the lower tiers: %+v", c.name, a)
 		}
 		if c.name == "synthetic" && a.Preemptions == 0 {
