@@ -421,7 +421,7 @@ func TestConcurrentClients(t *testing.T) {
 					return
 				}
 				<-r.Ready.Done()
-				if err := m.Append(ctx, seq, []int64{1, 2}); err != nil && !errors.Is(err, ErrNoSpace) {
+				if _, err := m.Append(ctx, seq, []int64{1, 2}); err != nil && !errors.Is(err, ErrNoSpace) {
 					errs[g] = err
 					return
 				}
@@ -500,13 +500,13 @@ func TestStep(t *testing.T) {
 	}
 	// 3 of 4 blocks are held; freeing seq 1 first makes room for seq 3's 2 blocks
 	// after seq 2's append takes one.
-	r, err := m.Step(ctx, []uint64{1, 99}, []AppendItem{{Seq: 2, Tokens: []int64{7}}},
-		[]AllocRequest{{Seq: 3, Tokens: toks(200, 2*bt)}, {Seq: 4, Tokens: nil}})
+	r, err := m.Step(ctx, StepRequest{Free: []uint64{1, 99}, Append: []AppendItem{{Seq: 2, Tokens: []int64{7}}},
+		Allocate: []AllocRequest{{Seq: 3, Tokens: toks(200, 2*bt)}, {Seq: 4, Tokens: nil}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.FreeErrs[0] != nil || r.FreeErrs[1] == nil || r.AppendErrs[0] != nil {
-		t.Fatalf("free %v append %v", r.FreeErrs, r.AppendErrs)
+	if r.FreeErrs[0] != nil || r.FreeErrs[1] == nil || r.Appends[0].Err != nil {
+		t.Fatalf("free %v append %v", r.FreeErrs, r.Appends)
 	}
 	if r.Allocs[0].Err != nil || len(r.Allocs[0].Blocks) != 2 || r.Allocs[1].Err == nil {
 		t.Fatalf("allocations %+v", r.Allocs)

@@ -115,7 +115,7 @@ func NewGPUActor(cfg GPUConfig) actor.Producer {
 			flags: make([]uint8, n), hits: make([]uint16, n),
 			lookups: map[uint64]*pendingAlloc{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
 			notReady: map[blockpool.SeqID]int{},
-			stats: messages.TierStats{Tier: messages.GPU},
+			stats:    messages.TierStats{Tier: messages.GPU},
 		}
 	}
 }

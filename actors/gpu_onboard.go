@@ -14,16 +14,16 @@ import (
 
 // fetchOp is one onboarding: blocks [first, first+len(blocks)) of a sequence.
 type fetchOp struct {
-	w      *waiter
-	first  int
+	w       *waiter
+	first   int
 	blocks  []blockpool.BlockID
 	hashes  []uint64
 	digests []prefixhash.Digest
 	slots   []int
-	late   bool
-	copied bool
-	timer  *time.Timer
-	ev     *gpu.Event // the copy, once enqueued
+	late    bool
+	copied  bool
+	timer   *time.Timer
+	ev      *gpu.Event // the copy, once enqueued
 }
 
 // fetchGranted copies the granted leading run up; the rest of the op missed.

@@ -125,7 +125,7 @@ func TestCancelledContexts(t *testing.T) {
 			_, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 1, Tokens: stem(0)})
 			return err
 		},
-		"append": func(ctx context.Context) error { return m.Append(ctx, 1, []int64{1}) },
+		"append": func(ctx context.Context) error { _, err := m.Append(ctx, 1, []int64{1}); return err },
 		"free":   func(ctx context.Context) error { return m.Free(ctx, 1) },
 		"exists": func(ctx context.Context) error { _, err := m.Exists(ctx, stem(0), ""); return err },
 		"delete": func(ctx context.Context) error { _, err := m.Delete(ctx, stem(0), ""); return err },

@@ -331,6 +331,11 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 		}
 		k.c.written++
 	}
+	// The prompt's KV is written: commit it, so it may be hit and moved down.
+	if err := k.m.Commit(ctx, seq, len(tokens)); err != nil {
+		lower(done)
+		return k.check("commit", err)
+	}
 	lower(done)
 	return nil
 }
@@ -355,7 +360,7 @@ func (k *worker) append(ctx context.Context, i int) error {
 	for j := range add {
 		add[j] = int64(2<<40) + int64(l.seq)*64 + int64(len(l.tokens)+j)
 	}
-	err := k.m.Append(ctx, l.seq, add)
+	_, err := k.m.Append(ctx, l.seq, add)
 	if errors.Is(err, kvtier.ErrNoSpace) {
 		return nil
 	}

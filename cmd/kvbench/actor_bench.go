@@ -89,6 +89,8 @@ type actorClient struct {
 	base, next uint64
 	reqs       []kvtier.AllocRequest
 	held, cur  []uint64
+	commits    []kvtier.CommitItem // the previous batch's prompts, computed
+	lens       []int
 }
 
 func newActorClient(base int64) *actorClient {
@@ -103,16 +105,29 @@ func (c *actorClient) step(ctx context.Context, m *kvtier.Manager) error {
 		c.reqs = append(c.reqs, kvtier.AllocRequest{Seq: id, Tokens: c.w.prompt()})
 		c.cur = append(c.cur, id)
 	}
-	// One message a step, as a scheduler drives the Manager: free the batch
-	// of the step before, allocate this one.
-	st, err := m.Step(ctx, c.held, nil, c.reqs)
+	// One message a step, as a scheduler drives the Manager: commit the
+	// batch of the step before (its prefill ran), free it, allocate this one.
+	c.commits = c.commits[:0]
+	for i, id := range c.held {
+		c.commits = append(c.commits, kvtier.CommitItem{Seq: id, Tokens: c.lens[i]})
+	}
+	st, err := m.Step(ctx, kvtier.StepRequest{Commit: c.commits, Free: c.held, Allocate: c.reqs})
 	if err != nil {
 		return err
+	}
+	for i, err := range st.CommitErrs {
+		if err != nil {
+			return fmt.Errorf("commit seq %d: %w", c.held[i], err)
+		}
 	}
 	for i, err := range st.FreeErrs {
 		if err != nil {
 			return fmt.Errorf("free seq %d: %w", c.held[i], err)
 		}
+	}
+	c.lens = c.lens[:0]
+	for _, r := range c.reqs {
+		c.lens = append(c.lens, len(r.Tokens))
 	}
 	res := st.Allocs
 	for i := range res {

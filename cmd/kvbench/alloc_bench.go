@@ -75,8 +75,13 @@ func newDirectBench(n int) (*directBench, error) {
 func (d *directBench) steps(k int) error {
 	for range k {
 		d.seq++
-		if _, err := d.pool.Allocate(d.seq, d.w.prompt(), ""); err != nil {
+		prompt := d.w.prompt()
+		if _, err := d.pool.Allocate(d.seq, prompt, ""); err != nil {
 			return fmt.Errorf("allocate seq %d: %w", d.seq, err)
+		}
+		// The engine's prefill ran: commit, so the prompt's blocks can be hits.
+		if _, err := d.pool.Commit(d.seq, len(prompt), nil); err != nil {
+			return fmt.Errorf("commit seq %d: %w", d.seq, err)
 		}
 		d.evicted = d.pool.DrainEvicted(d.evicted[:0])
 		if d.seq > directLive {
