@@ -315,6 +315,8 @@ func (a *GPUActor) stopped() {
 	// A waiter completes once every copy it waits on has left the stream, so
 	// no caller writes a block a copy still touches.
 	waits := map[*waiter][]*gpu.Event{}
+	// Waiters finish on goroutines below: none may touch actor state.
+	a.notReady = map[blockpool.SeqID]int{}
 	for _, op := range a.fetches {
 		if op.timer != nil {
 			op.timer.Stop()
@@ -332,6 +334,7 @@ func (a *GPUActor) stopped() {
 	}
 	a.offload = map[uint64]*offloadOp{}
 	for w, evs := range waits {
+		w.loading = false
 		go func() {
 			for _, ev := range evs {
 				if ev != nil {

@@ -76,7 +76,6 @@ func (a *GPUActor) missFrom(op *fetchOp, n int, why messages.MissReason) {
 		a.stats.Failed += uint64(lost)
 	default: // evicted between the lookup and the fetch, or not said
 		op.w.out.Evicted += lost
-		a.stats.Misses += uint64(lost)
 	}
 	op.blocks, op.hashes, op.digests = op.blocks[:n], op.hashes[:n], op.digests[:n]
 }

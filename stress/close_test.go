@@ -141,13 +141,16 @@ func TestCancelledContexts(t *testing.T) {
 			t.Errorf("%s with a cancelled context: %v, want context.Canceled", name, err)
 		}
 	}
-	// IngestAll writes the sequence's blocks down at Free; the copy is held.
+	// IngestAll writes the sequence's blocks down at commit; the copy is held.
 	ctx := context.Background()
 	r, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 2, Tokens: stem(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-r.Ready.Done()
+	if err := m.Commit(ctx, 2, len(stem(1))); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.Free(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
