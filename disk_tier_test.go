@@ -34,7 +34,7 @@ func pushDown(t *testing.T, m *Manager, a []int64) {
 	}
 	wait(t, r)
 	writeBlocks(t, m, r.Blocks, a, "")
-	m.Free(ctx, 1)
+	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	for i := range 6 {
 		o := toks(10000*(i+2), 8*bt)
@@ -43,7 +43,7 @@ func pushDown(t *testing.T, m *Manager, a []int64) {
 			t.Fatal(err)
 		}
 		wait(t, r)
-		m.Free(ctx, uint64(10+i))
+		commitFree(ctx, m, uint64(10+i))
 		m.Flush(ctx)
 	}
 	p, err := m.Exists(ctx, a, "")
@@ -164,7 +164,7 @@ func TestDiskIngestAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, r)
-	m.Free(ctx, 1)
+	commitFree(ctx, m, 1)
 	if err := m.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestDiskIngestHot(t *testing.T) {
 			t.Fatal(err)
 		}
 		wait(t, r)
-		m.Free(ctx, uint64(i))
+		commitFree(ctx, m, uint64(i))
 		evictAll(t, m, 4) // push a off the GPU so the next allocation fetches it from pinned
 		want := 0
 		if i == 2 { // fetched from pinned at allocations 2 and 3

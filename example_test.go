@@ -20,7 +20,9 @@ func ExampleManager() {
 	prompt := []int64{1, 2, 3, 4, 5, 6, 7, 8, 9}
 	r, _ := m.Allocate(ctx, kvtier.AllocRequest{Seq: 1, Tokens: prompt})
 	<-r.Ready.Done()
-	// ... the engine computes the prompt's KV into r.Blocks ...
+	// ... the engine computes the prompt's KV into r.Blocks, then commits it:
+	// only committed blocks are ever served to another request.
+	m.Commit(ctx, 1, len(prompt))
 	m.Free(ctx, 1)
 
 	r, _ = m.Allocate(ctx, kvtier.AllocRequest{Seq: 2, Tokens: prompt})
@@ -34,6 +36,7 @@ func ExampleManager() {
 	}
 	r, _ = m.Allocate(ctx, kvtier.AllocRequest{Seq: 3, Tokens: other})
 	<-r.Ready.Done()
+	m.Commit(ctx, 3, len(other))
 	m.Free(ctx, 3)
 	m.Flush(ctx)
 

@@ -54,6 +54,9 @@ var (
 	ErrBadCommit = blockpool.ErrBadCommit
 )
 
+// AllTokens as a Commit count commits every token the sequence holds.
+const AllTokens = blockpool.AllTokens
+
 // Manager is kvtier's embeddable KV-cache manager. See the package doc.
 type Manager struct {
 	cfg      Config

@@ -131,7 +131,7 @@ func TestRoundTripThroughPinned(t *testing.T) {
 	}
 	wait(t, r)
 	writeBlocks(t, m, r.Blocks, a, "")
-	if err := m.Free(ctx, 1); err != nil {
+	if err := commitFree(ctx, m, 1); err != nil {
 		t.Fatal(err)
 	}
 	m.Flush(ctx) // a block being offloaded ahead of need is pinned until its copy is out
@@ -144,7 +144,7 @@ func TestRoundTripThroughPinned(t *testing.T) {
 			t.Fatalf("fill %d: %v; %+v %v", i, err, st.GPU, st.GPU.Extra)
 		}
 		wait(t, r)
-		m.Free(ctx, uint64(10+i))
+		commitFree(ctx, m, uint64(10+i))
 		m.Flush(ctx)
 	}
 	if err := m.Flush(ctx); err != nil {
@@ -182,6 +182,9 @@ func TestGPUOnlyAndErrors(t *testing.T) {
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 1)}); err == nil {
 		t.Fatal("second allocation of a live sequence accepted")
 	}
+	if err := m.Commit(ctx, 1, AllTokens); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(0, 9*bt)}); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("got %v, want ErrNoSpace", err)
 	}
@@ -192,7 +195,7 @@ func TestGPUOnlyAndErrors(t *testing.T) {
 	if err != nil || r.Truncated != 2 || r.GPUTokens != 2*bt {
 		t.Fatalf("truncated allocation %+v %v", r, err)
 	}
-	if err := m.Free(ctx, 99); err == nil {
+	if err := commitFree(ctx, m, 99); err == nil {
 		t.Fatal("free of an unknown sequence accepted")
 	}
 }
@@ -204,7 +207,7 @@ func TestIngestAll(t *testing.T) {
 	a := toks(7, 3*bt+1)
 	r, _ := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 	writeBlocks(t, m, r.Blocks, a, "")
-	m.Free(ctx, 1)
+	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	p, _ := m.Exists(ctx, a, "")
 	if p.PinnedTokens != 3*bt {
@@ -222,7 +225,7 @@ func TestIngestHot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Free(ctx, uint64(i))
+		commitFree(ctx, m, uint64(i))
 		m.Flush(ctx)
 		p, _ := m.Exists(ctx, a, "")
 		want := 0
@@ -242,7 +245,7 @@ func TestThresholdOffload(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 10, PinnedBytes: 1 << 20, OffloadThreshold: 0.5, OffloadAhead: 8})
 	a := toks(7, 6*bt)
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	m.Free(ctx, 1)
+	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	st, _ := m.Stats(ctx)
 	if st.GPU.Evictions != 0 || st.GPU.Offloaded != 6 {
@@ -251,7 +254,7 @@ func TestThresholdOffload(t *testing.T) {
 	// Below the threshold nothing moves.
 	m2 := newManager(t, Config{GPUBlocks: 20, PinnedBytes: 1 << 20, OffloadThreshold: 0.5})
 	m2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	m2.Free(ctx, 1)
+	commitFree(ctx, m2, 1)
 	m2.Flush(ctx)
 	if st, _ := m2.Stats(ctx); st.GPU.Offloaded != 0 {
 		t.Fatalf("offloaded %d below the threshold", st.GPU.Offloaded)
@@ -266,7 +269,7 @@ func evictAll(t *testing.T, m *Manager, blocks int) {
 		t.Fatal(err)
 	}
 	wait(t, r)
-	m.Free(ctx, 999)
+	commitFree(ctx, m, 999)
 	m.Flush(ctx)
 }
 
@@ -277,7 +280,7 @@ func TestDoubleGet(t *testing.T) {
 	short, long := toks(1, 2*bt), toks(100, 4*bt)
 	for i, s := range [][]int64{short, long} {
 		m.Allocate(ctx, AllocRequest{Seq: uint64(i), Tokens: s})
-		m.Free(ctx, uint64(i))
+		commitFree(ctx, m, uint64(i))
 	}
 	m.Flush(ctx)
 	evictAll(t, m, 8)
@@ -285,7 +288,7 @@ func TestDoubleGet(t *testing.T) {
 	if r.PinnedTokens != 0 {
 		t.Fatalf("2 blocks below were fetched with DoubleGetMinBlocks 3: %+v", r)
 	}
-	m.Free(ctx, 10)
+	commitFree(ctx, m, 10)
 	r, _ = m.Allocate(ctx, AllocRequest{Seq: 11, Tokens: long})
 	if r.PinnedTokens != 4*bt {
 		t.Fatalf("4 blocks below were not fetched: %+v", r)
@@ -321,7 +324,7 @@ func TestReadDeadline(t *testing.T) {
 		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
 	a := toks(3, 3*bt)
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	m.Free(ctx, 1)
+	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	evictAll(t, m, 12)
 	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
@@ -345,7 +348,7 @@ func TestReadDeadline(t *testing.T) {
 	if st.GPU.Timeouts != 3 {
 		t.Fatalf("timeouts %d, want 3", st.GPU.Timeouts)
 	}
-	if err := m.Free(ctx, 2); err != nil {
+	if err := commitFree(ctx, m, 2); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -363,7 +366,7 @@ func TestWriteQuota(t *testing.T) {
 	defer dev.Close()
 	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestAll, WriteQuota: 2, Device: dev})
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 5*bt)})
-	m.Free(ctx, 1)
+	commitFree(ctx, m, 1)
 	st, _ := m.Stats(ctx) // after the grant: the GPU actor handled it before Stats
 	close(release)
 	m.Flush(ctx)
@@ -425,7 +428,7 @@ func TestConcurrentClients(t *testing.T) {
 					errs[g] = err
 					return
 				}
-				if err := m.Free(ctx, seq); err != nil {
+				if err := commitFree(ctx, m, seq); err != nil {
 					errs[g] = err
 					return
 				}
@@ -469,7 +472,7 @@ func TestAllocationWaitsForAheadOfNeedCopies(t *testing.T) {
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 8*bt)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Free(ctx, 1); err != nil { // 8 cached free blocks: offloaded ahead of need, pinned
+	if err := commitFree(ctx, m, 1); err != nil { // 8 cached free blocks: offloaded ahead of need, pinned
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -532,6 +535,9 @@ func TestSwap(t *testing.T) {
 	}
 	wait(t, r)
 	writeBlocks(t, m, r.Blocks, a, "")
+	if err := m.Commit(ctx, 1, AllTokens); err != nil {
+		t.Fatal(err)
+	}
 	errs, err := m.Swap(ctx, []uint64{1, 2})
 	if err != nil || errs[0] != nil || !errors.Is(errs[1], blockpool.ErrUnknownSequence) {
 		t.Fatalf("swap: %v %v", errs, err)
@@ -547,4 +553,12 @@ func TestSwap(t *testing.T) {
 	}
 	wait(t, r)
 	checkBlocks(t, m, r.Blocks, a, "", 3)
+}
+
+// commitFree commits every token of seq (its KV was computed), then frees it.
+func commitFree(ctx context.Context, m *Manager, seq uint64) error {
+	if err := m.Commit(ctx, seq, AllTokens); err != nil {
+		return err
+	}
+	return m.Free(ctx, seq)
 }

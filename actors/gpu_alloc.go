@@ -306,13 +306,13 @@ func (a *GPUActor) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID) []
 	return dst
 }
 
-// freeBatch frees seqs; with swap (or IngestAll) their full blocks that have no
-// copy below yet are written down first.
+// freeBatch frees seqs; with swap their committed blocks that have no copy
+// below yet are written down first.
 func (a *GPUActor) freeBatch(ctx actor.Context, seqs []uint64, swap bool, send func(*messages.FreeBatchResult)) {
 	res := &messages.FreeBatchResult{Errs: make([]error, len(seqs))}
 	var all []blockpool.BlockID
 	for i, s := range seqs {
-		if swap || a.cfg.Ingestion == IngestAll {
+		if swap { // IngestAll wrote committed blocks through at commit
 			all = a.sealedBlocks(all, blockpool.SeqID(s))
 		}
 		res.Errs[i] = a.pool.Deallocate(blockpool.SeqID(s))

@@ -320,7 +320,11 @@ func (p *Pool) AllocateRequest(r Request) (Allocation, error) {
 	return Allocation{Blocks: slices.Clone(s.table), CachedTokens: hits * bs, HitBlocks: hits}, nil
 }
 
-// Commit says that the first tokens tokens of seq hold computed KV. Every full
+// AllTokens commits every token a sequence holds.
+const AllTokens = -1
+
+// Commit says that the first tokens tokens of seq hold computed KV (AllTokens:
+// all of them). Every full
 // block among them becomes committed: findable by later allocations, and a
 // candidate for offload. Commit appends the blocks it made findable to dst.
 // Commits below the sequence's committed count change nothing; more tokens
@@ -329,6 +333,9 @@ func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
 	s, ok := p.seqs[seq]
 	if !ok {
 		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+	}
+	if tokens == AllTokens {
+		tokens = s.numTokens
 	}
 	if tokens < 0 || tokens > s.numTokens {
 		return dst, fmt.Errorf("%w: commit of %d tokens, sequence %d holds %d", ErrBadCommit, tokens, seq, s.numTokens)
