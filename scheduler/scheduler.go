@@ -82,7 +82,10 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 		if r.InputLength <= 0 {
 			return nil, fmt.Errorf("%w: request %d has input length %d", ErrBadConfig, i, r.InputLength)
 		}
-		at := time.Duration(float64(r.Timestamp) * c.TimeScale * float64(time.Millisecond))
+		at, err := ArrivalTime(r.Timestamp, c.TimeScale)
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
 		if at < prev {
 			return nil, fmt.Errorf("%w: request %d arrives at %v, before request %d (%v): sort by timestamp", ErrBadConfig, i, at, i-1, prev)
 		}

@@ -137,9 +137,9 @@ func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	return reqs, rep, nil
 }
 
-// maxMillis is the longest offset, in milliseconds, that a time.Duration
-// holds in nanoseconds (as a float64: 2^63 / 1e6).
-const maxMillis = float64(math.MaxInt64) / float64(time.Millisecond)
+// durationLimit is 2^63: a float64 number of nanoseconds below it converts
+// to a time.Duration exactly.
+const durationLimit = float64(math.MaxInt64)
 
 // rebase subtracts the earliest timestamp from every request's, scales them,
 // and rejects (Stop) or drops (Skip) those whose offset overflows a
@@ -160,10 +160,10 @@ func rebase(reqs []Request, lines []int, opts Options, rep *Report) ([]Request, 
 	for i, r := range reqs {
 		off := r.Timestamp - rep.Base // >= 0: every timestamp is
 		scaled := float64(off) * scale
-		if scaled >= maxMillis {
+		if !(scaled*float64(time.Millisecond) < durationLimit) {
 			perr := &ParseError{Line: lines[i], Field: "timestamp", Err: fmt.Errorf(
 				"%d ms after the first request (timestamp %d), times %g, is past the longest time a Duration holds (%.0f ms): are the timestamps in milliseconds?",
-				off, rep.Base, scale, maxMillis)}
+				off, rep.Base, scale, durationLimit/float64(time.Millisecond))}
 			if opts.OnError == Stop {
 				return nil, perr
 			}
