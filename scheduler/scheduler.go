@@ -76,6 +76,7 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{cfg: c, cache: cache, clock: newClock(c.Clock), log: c.Logger, reqs: reqs}
 	s.m.res.SeriesInterval = c.SeriesInterval
+	s.m.cost = c.CostModel
 	s.seqs = make([]*sequence, len(reqs))
 	var prev time.Duration
 	for i, r := range reqs {
