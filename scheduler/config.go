@@ -118,6 +118,26 @@ type Config struct {
 	Logger *zap.Logger
 }
 
+// ArrivalTime is when a request stamped ts milliseconds arrives on a run's
+// clock at time scale scale (0 means 1): ts × scale ms. It is an error, wrapping
+// ErrBadConfig, for a negative ts or one past what a time.Duration holds
+// (about 292 years), which a plain conversion would turn into a negative time.
+func ArrivalTime(ts int64, scale float64) (time.Duration, error) {
+	if scale == 0 {
+		scale = 1
+	}
+	ns := float64(ts) * scale * float64(time.Millisecond)
+	if ts < 0 || !(ns < durationLimit) {
+		return 0, fmt.Errorf("%w: timestamp %d ms at time scale %g is outside [0, %.0f ms]: rebase it (trace.Read does) or use a smaller scale",
+			ErrBadConfig, ts, scale, durationLimit/float64(time.Millisecond))
+	}
+	return time.Duration(ns), nil
+}
+
+// durationLimit is 2^63: a float64 number of nanoseconds below it converts
+// to a time.Duration exactly.
+const durationLimit = float64(math.MaxInt64)
+
 // Progress is passed to Config.Progress.
 type Progress struct {
 	Finished int           // requests finished

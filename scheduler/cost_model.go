@@ -174,3 +174,72 @@ func (m *Analytic) TransferTime(from Tier, tokens int) time.Duration {
 	}
 	return lat + time.Duration(float64(tokens)*float64(m.BytesPerToken)/bw*1e9)
 }
+
+// WorkCoster is implemented by cost models that can price work apart from the
+// step it shares: the marginal compute a batch spends on it, without the
+// per-step costs (overhead, reading the weights) its steps would pay anyway.
+// The scheduler uses it for Result.PrefillSaved; a CostModel without it
+// leaves that zero.
+type WorkCoster interface {
+	// PrefillCompute is the compute of prefilling tokens prompt tokens that
+	// follow context tokens already in the KV cache, however they are chunked.
+	PrefillCompute(tokens, context int) time.Duration
+	// DecodeCompute is the compute of decoding tokens tokens one step at a
+	// time, the first with context tokens before it.
+	DecodeCompute(tokens, context int) time.Duration
+}
+
+var _ WorkCoster = (*Analytic)(nil)
+
+// PrefillCompute implements WorkCoster: the dense (non-attention) time of
+// the tokens at TokensPerSecond plus their causal attention pairs (query i,
+// 0-based, sees context+i+1 keys; the sum does not depend on chunking).
+func (m *Analytic) PrefillCompute(tokens, context int) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	n, c := float64(tokens), float64(max(context, 0))
+	ns := (n*c + n*(n+1)/2) * m.AttentionNSPerPair
+	if m.TokensPerSecond > 0 {
+		ns += n / m.TokensPerSecond * 1e9
+	}
+	return time.Duration(ns)
+}
+
+// DecodeCompute implements WorkCoster: per token, its dense time, the
+// per-sequence cost of its step and reading its context's KV (context+k+1
+// tokens for the k-th, as StepTime counts a decode).
+func (m *Analytic) DecodeCompute(tokens, context int) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	n, c := float64(tokens), float64(max(context, 0))
+	ns := n*float64(m.PerSeq) + (n*c+n*(n+1)/2)*m.KVReadNSPerToken
+	if m.TokensPerSecond > 0 {
+		ns += n / m.TokensPerSecond * 1e9
+	}
+	return time.Duration(ns)
+}
+
+// TierTimes is a time per tier.
+type TierTimes struct {
+	GPU, Pinned, Disk time.Duration
+}
+
+// Total is the sum over the tiers.
+func (t TierTimes) Total() time.Duration { return t.GPU + t.Pinned + t.Disk }
+
+// prefillSaved is the prefill compute a resolved prefix avoided, by the tier
+// that served each part: its first gpu tokens, the next pinned, the next
+// disk. Zero when cost does not implement WorkCoster.
+func prefillSaved(cost CostModel, gpu, pinned, disk int) TierTimes {
+	wc, ok := cost.(WorkCoster)
+	if !ok {
+		return TierTimes{}
+	}
+	return TierTimes{
+		GPU:    wc.PrefillCompute(gpu, 0),
+		Pinned: wc.PrefillCompute(pinned, gpu),
+		Disk:   wc.PrefillCompute(disk, gpu+pinned),
+	}
+}

@@ -1,8 +1,11 @@
 package scheduler
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/kvtier/kvtier/trace"
 )
 
 func TestAnalyticMonotonic(t *testing.T) {
@@ -65,4 +68,70 @@ func TestAnalyticDefaults(t *testing.T) {
 	// 1k tokens = 131 MB: 2.6 ms over PCIe Gen5 at 50 GB/s, 18.7 ms from NVMe at 7 GB/s, plus latency.
 	within("pinned 1k", m.TransferTime(TierPinned, 1000), 2631*time.Microsecond, 0.02)
 	within("disk 1k", m.TransferTime(TierDisk, 1000), 18825*time.Microsecond, 0.02)
+}
+
+// TestWorkCoster: the marginal prices agree with StepTime where the step is
+// compute-bound, and a prefill's price does not depend on its chunking.
+func TestWorkCoster(t *testing.T) {
+	m := DefaultCostModel()
+	near := func(a, b time.Duration) bool { return a-b <= 2 && b-a <= 2 } // ns rounding
+	for _, w := range []Work{{Tokens: 512}, {Tokens: 4096, Context: 8192}, {Tokens: 16384, Context: 100}} {
+		want := m.StepTime([]Work{w}) - m.StepOverhead - m.PerSeq
+		if got := m.PrefillCompute(w.Tokens, w.Context); !near(got, want) {
+			t.Errorf("PrefillCompute(%d, %d) = %v, StepTime less overheads %v", w.Tokens, w.Context, got, want)
+		}
+	}
+	whole := m.PrefillCompute(10000, 0)
+	if parts := m.PrefillCompute(3000, 0) + m.PrefillCompute(5000, 3000) + m.PrefillCompute(2000, 8000); !near(whole, parts) {
+		t.Errorf("10k tokens: %v whole, %v in three chunks", whole, parts)
+	}
+	// Decoding: per token, the dense share, the per-sequence cost and the KV read.
+	dense := time.Duration(1e9 / m.TokensPerSecond)
+	one := m.DecodeCompute(1, 1000)
+	if want := dense + m.PerSeq + time.Duration(1001*m.KVReadNSPerToken); !near(one, want) {
+		t.Errorf("DecodeCompute(1, 1000) = %v, want %v", one, want)
+	}
+	if got, want := m.DecodeCompute(3, 1000), one+m.DecodeCompute(1, 1001)+m.DecodeCompute(1, 1002); !near(got, want) {
+		t.Errorf("DecodeCompute(3, 1000) = %v, one at a time %v", got, want)
+	}
+	if m.PrefillCompute(0, 5) != 0 || m.DecodeCompute(0, 5) != 0 {
+		t.Error("no tokens cost time")
+	}
+}
+
+// TestPrefillSaved: a run prices the prefix each tier served with the cost
+// model's PrefillCompute, the pinned part after the GPU part; a cost model
+// that is not a WorkCoster prices nothing.
+func TestPrefillSaved(t *testing.T) {
+	a := req(0, 2048, 2, 100)
+	b := req(10_000, 3000, 2, 100) // a's 4 blocks, then its own
+	b.HashIDs = append(a.HashIDs[:4:4], 200, 201)
+	// b's fifth block waits in pinned memory, after a's four.
+	for _, cost := range []CostModel{DefaultCostModel(), simpleCost()} {
+		f := newFakeCache(fakeConfig{gpuBlocks: 1000, pinnedBlocks: 1000, diskBlocks: 1000, blockSize: 16})
+		f.preload(TierPinned, trace.Tokens(b, DefaultVocab)[:2560], "")
+		r, err := Run(context.Background(), f, []trace.Request{a, b}, Config{CostModel: cost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// a finds its prompt, less the last token, in pinned memory; b finds
+		// a's 2048 on the GPU and 512 more in pinned memory.
+		if r.GPUTokens != 2048 || r.PinnedTokens != 2047+512 || r.DiskTokens != 0 {
+			t.Fatalf("hits gpu %d pinned %d disk %d; want 2048, 2047+512, 0", r.GPUTokens, r.PinnedTokens, r.DiskTokens)
+		}
+		wc, ok := cost.(WorkCoster)
+		if !ok {
+			if r.PrefillSaved != (TierTimes{}) {
+				t.Errorf("no WorkCoster: saved %+v", r.PrefillSaved)
+			}
+			continue
+		}
+		want := TierTimes{
+			GPU:    wc.PrefillCompute(2048, 0),
+			Pinned: wc.PrefillCompute(2047, 0) + wc.PrefillCompute(512, 2048),
+		}
+		if r.PrefillSaved != want {
+			t.Errorf("saved %+v, want %+v", r.PrefillSaved, want)
+		}
+	}
 }

@@ -22,6 +22,10 @@ type Result struct {
 	PrefillTokens  int64 // tokens computed in prefill (chunked prompts and recomputation)
 	CommitRefused  int64 // per-sequence commits the cache refused (blocks left uncached)
 	OutputTokens   int64 // output tokens sampled
+	// PrefillSaved is the prefill compute the GPUTokens, PinnedTokens and
+	// DiskTokens avoided, by tier, as the cost model's WorkCoster prices it
+	// (zero for a cost model without one).
+	PrefillSaved TierTimes
 
 	TTFT TTFT // arrival to the end of the step that sampled the first output token
 
@@ -57,6 +61,7 @@ type SeriesPoint struct {
 // metrics accumulates a Result while the run goes on.
 type metrics struct {
 	res      Result
+	cost     CostModel // prices Result.PrefillSaved
 	ttfts    []time.Duration
 	first    time.Duration
 	hasFirst bool
@@ -84,6 +89,10 @@ func (m *metrics) resolved(t time.Duration, tokens, gpu, pinned, disk int) {
 	m.res.GPUTokens += int64(gpu)
 	m.res.PinnedTokens += int64(pinned)
 	m.res.DiskTokens += int64(disk)
+	saved := prefillSaved(m.cost, gpu, pinned, disk)
+	m.res.PrefillSaved.GPU += saved.GPU
+	m.res.PrefillSaved.Pinned += saved.Pinned
+	m.res.PrefillSaved.Disk += saved.Disk
 	p := m.point(t)
 	p.AdmittedTokens += int64(tokens)
 	p.HitTokens += int64(gpu + pinned + disk)

@@ -76,13 +76,17 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{cfg: c, cache: cache, clock: newClock(c.Clock), log: c.Logger, reqs: reqs}
 	s.m.res.SeriesInterval = c.SeriesInterval
+	s.m.cost = c.CostModel
 	s.seqs = make([]*sequence, len(reqs))
 	var prev time.Duration
 	for i, r := range reqs {
 		if r.InputLength <= 0 {
 			return nil, fmt.Errorf("%w: request %d has input length %d", ErrBadConfig, i, r.InputLength)
 		}
-		at := time.Duration(float64(r.Timestamp) * c.TimeScale * float64(time.Millisecond))
+		at, err := ArrivalTime(r.Timestamp, c.TimeScale)
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
 		if at < prev {
 			return nil, fmt.Errorf("%w: request %d arrives at %v, before request %d (%v): sort by timestamp", ErrBadConfig, i, at, i-1, prev)
 		}

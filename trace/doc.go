@@ -7,9 +7,13 @@
 //
 //	{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2]}
 //
-// timestamp is the arrival time in milliseconds from the trace start, hash_ids are
-// remapped prefix block hashes with BlockTokens (512) tokens per block: equal ids
-// mean a reusable prefix block, and every id identifies its whole prefix.
+// timestamp is the arrival time in milliseconds. Read rebases a file's timestamps to
+// its earliest request, so a trace stamped with milliseconds since the epoch replays
+// from 0 (Report.Base keeps the offset), and rejects a timestamp that, rebased and
+// scaled, overflows a time.Duration (a trace in nanoseconds): a *ParseError for its
+// line. hash_ids are remapped prefix block hashes with BlockTokens (512) tokens per
+// block: equal ids mean a reusable prefix block, and every id identifies its whole
+// prefix.
 //
 // # Errors
 //

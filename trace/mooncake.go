@@ -8,14 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
+	"time"
 )
 
 // BlockTokens is the number of tokens one Mooncake hash id stands for.
 const BlockTokens = 512
 
-// Request is one line of a trace. Timestamp is in milliseconds from the trace start.
+// Request is one line of a trace. Timestamp is in milliseconds from the trace
+// start: Read rebases a file's timestamps so that its earliest request is at 0.
 type Request struct {
 	Timestamp    int64   `json:"timestamp"`
 	InputLength  int     `json:"input_length"`
@@ -34,10 +37,12 @@ const (
 )
 
 // Options tunes Read. The zero value stops on the first bad line and keeps
-// timestamps as they are.
+// the (rebased) timestamps' scale.
 type Options struct {
 	OnError ErrorMode
-	// TimeScale multiplies every timestamp (0 means 1): 0.5 replays twice as fast.
+	// TimeScale multiplies every rebased timestamp (0 means 1): 0.5 replays
+	// twice as fast. A timestamp that, scaled, is no longer a time.Duration
+	// (about 292 years) is malformed.
 	TimeScale float64
 	// Limit stops after this many requests (0: no limit).
 	Limit int
@@ -48,6 +53,10 @@ type Report struct {
 	Lines   int          // non-blank lines read
 	Skipped int          // malformed lines skipped (Skip mode)
 	Errors  []ParseError // the first few skipped lines' errors
+	// Base is the earliest timestamp read, as in the file: Read subtracts it
+	// from every timestamp, so that traces stamped with wall-clock times
+	// (milliseconds since the epoch) replay from 0.
+	Base int64
 }
 
 // ErrMalformed is wrapped by every *ParseError.
@@ -70,7 +79,11 @@ func (e *ParseError) Unwrap() []error { return []error{ErrMalformed, e.Err} }
 const maxKeptErrors = 16
 
 // Read parses a whole trace and returns its requests sorted by timestamp (ties keep
-// file order).
+// file order), rebased so that the earliest is at 0 (Report.Base) and then
+// multiplied by opts.TimeScale. A rebased, scaled timestamp beyond what a
+// time.Duration holds in nanoseconds is a *ParseError for its line (field
+// "timestamp"): the file's timestamps are then in a finer unit than
+// milliseconds, or span centuries.
 func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	if opts.OnError == 0 {
 		opts.OnError = Stop
@@ -84,8 +97,9 @@ func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
 	var (
-		reqs []Request
-		rep  Report
+		reqs  []Request
+		lines []int // reqs[i] is on line lines[i]
+		rep   Report
 	)
 	line := 0
 	for sc.Scan() {
@@ -106,10 +120,8 @@ func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 			}
 			continue
 		}
-		if opts.TimeScale != 0 && opts.TimeScale != 1 {
-			req.Timestamp = int64(float64(req.Timestamp) * opts.TimeScale)
-		}
 		reqs = append(reqs, req)
+		lines = append(lines, line)
 		if opts.Limit > 0 && len(reqs) >= opts.Limit {
 			break
 		}
@@ -117,8 +129,57 @@ func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	if err := sc.Err(); err != nil {
 		return nil, rep, fmt.Errorf("trace: reading line %d: %w", line+1, err)
 	}
+	reqs, err := rebase(reqs, lines, opts, &rep)
+	if err != nil {
+		return nil, rep, err
+	}
 	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].Timestamp < reqs[j].Timestamp })
 	return reqs, rep, nil
+}
+
+// durationLimit is 2^63: a float64 number of nanoseconds below it converts
+// to a time.Duration exactly.
+const durationLimit = float64(math.MaxInt64)
+
+// rebase subtracts the earliest timestamp from every request's, scales them,
+// and rejects (Stop) or drops (Skip) those whose offset overflows a
+// time.Duration, in file order. lines gives each request's line.
+func rebase(reqs []Request, lines []int, opts Options, rep *Report) ([]Request, error) {
+	if len(reqs) == 0 {
+		return reqs, nil
+	}
+	rep.Base = reqs[0].Timestamp
+	for _, r := range reqs {
+		rep.Base = min(rep.Base, r.Timestamp)
+	}
+	scale := opts.TimeScale
+	if scale == 0 {
+		scale = 1
+	}
+	kept := reqs[:0]
+	for i, r := range reqs {
+		off := r.Timestamp - rep.Base // >= 0: every timestamp is
+		scaled := float64(off) * scale
+		if !(scaled*float64(time.Millisecond) < durationLimit) {
+			perr := &ParseError{Line: lines[i], Field: "timestamp", Err: fmt.Errorf(
+				"%d ms after the first request (timestamp %d), times %g, is past the longest time a Duration holds (%.0f ms): are the timestamps in milliseconds?",
+				off, rep.Base, scale, durationLimit/float64(time.Millisecond))}
+			if opts.OnError == Stop {
+				return nil, perr
+			}
+			rep.Skipped++
+			if len(rep.Errors) < maxKeptErrors {
+				rep.Errors = append(rep.Errors, *perr)
+			}
+			continue
+		}
+		r.Timestamp = off
+		if scale != 1 {
+			r.Timestamp = int64(scaled)
+		}
+		kept = append(kept, r)
+	}
+	return kept, nil
 }
 
 // ReadFile is Read on a named file.

@@ -2,8 +2,11 @@ package trace
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadSortsAndParses(t *testing.T) {
@@ -18,7 +21,7 @@ func TestReadSortsAndParses(t *testing.T) {
 	if rep.Lines != 2 || len(reqs) != 2 {
 		t.Fatalf("lines %d reqs %d, want 2 and 2", rep.Lines, len(reqs))
 	}
-	if reqs[0].Timestamp != 2 || reqs[1].HashIDs[1] != 1 || reqs[1].InputLength != 600 {
+	if reqs[0].Timestamp != 0 || reqs[1].Timestamp != 3 || rep.Base != 2 || reqs[1].HashIDs[1] != 1 || reqs[1].InputLength != 600 {
 		t.Fatalf("unexpected requests %+v", reqs)
 	}
 }
@@ -59,9 +62,10 @@ func TestMalformedLines(t *testing.T) {
 
 func TestTimeScaleAndLimit(t *testing.T) {
 	in := `{"timestamp": 1000, "input_length": 10, "output_length": 1, "hash_ids": [0]}
-{"timestamp": 2000, "input_length": 10, "output_length": 1, "hash_ids": [1]}`
-	reqs, _, err := Read(strings.NewReader(in), Options{TimeScale: 0.5, Limit: 1})
-	if err != nil || len(reqs) != 1 || reqs[0].Timestamp != 500 {
+{"timestamp": 2000, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+{"timestamp": 5000, "input_length": 10, "output_length": 1, "hash_ids": [2]}`
+	reqs, _, err := Read(strings.NewReader(in), Options{TimeScale: 0.5, Limit: 2})
+	if err != nil || len(reqs) != 2 || reqs[0].Timestamp != 0 || reqs[1].Timestamp != 500 {
 		t.Fatalf("got %+v %v", reqs, err)
 	}
 }
@@ -102,5 +106,53 @@ func TestTokensDeterministicAndShared(t *testing.T) {
 	}
 	if again := Tokens(a, 1000); again[699] != ta[699] {
 		t.Fatal("not deterministic")
+	}
+}
+
+// TestAbsoluteTimestamps: a trace stamped with wall-clock times (milliseconds
+// or nanoseconds since the epoch) is rebased to its first request, and a
+// timestamp still too large for a time.Duration after rebasing and scaling is
+// a line-numbered error.
+func TestAbsoluteTimestamps(t *testing.T) {
+	line := func(ts int64, id int) string {
+		return fmt.Sprintf(`{"timestamp": %d, "input_length": 10, "output_length": 1, "hash_ids": [%d]}`, ts, id)
+	}
+	const epochMS = int64(1_717_000_000_000) // 2024-05-29 in ms
+	in := line(epochMS+2500, 1) + "\n" + line(epochMS, 0) + "\n" + line(epochMS+1000, 2) + "\n"
+	reqs, rep, err := Read(strings.NewReader(in), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int64{reqs[0].Timestamp, reqs[1].Timestamp, reqs[2].Timestamp}; !slices.Equal(got, []int64{0, 1000, 2500}) || rep.Base != epochMS {
+		t.Fatalf("ms since the epoch: timestamps %v base %d, want [0 1000 2500] base %d", got, rep.Base, epochMS)
+	}
+	reqs, _, err = Read(strings.NewReader(in), Options{TimeScale: 3})
+	if err != nil || reqs[2].Timestamp != 7500 {
+		t.Fatalf("rebased then scaled: %+v %v", reqs, err)
+	}
+
+	// Nanoseconds since the epoch, read as milliseconds: rebased, one hour
+	// of trace is 3.6e12 "ms", 3.6e18 ns, which fits at scale 1 and not at 3.
+	const epochNS = epochMS * 1_000_000
+	hour := int64(time.Hour)
+	in = line(epochNS, 0) + "\n" + line(epochNS+hour/2, 1) + "\n" + line(epochNS+hour, 2) + "\n"
+	reqs, _, err = Read(strings.NewReader(in), Options{})
+	if err != nil || reqs[2].Timestamp != hour {
+		t.Fatalf("ns since the epoch at scale 1: %+v %v", reqs, err)
+	}
+	for _, c := range []struct {
+		scale    float64
+		badLine  int // the first line whose scaled offset overflows
+		keptSkip int // requests left in Skip mode
+	}{{3, 3, 2}, {1e6, 2, 1}} {
+		_, _, err = Read(strings.NewReader(in), Options{TimeScale: c.scale})
+		var pe *ParseError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || pe.Field != "timestamp" || pe.Line != c.badLine {
+			t.Fatalf("scale %g: %v, want a timestamp error on line %d", c.scale, err, c.badLine)
+		}
+		reqs, rep, err = Read(strings.NewReader(in), Options{TimeScale: c.scale, OnError: Skip})
+		if err != nil || len(reqs) != c.keptSkip || rep.Skipped != 3-c.keptSkip || rep.Errors[0].Line != c.badLine {
+			t.Fatalf("scale %g, skip mode: %+v %+v %v", c.scale, reqs, rep, err)
+		}
 	}
 }

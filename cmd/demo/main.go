@@ -6,7 +6,8 @@
 // Mooncake conversation trace, 512-token blocks, arrivals stretched three
 // times: see -time-scale) through three configurations
 // side by side: GPU only; GPU + pinned host memory; GPU + pinned + disk (in a
-// temporary directory removed at exit). Each runs the scheduler package's
+// temporary directory removed at exit, or at the next run if the demo was
+// killed: see diskdir.go). Each runs the scheduler package's
 // continuous batching over a real kvtier Manager (through schedcache): blocks
 // are allocated, appended, freed, evicted, written down and copied up for
 // real, with gpu.TinySpec's 64 bytes a token so the run fits in memory, while
@@ -38,6 +39,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"syscall"
 
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/scheduler"
@@ -45,7 +47,8 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM too: a cancelled run still removes its disk directory.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, isTerminal(os.Stderr))
 	stop()
 	if errors.Is(err, flag.ErrHelp) {
@@ -77,12 +80,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	}
 	diskRoot := ""
 	if slices.Contains(o.configs, withDisk) {
-		root, cleanup, err := diskRootFor(o)
+		root, err := openDiskRoot(o, stderr)
 		if err != nil {
 			return err
 		}
-		defer func() { err = errors.Join(err, cleanup()) }()
-		diskRoot = root
+		defer func() { err = errors.Join(err, root.Close()) }()
+		diskRoot = root.dir
 	}
 
 	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %d-token blocks, arrivals at 1/%g of the trace's rate (-time-scale %g)\n",

@@ -127,6 +127,7 @@ func TestRunJSONAndPlot(t *testing.T) {
 	path, reqs := smallTrace(t)
 	dir := t.TempDir()
 	png := filepath.Join(dir, "demo.png")
+	stale := staleRoot(t, dir) // a killed run's
 	var stdout, stderr bytes.Buffer
 	args := append(smallArgs(path), "-json", "-", "-plot", png, "-disk-dir", dir, "-progress")
 	if err := run(context.Background(), args, &stdout, &stderr, false); err != nil {
@@ -149,7 +150,8 @@ func TestRunJSONAndPlot(t *testing.T) {
 		t.Errorf("the disk configuration served no disk tokens or wrote no disk blocks: %+v", c)
 	}
 	table := stderr.String()
-	for _, want := range []string{"gpu+pinned+disk", "prefill tokens computed", "TTFT p99", "pinned -> disk", "plot: " + png} {
+	for _, want := range []string{"gpu+pinned+disk", "prefill tokens computed", "TTFT p99", "pinned -> disk", "plot: " + png,
+		"removed " + stale} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
@@ -165,7 +167,7 @@ func TestRunJSONAndPlot(t *testing.T) {
 		t.Fatalf("plot: %d bytes, not a PNG", len(b))
 	}
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 1 {
-		t.Errorf("-disk-dir holds %v after the run (%v), want only the plot: the disk tier's directory is removed", entries, err)
+		t.Errorf("-disk-dir holds %v after the run (%v), want only the plot: the disk tier's directory and the stale one are removed", entries, err)
 	}
 }
 

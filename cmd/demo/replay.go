@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/kvtier/kvtier"
@@ -123,20 +122,4 @@ func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, dis
 	out.ttfts = tr.values()
 	out.stats, err = m.Stats(ctx)
 	return out, err
-}
-
-// diskRootFor returns the directory disk tiers are made under: -disk-dir, or
-// a temporary directory that cleanup removes.
-func diskRootFor(o options) (root string, cleanup func() error, err error) {
-	if o.diskDir != "" {
-		if err := os.MkdirAll(o.diskDir, 0o755); err != nil {
-			return "", nil, err
-		}
-		return filepath.Clean(o.diskDir), func() error { return nil }, nil
-	}
-	root, err = os.MkdirTemp("", "kvtier-demo-")
-	if err != nil {
-		return "", nil, err
-	}
-	return root, func() error { return os.RemoveAll(root) }, nil
 }
