@@ -12,6 +12,8 @@ import (
 // caller's value; zero fields take the defaults noted below.
 type Config struct {
 	// Dir holds the slot files and the LOCK file; created (0700) if missing.
+	// With OSFS it must not be a symbolic link and is tightened to 0700 if
+	// it exists with looser permissions (see OSFS).
 	Dir string
 	// CapacityBytes bounds the total size of the slot files. The store has
 	// CapacityBytes / SlotBytes(PayloadBytes) slots, at least Files.

@@ -3,8 +3,11 @@
 //
 // # Layout
 //
-// A Store owns one directory holding a LOCK file (flock, so one Store per
-// directory) and Config.Files preallocated slot files (0600). Every slot is
+// A Store owns one directory (0700) and holds an flock on the directory
+// itself, so one Store per directory even if someone deletes the LOCK file
+// it also locks for older versions. The directory holds Config.Files
+// preallocated slot files (0600). OSFS opens every name with O_NOFOLLOW and
+// refuses links and files it does not own (ErrUnsafeFile); see OSFS. Every slot is
 // one 4 KiB header block followed by Config.PayloadBytes rounded up to
 // 4 KiB. The header is self-describing: magic, format and hash-scheme
 // versions, the model/layout fingerprint, the tenant namespace, the block

@@ -36,6 +36,10 @@ var (
 	// ErrBusy means Close was called while operations were still planned
 	// but not completed; the store stays open.
 	ErrBusy = errors.New("kvtier: disk: operations in flight")
+	// ErrUnsafeFile means OSFS refused Dir, the LOCK file or a slot file:
+	// a symbolic link, the wrong file type, another owner or a hard link
+	// (see OSFS). The store touches nothing behind such a name.
+	ErrUnsafeFile = errors.New("kvtier: disk: unsafe file")
 	// ErrInvalidConfig means Open rejected its Config.
 	ErrInvalidConfig = errors.New("kvtier: disk: invalid config")
 )
