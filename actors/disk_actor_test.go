@@ -132,12 +132,44 @@ func TestDiskCorruptReadIsMiss(t *testing.T) {
 		t.Fatalf("index update %+v, want Remove [2]", u)
 	}
 	s := e.stats()
-	if s.Extra["corrupt"] != 1 || s.Misses != 1 || s.Hits != 2 || s.Failed != 0 || s.UsedBlocks != 2 {
+	if s.Extra["corrupt"] != 1 || s.Misses != 1 || s.Hits != 2 || s.Failed != 1 || s.UsedBlocks != 2 {
 		t.Fatalf("stats %v %+v", s, s.Extra)
 	}
 	if r := e.query(messages.QueryExists, 2); r.DiskTokens != 0 {
 		t.Fatalf("corrupt block still on disk: %+v", r)
 	}
+}
+
+func TestDiskDigestMismatchIsMiss(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newDiskEnv(t, 0)
+	defer e.stop()
+	e.write(1, 2)
+	e.flush()
+	e.nextUpdate()
+
+	// Block 2 is asked for with block 1's digest: same hash, other prefix.
+	m := readMsg(5, time.Time{}, 1, 2)
+	m.Items[1].Digest = digestOf(1)
+	done := request[*messages.DiskReadDone](e, m)
+	checkRead(t, m, done, true, false)
+	for i, b := range m.Items[1].Bytes {
+		if b != 0xAA {
+			t.Fatalf("refused read touched the slot at byte %d", i)
+		}
+	}
+	// A reader with no digest is refused too.
+	m = readMsg(6, time.Time{}, 2)
+	m.Items[0].Digest = [32]byte{}
+	checkRead(t, m, request[*messages.DiskReadDone](e, m), false)
+
+	s := e.stats()
+	if s.Extra["verify_mismatch"] != 2 || s.Failed != 2 || s.Misses != 2 || s.Hits != 1 || s.UsedBlocks != 2 {
+		t.Fatalf("stats %v %+v", s, s.Extra)
+	}
+	// The block is still there for readers that expect its digest.
+	m, done = e.read(2)
+	checkRead(t, m, done, true)
 }
 
 func TestDiskWriteQuotaDenies(t *testing.T) {

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
@@ -173,7 +174,7 @@ func writeMsg(hashes ...uint64) *messages.DiskWrite {
 	m := &messages.DiskWrite{}
 	for i, h := range hashes {
 		m.Items = append(m.Items, messages.DiskWriteItem{
-			Hash: h, Parent: h - 1, Namespace: 7, Tokens: 16, Slot: 100 + i, Bytes: payloadOf(h),
+			Hash: h, Parent: h - 1, Namespace: 7, Tokens: 16, Digest: digestOf(h), Slot: 100 + i, Bytes: payloadOf(h),
 		})
 	}
 	return m
@@ -187,7 +188,7 @@ func readMsg(id uint64, deadline time.Time, hashes ...uint64) *messages.DiskRead
 		for j := range b {
 			b[j] = 0xAA
 		}
-		m.Items = append(m.Items, messages.DiskReadItem{Hash: h, Slot: 200 + i, Bytes: b})
+		m.Items = append(m.Items, messages.DiskReadItem{Hash: h, Digest: digestOf(h), Slot: 200 + i, Bytes: b})
 	}
 	return m
 }
@@ -265,6 +266,11 @@ func recv[T any](t *testing.T, c <-chan T) T {
 		t.Fatalf("no reply within %v", testWait)
 		panic("unreachable")
 	}
+}
+
+// digestOf is block h's stand-in prefix digest.
+func digestOf(h uint64) [32]byte {
+	return sha256.Sum256(binary.LittleEndian.AppendUint64([]byte("prefix"), h))
 }
 
 // payloadOf returns block h's deterministic, page-aligned payload.

@@ -56,9 +56,16 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
 		return
 	}
 	for i, it := range m.Items {
-		op, first := a.store.PlanRead(it.Hash)
-		if op == nil {
+		op, first, err := a.store.PlanRead(it.Hash, it.Digest)
+		if err != nil {
+			// ErrNotFound, or ErrDigestMismatch: a block of another prefix
+			// under the same hash, refused before any I/O (the store counts
+			// it in VerifyMismatch).
 			a.stats.misses++
+			if errors.Is(err, disk.ErrDigestMismatch) {
+				a.stats.failed++
+				a.log.Warn("disk actor: digest mismatch, not served", zap.Uint64("hash", it.Hash))
+			}
 			continue
 		}
 		var job *diskReadJob
@@ -110,9 +117,7 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 	} else {
 		a.store.CompleteRead(op, err)
 		if err != nil {
-			if !errors.Is(err, disk.ErrCorrupt) {
-				a.stats.failed++
-			}
+			a.stats.failed++ // I/O error, corrupt record or digest mismatch on read back
 			a.log.Warn("disk actor: read failed, block dropped", zap.Uint64("hash", h), zap.Error(err))
 			if !a.store.Contains(h) {
 				a.forget(ctx, []uint64{h})

@@ -55,7 +55,9 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.DiskWrite) {
 				zap.Uint64("hash", it.Hash), zap.Int("bytes", len(it.Bytes)), zap.Int("max", a.store.PayloadBytes()))
 			continue
 		}
-		op, err := a.store.PlanWrite(disk.Meta{Hash: it.Hash, Parent: it.Parent, Namespace: it.Namespace, Tokens: it.Tokens})
+		op, err := a.store.PlanWrite(disk.Meta{
+			Hash: it.Hash, Parent: it.Parent, Namespace: it.Namespace, Tokens: it.Tokens, Digest: it.Digest,
+		})
 		switch {
 		case errors.Is(err, disk.ErrExists): // being written by an earlier request
 			a.stats.skipped++

@@ -12,6 +12,8 @@ import (
 // caller's value; zero fields take the defaults noted below.
 type Config struct {
 	// Dir holds the slot files and the LOCK file; created (0700) if missing.
+	// With OSFS it must not be a symbolic link and is tightened to 0700 if
+	// it exists with looser permissions (see OSFS).
 	Dir string
 	// CapacityBytes bounds the total size of the slot files. The store has
 	// CapacityBytes / SlotBytes(PayloadBytes) slots, at least Files.
@@ -40,12 +42,22 @@ type Config struct {
 }
 
 // Meta describes one block: its chained hash, its parent's hash, the tenant
-// namespace and how many tokens it covers.
+// namespace, how many tokens it covers and its prefix digest. The store
+// records every field in the block's header and checks all of them against
+// its index when the block is read back.
 type Meta struct {
 	Hash      uint64
 	Parent    uint64
 	Namespace uint64
 	Tokens    int
+	// Digest is a collision-resistant digest of the block's whole prefix
+	// (callers use a SHA-256 chain over the namespace and every token up to
+	// the end of the block). The store does not compute it: it stores it
+	// and compares it. Hash is only 64 bits and two prefixes may share it;
+	// a read that names the digest it expects (PlanRead) is never served a
+	// block stored with another one. The zero digest is a valid value for
+	// callers that have none: zero matches zero.
+	Digest [32]byte
 }
 
 // SlotBytes returns the on-disk size of one slot for a payload size: one

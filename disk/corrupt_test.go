@@ -38,7 +38,7 @@ func TestPayloadCorruptionDetectedOnRead(t *testing.T) {
 		t.Fatalf("payloads are checked on read, yet Open kept %d records", rep.Records)
 	}
 	dst := AlignedBuffer(testPayload)
-	_, _, err := s.ReadSync(1, dst)
+	_, _, err := s.ReadSyncDigest(1, digestFor(1), dst)
 	wantErr(t, err, ErrCorrupt)
 	for i, b := range dst {
 		if b != 0 {

@@ -3,15 +3,29 @@
 //
 // # Layout
 //
-// A Store owns one directory holding a LOCK file (flock, so one Store per
-// directory) and Config.Files preallocated slot files (0600). Every slot is
+// A Store owns one directory (0700) and holds an flock on the directory
+// itself, so one Store per directory even if someone deletes the LOCK file
+// it also locks for older versions. The directory holds Config.Files
+// preallocated slot files (0600). OSFS opens every name with O_NOFOLLOW and
+// refuses links and files it does not own (ErrUnsafeFile); see OSFS. Every slot is
 // one 4 KiB header block followed by Config.PayloadBytes rounded up to
 // 4 KiB. The header is self-describing: magic, format and hash-scheme
 // versions, the model/layout fingerprint, the tenant namespace, the block
-// and parent hashes, token count, payload length, an xxh64 payload
-// checksum, a per-store generation number and a checksum over all of it.
-// Open rebuilds the index from the headers alone; payloads are verified
-// when read.
+// and parent hashes, token count, the caller's 32-byte prefix digest,
+// payload length, an xxh64 payload checksum, a per-store generation number
+// and a checksum over all of it. Open rebuilds the index from the headers
+// alone; payloads are verified when read.
+//
+// # Verification
+//
+// A 64-bit block hash may be shared by two prefixes, so a reader names the
+// digest it expects (Meta.Digest; callers compute a SHA-256 chain over the
+// namespace and every token). PlanRead refuses a block indexed with
+// another digest before any I/O (ErrDigestMismatch: a miss, the block
+// stays), and every read checks the header it reads back, digest,
+// namespace, hash, parent and tokens included, against the index, and the
+// payload against its checksum; a mismatch there is a corrupt record,
+// dropped. Stats.VerifyMismatch counts digest refusals of both kinds.
 //
 // # Crash consistency
 //

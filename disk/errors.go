@@ -21,6 +21,14 @@ var (
 	// ErrCorrupt means a record failed verification on read. The concrete
 	// error is a *CorruptError.
 	ErrCorrupt = errors.New("kvtier: disk: corrupt record")
+	// ErrDigestMismatch means a read named a digest other than the one the
+	// block was stored with: the block is another prefix's (a 64-bit hash
+	// collision) or the caller's chain differs from the writer's. Found at
+	// plan time it is a plain miss (PlanRead returns it, the block stays);
+	// found in the header read back from disk it comes inside a
+	// *CorruptError and the block is dropped. Both are counted in
+	// Stats.VerifyMismatch.
+	ErrDigestMismatch = errors.New("kvtier: disk: digest mismatch")
 	// ErrTooLarge means a payload is longer than Config.PayloadBytes.
 	ErrTooLarge = errors.New("kvtier: disk: payload too large")
 	// ErrClosed means the Store was closed.
@@ -28,6 +36,10 @@ var (
 	// ErrBusy means Close was called while operations were still planned
 	// but not completed; the store stays open.
 	ErrBusy = errors.New("kvtier: disk: operations in flight")
+	// ErrUnsafeFile means OSFS refused Dir, the LOCK file or a slot file:
+	// a symbolic link, the wrong file type, another owner or a hard link
+	// (see OSFS). The store touches nothing behind such a name.
+	ErrUnsafeFile = errors.New("kvtier: disk: unsafe file")
 	// ErrInvalidConfig means Open rejected its Config.
 	ErrInvalidConfig = errors.New("kvtier: disk: invalid config")
 )
@@ -50,11 +62,14 @@ func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 func (e *LockedError) Unwrap() error { return e.Err }
 
 // CorruptError reports a record that failed verification. It matches
-// ErrCorrupt under errors.Is.
+// ErrCorrupt under errors.Is, and Err (if set) as well.
 type CorruptError struct {
 	Hash   uint64 // the hash the caller asked for
 	Slot   int    // the slot the record lives in
 	Reason string // which check failed, e.g. "payload checksum"
+	// Err is a sentinel naming the failed check where one exists:
+	// ErrDigestMismatch when the header's digest is not the indexed one.
+	Err error
 }
 
 func (e *CorruptError) Error() string {
@@ -63,3 +78,6 @@ func (e *CorruptError) Error() string {
 
 // Is makes errors.Is(err, ErrCorrupt) true.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Unwrap returns Err.
+func (e *CorruptError) Unwrap() error { return e.Err }

@@ -45,8 +45,8 @@ func TestReadPinsPreventEviction(t *testing.T) {
 		mustWrite(t, s, h)
 	}
 	// Pin 1 and 2: the next write must evict 3 although 1 is LRU.
-	op1, _ := s.PlanRead(1)
-	op2, _ := s.PlanRead(2)
+	op1, _, _ := s.PlanRead(1, digestFor(1))
+	op2, _, _ := s.PlanRead(2, digestFor(2))
 	mustRead := func(op *ReadOp) {
 		t.Helper()
 		dst := AlignedBuffer(testPayload)
@@ -60,7 +60,7 @@ func TestReadPinsPreventEviction(t *testing.T) {
 		t.Fatalf("evicted %d, want 3 (1 and 2 pinned)", v.Hash)
 	}
 	// Pin 4 too: nothing is evictable.
-	op4, _ := s.PlanRead(4)
+	op4, _, _ := s.PlanRead(4, digestFor(4))
 	if _, _, err := s.WriteSync(metaFor(5), payloadFor(5, testPayload)); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("write with every slot pinned: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestReadPinsPreventEviction(t *testing.T) {
 	if _, _, err := s.WriteSync(metaFor(5), payloadFor(5, testPayload)); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("write reused a doomed slot: %v", err)
 	}
-	if op, _ := s.PlanRead(2); op != nil {
+	if op, _, _ := s.PlanRead(2, digestFor(2)); op != nil {
 		t.Fatal("PlanRead of a removed block joined the read in flight")
 	}
 	mustRead(op1)
@@ -123,12 +123,12 @@ func TestCoalescedReadsDoOneIO(t *testing.T) {
 	defer mustClose(t, s)
 	mustWrite(t, s, 1)
 	before := ffs.Counts().Reads
-	op, first := s.PlanRead(1)
+	op, first, _ := s.PlanRead(1, digestFor(1))
 	if !first || op.Waiters() != 1 {
 		t.Fatalf("first PlanRead: first=%t waiters=%d", first, op.Waiters())
 	}
 	for range 3 {
-		again, first := s.PlanRead(1)
+		again, first, _ := s.PlanRead(1, digestFor(1))
 		if again != op || first {
 			t.Fatal("PlanRead of an in-flight hash did not coalesce")
 		}
@@ -148,7 +148,7 @@ func TestCoalescedReadsDoOneIO(t *testing.T) {
 	if st := s.Stats(); st.Reads != 1 || st.ReadWaiters != 3 || st.Pinned != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	if op2, first := s.PlanRead(1); op2 == op || !first {
+	if op2, first, _ := s.PlanRead(1, digestFor(1)); op2 == op || !first {
 		t.Fatal("a completed op was reused")
 	} else {
 		s.CompleteRead(op2, op2.Execute(dst))
@@ -181,7 +181,7 @@ func TestConcurrentExecute(t *testing.T) {
 				t.Fatal(err)
 			}
 			if h > 8 {
-				if op, first := s.PlanRead(h - 8); op != nil && first {
+				if op, first, _ := s.PlanRead(h-8, digestFor(h-8)); op != nil && first {
 					inFlight++
 					dst := AlignedBuffer(testPayload)
 					wg.Go(func() { results <- done{r: op, dst: dst, err: op.Execute(dst)} })

@@ -113,7 +113,7 @@ func TestTornOverwriteNeverServed(t *testing.T) {
 	if rep.Records != 2 {
 		t.Fatalf("report %+v: the old header should still be indexed", rep)
 	}
-	_, _, err = s.ReadSync(1, AlignedBuffer(testPayload))
+	_, _, err = s.ReadSyncDigest(1, digestFor(1), AlignedBuffer(testPayload))
 	wantErr(t, err, ErrCorrupt)
 	mustReadExact(t, s, 2)
 	checkInv(t, s)
@@ -129,14 +129,14 @@ func TestReadFaults(t *testing.T) {
 		mustWrite(t, s, 1)
 		mustWrite(t, s, 2)
 		ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1})
-		_, _, err := s.ReadSync(1, AlignedBuffer(testPayload))
+		_, _, err := s.ReadSyncDigest(1, digestFor(1), AlignedBuffer(testPayload))
 		wantErr(t, err, unix.EIO)
 		if s.Contains(1) || s.Stats().ReadErrors.EIO != 1 {
 			t.Fatalf("block still served after EIO, stats %+v", s.Stats())
 		}
 		// A short read (here: nothing transferred, no error) is an error too, never data.
 		ffs.Inject(Fault{Op: FaultRead, Times: 1})
-		_, _, err = s.ReadSync(2, AlignedBuffer(testPayload))
+		_, _, err = s.ReadSyncDigest(2, digestFor(2), AlignedBuffer(testPayload))
 		if err == nil || s.Contains(2) || s.Stats().ReadErrors.Short != 1 {
 			t.Fatalf("short read: %v, stats %+v", err, s.Stats())
 		}
@@ -181,7 +181,7 @@ func TestReadsWithoutPreadv(t *testing.T) {
 		t.Fatalf("%d reads without preadv, want header + payload = 2", n)
 	}
 	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: func(_ string, off int64, _ int) bool { return off%SlotBytes(testPayload) != 0 }})
-	_, _, err := s.ReadSync(1, AlignedBuffer(testPayload))
+	_, _, err := s.ReadSyncDigest(1, digestFor(1), AlignedBuffer(testPayload))
 	wantErr(t, err, unix.EIO)
 	afterFault(t, s, 1, 2)
 }

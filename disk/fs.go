@@ -44,7 +44,9 @@ type FS interface {
 	MkdirAll(dir string) error
 	// OpenFile opens name read-write, creating it with mode 0600 if
 	// missing. With direct set it asks for O_DIRECT and fails (wrapping
-	// unix.EINVAL) where the file system refuses it.
+	// unix.EINVAL) where the file system refuses it. OSFS refuses, with an
+	// error matching ErrUnsafeFile, a name that is a symbolic link or not a
+	// private regular file (see OSFS).
 	OpenFile(name string, direct bool) (File, error)
 	// Lock takes an exclusive, non-blocking lock on dir, returning an error
 	// matching ErrLocked if someone else holds it. Closing the returned
@@ -52,10 +54,25 @@ type FS interface {
 	Lock(dir string) (io.Closer, error)
 }
 
-// lockFileName is the file in the store directory that carries the flock.
+// lockFileName is the file in the store directory that carries the flock
+// older versions of the store take. OSFS locks the directory itself and
+// this file as well, so an old and a new store never share a directory.
 const lockFileName = "LOCK"
 
-// OSFS is the real operating system file system.
+// OSFS is the real operating system file system. It guards the store's
+// files against planted links and loose permissions:
+//
+//   - every open uses O_NOFOLLOW: a symbolic link in place of Dir, LOCK or
+//     a slot file is refused (ErrUnsafeFile), so the store never truncates
+//     or writes a link's target;
+//   - Dir must be a directory and every file a regular file with a single
+//     link, all owned by the process's effective uid; anything else is
+//     refused (ErrUnsafeFile);
+//   - permissions are tightened rather than refused: an existing Dir with
+//     group or other bits ends up 0700, a slot or LOCK file 0600.
+//
+// Dir's parent directories are trusted: a directory writable by others on
+// the path to Dir still lets them swap Dir between Open's checks.
 type OSFS struct{}
 
 var _ FS = OSFS{}
@@ -65,39 +82,118 @@ func (OSFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o700) }
 
 // OpenFile implements FS.
 func (OSFS) OpenFile(name string, direct bool) (File, error) {
-	flags := os.O_RDWR | os.O_CREATE
+	flags := unix.O_RDWR | unix.O_CREAT
 	if direct {
 		flags |= unix.O_DIRECT
 	}
-	f, err := os.OpenFile(name, flags, 0o600)
+	f, err := openPrivate(unix.AT_FDCWD, name, name, flags, unix.S_IFREG, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	return osFile{f}, nil
 }
 
-// Lock implements FS with flock(LOCK_EX|LOCK_NB) on dir/LOCK. flock locks
-// belong to the open file description, so a second Lock from the same
-// process fails as well.
+// Lock implements FS with flock(LOCK_EX|LOCK_NB) on the directory itself,
+// which no one can unlink from under the store, and on dir/LOCK for older
+// versions that lock only that file. flock locks belong to the open file
+// description, so a second Lock from the same process fails as well.
 func (OSFS) Lock(dir string) (io.Closer, error) {
-	f, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	d, err := openPrivate(unix.AT_FDCWD, dir, dir, unix.O_RDONLY|unix.O_DIRECTORY, unix.S_IFDIR, 0o700)
 	if err != nil {
+		return nil, fmt.Errorf("kvtier: disk: open directory: %w", err)
+	}
+	if err := flock(d, dir); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	name := filepath.Join(dir, lockFileName)
+	lf, err := openPrivate(int(d.Fd()), lockFileName, name, unix.O_RDWR|unix.O_CREAT, unix.S_IFREG, 0o600)
+	if err != nil {
+		_ = d.Close()
 		return nil, fmt.Errorf("kvtier: disk: open lock file: %w", err)
 	}
+	if err := flock(lf, dir); err != nil {
+		_ = lf.Close()
+		_ = d.Close()
+		return nil, err
+	}
+	return dirLock{dir: d, file: lf}, nil
+}
+
+func flock(f *os.File, dir string) error {
+	var err error
 	for {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}
 	}
-	if err != nil {
-		_ = f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &LockedError{Dir: dir, Err: err}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return &LockedError{Dir: dir, Err: err}
+	default:
+		return fmt.Errorf("kvtier: disk: flock %q: %w", dir, err)
+	}
+}
+
+// dirLock holds the flocks of a store directory and its LOCK file.
+type dirLock struct{ dir, file *os.File }
+
+func (l dirLock) Close() error { return errors.Join(l.file.Close(), l.dir.Close()) }
+
+// openPrivate opens path (relative to dirfd) with O_NOFOLLOW and checks
+// that it has file type typ, is owned by the effective uid and, for a
+// regular file, has one link; it then clears any permission bits beyond
+// perm. name is the path errors report.
+func openPrivate(dirfd int, path, name string, flags int, typ uint32, perm uint32) (*os.File, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Openat(dirfd, path, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+		if !errors.Is(err, unix.EINTR) {
+			break
 		}
-		return nil, fmt.Errorf("kvtier: disk: flock %q: %w", dir, err)
+	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		// O_NOFOLLOW reports a link as ELOOP, or as ENOTDIR with O_DIRECTORY.
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, path, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil, fmt.Errorf("%w: %q is a symbolic link", ErrUnsafeFile, name)
+		}
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if err := checkPrivate(f, name, typ, perm); err != nil {
+		_ = f.Close()
+		return nil, err
 	}
 	return f, nil
+}
+
+func checkPrivate(f *os.File, name string, typ uint32, perm uint32) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: name, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != typ {
+		return fmt.Errorf("%w: %q has file type %#o, want %#o", ErrUnsafeFile, name, st.Mode&unix.S_IFMT, typ)
+	}
+	if uid := uint32(os.Geteuid()); st.Uid != uid {
+		return fmt.Errorf("%w: %q is owned by uid %d, not %d", ErrUnsafeFile, name, st.Uid, uid)
+	}
+	if typ == unix.S_IFREG && st.Nlink != 1 {
+		return fmt.Errorf("%w: %q has %d hard links", ErrUnsafeFile, name, st.Nlink)
+	}
+	if st.Mode&0o7777&^perm != 0 {
+		if err := unix.Fchmod(int(f.Fd()), st.Mode&0o7777&perm); err != nil {
+			return &os.PathError{Op: "chmod", Path: name, Err: err}
+		}
+	}
+	return nil
 }
 
 type osFile struct{ f *os.File }

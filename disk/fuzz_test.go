@@ -24,7 +24,7 @@ func validHeader(r record) []byte {
 
 func seedRecord() record {
 	return record{
-		fingerprint: 0xfeedface, meta: Meta{Namespace: 2, Hash: 0x1234, Parent: 0x1234 ^ 0x5555, Tokens: 16},
+		fingerprint: 0xfeedface, meta: Meta{Namespace: 2, Hash: 0x1234, Parent: 0x1234 ^ 0x5555, Tokens: 16, Digest: digestFor(0x1234)},
 		payloadLen: 512, slotBytes: SlotBytes(512), payloadSum: Checksum([]byte("payload")), generation: 9,
 	}
 }
@@ -87,11 +87,12 @@ func FuzzRecordDecode(f *testing.F) {
 // checksum does not cover; the decoder ignores them.
 func FuzzRecordRoundTrip(f *testing.F) {
 	// Seeds: testdata/fuzz/FuzzRecordRoundTrip.
-	f.Fuzz(func(t *testing.T, fp, ns, hash, parent uint64, tokens, payloadLen, slotBytes int64, sum, gen uint64, bit uint16) {
+	f.Fuzz(func(t *testing.T, fp, ns, hash, parent uint64, tokens, payloadLen, slotBytes int64, sum, gen uint64, digest []byte, bit uint16) {
 		r := record{
 			fingerprint: fp, meta: Meta{Namespace: ns, Hash: hash, Parent: parent, Tokens: int(tokens)},
 			payloadLen: payloadLen, slotBytes: slotBytes, payloadSum: sum, generation: gen,
 		}
+		copy(r.meta.Digest[:], digest)
 		hdr := make([]byte, BlockSize)
 		for i := range hdr {
 			hdr[i] = 0xa5 // encodeHeader must clear what it does not write
@@ -228,7 +229,7 @@ func FuzzStoreRecord(f *testing.F) {
 			for i := range dst {
 				dst[i] = 0xee
 			}
-			m, n, err := s.ReadSync(r.meta.Hash, dst)
+			m, n, err := s.ReadSyncDigest(r.meta.Hash, r.meta.Digest, dst)
 			onDiskPayload := pay[:r.payloadLen]
 			if Checksum(onDiskPayload) == r.payloadSum {
 				if err != nil {
@@ -259,7 +260,7 @@ func FuzzStoreRecord(f *testing.F) {
 			t.Fatalf("WriteSync after reopening: %v", err)
 		}
 		dst := AlignedBuffer(fuzzPayload)
-		if m, n, err := s.ReadSync(fresh, dst); err != nil || m != metaFor(fresh) || !bytes.Equal(dst[:n], payloadFor(fresh, fuzzPayload)) {
+		if m, n, err := s.ReadSyncDigest(fresh, digestFor(fresh), dst); err != nil || m != metaFor(fresh) || !bytes.Equal(dst[:n], payloadFor(fresh, fuzzPayload)) {
 			t.Fatalf("ReadSync of a fresh record: %+v, %v", m, err)
 		}
 		checkInv(t, s)
@@ -283,7 +284,8 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	roundTrip := func(r record, bit uint16) string {
 		return corpus("uint64("+u(r.fingerprint)+")", "uint64("+u(r.meta.Namespace)+")", "uint64("+u(r.meta.Hash)+")",
 			"uint64("+u(r.meta.Parent)+")", "int64("+i(int64(r.meta.Tokens))+")", "int64("+i(r.payloadLen)+")",
-			"int64("+i(r.slotBytes)+")", "uint64("+u(r.payloadSum)+")", "uint64("+u(r.generation)+")", "uint16("+u(uint64(bit))+")")
+			"int64("+i(r.slotBytes)+")", "uint64("+u(r.payloadSum)+")", "uint64("+u(r.generation)+")",
+			bytesLit(r.meta.Digest[:]), "uint16("+u(uint64(bit))+")")
 	}
 	store := func(hdrPatch []byte, hdrAt uint16, payPatch []byte, payAt uint16, resign bool) string {
 		rs := "false"
@@ -305,6 +307,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		"FuzzRecordRoundTrip/flip-checksum": roundTrip(sr, offHeaderSum*8+63),
 		"FuzzRecordRoundTrip/flip-magic":    roundTrip(record{meta: Meta{Tokens: -1}, payloadLen: -1, slotBytes: math.MaxInt64}, 5),
 		"FuzzRecordRoundTrip/flip-version":  roundTrip(record{generation: math.MaxUint64}, offFormat*8),
+		"FuzzRecordRoundTrip/flip-digest":   roundTrip(sr, offDigest*8+100),
 
 		"FuzzStoreRecord/untouched":            store(nil, 0, nil, 0, false),
 		"FuzzStoreRecord/payload-flip":         store(nil, 0, []byte{0x10}, 17, false),
@@ -316,6 +319,8 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		"FuzzStoreRecord/resigned-generation":  store(le64(math.MaxUint64), offGeneration, nil, 0, true),
 		"FuzzStoreRecord/resigned-version":     store([]byte{2}, offScheme, nil, 0, true),
 		"FuzzStoreRecord/header-bad-magic":     store([]byte("junk"), offMagic, nil, 0, false),
+		"FuzzStoreRecord/digest-flip":          store([]byte{0x80}, offDigest+31, nil, 0, false),
+		"FuzzStoreRecord/resigned-digest":      store([]byte{0x80}, offDigest+31, nil, 0, true),
 	}
 	write := os.Getenv("KVTIER_WRITE_FUZZ_SEEDS") != ""
 	for name, want := range files {

@@ -2,6 +2,7 @@ package disk
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -63,7 +64,12 @@ func payloadFor(hash uint64, max int) []byte {
 }
 
 func metaFor(hash uint64) Meta {
-	return Meta{Hash: hash, Parent: hash ^ 0x5555, Namespace: hash % 3, Tokens: int(hash % 64)}
+	return Meta{Hash: hash, Parent: hash ^ 0x5555, Namespace: hash % 3, Tokens: int(hash % 64), Digest: digestFor(hash)}
+}
+
+// digestFor is block hash's stand-in prefix digest: SHA-256 of the hash.
+func digestFor(hash uint64) [32]byte {
+	return sha256.Sum256(binary.LittleEndian.AppendUint64(nil, hash))
 }
 
 func mustWrite(t testing.TB, s *Store, hash uint64) (Meta, bool) {
@@ -79,7 +85,7 @@ func mustWrite(t testing.TB, s *Store, hash uint64) (Meta, bool) {
 func mustReadExact(t testing.TB, s *Store, hash uint64) {
 	t.Helper()
 	dst := AlignedBuffer(testPayload)
-	m, n, err := s.ReadSync(hash, dst)
+	m, n, err := s.ReadSyncDigest(hash, digestFor(hash), dst)
 	if err != nil {
 		t.Fatalf("ReadSync %x: %v", hash, err)
 	}

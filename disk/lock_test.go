@@ -2,6 +2,8 @@ package disk
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -16,5 +18,20 @@ func TestSecondOpenIsLocked(t *testing.T) {
 	}
 	mustClose(t, s)
 	s, _ = mustOpen(t, cfg) // released by Close
+	mustClose(t, s)
+}
+
+// The lock is on the directory itself: deleting the LOCK file does not let
+// a second store in.
+func TestLockSurvivesLockFileRemoval(t *testing.T) {
+	cfg := testConfig(t, 4)
+	s, _ := mustOpen(t, cfg)
+	if err := os.Remove(filepath.Join(cfg.Dir, lockFileName)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := Open(cfg)
+	wantErr(t, err, ErrLocked)
+	mustClose(t, s)
+	s, _ = mustOpen(t, cfg)
 	mustClose(t, s)
 }

@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -44,24 +45,38 @@ func (op *ReadOp) Len() int { return int(op.payloadLen) }
 // coalesced). Read it on the owner goroutine.
 func (op *ReadOp) Waiters() int { return op.waiters }
 
-// PlanRead pins the slot holding hash and returns the read to perform. It
-// returns (nil, false) on a miss (or after Close). If a read of hash is
-// already in flight it returns that op with first == false; only the
-// caller that got first == true executes and completes it. No I/O happens
-// here; a hit counts as an access for the eviction policy.
-func (s *Store) PlanRead(hash uint64) (op *ReadOp, first bool) {
+// PlanRead pins the slot holding hash and returns the read to perform.
+// digest is the prefix digest the caller expects (Meta.Digest; zero for a
+// caller that stores none): a block stored with another digest is never
+// read. PlanRead returns ErrNotFound on a miss, ErrDigestMismatch when the
+// indexed digest differs (a miss too, counted in Stats.VerifyMismatch; the
+// block stays for readers that expect its digest) and ErrClosed after
+// Close; the errors are the bare sentinels, so a miss does not allocate.
+// If a read of hash is already in flight it returns that op with
+// first == false; only the caller that got first == true executes and
+// completes it. No I/O happens here; a hit counts as an access for the
+// eviction policy.
+func (s *Store) PlanRead(hash uint64, digest [32]byte) (op *ReadOp, first bool, err error) {
 	if s.closed {
-		return nil, false
+		return nil, false, ErrClosed
 	}
 	if op, ok := s.reads[hash]; ok {
+		if op.meta.Digest != digest {
+			s.stats.VerifyMismatch++
+			return nil, false, ErrDigestMismatch
+		}
 		op.waiters++
 		s.stats.ReadWaiters++
 		s.pol.Access(hash)
-		return op, false
+		return op, false, nil
 	}
 	i, ok := s.index[hash]
 	if !ok || s.slots[i].state != slotLive {
-		return nil, false
+		return nil, false, ErrNotFound
+	}
+	if s.slots[i].meta.Digest != digest {
+		s.stats.VerifyMismatch++
+		return nil, false, ErrDigestMismatch
 	}
 	sl := &s.slots[i]
 	if sl.pins == 0 {
@@ -85,12 +100,13 @@ func (s *Store) PlanRead(hash uint64) (op *ReadOp, first bool) {
 		waiters:     1,
 	}
 	s.reads[hash] = op
-	return op, true
+	return op, true, nil
 }
 
 // Execute reads the header and payload into dst[:op.Len()] and verifies
-// the header checksum, every header field against the index and the payload
-// checksum. A mismatch returns a *CorruptError (errors.Is ErrCorrupt) and
+// the header checksum, every header field against the index (hash, parent,
+// namespace, tokens and digest, which PlanRead matched with the reader's)
+// and the payload checksum. A mismatch returns a *CorruptError (errors.Is ErrCorrupt) and
 // clears dst[:op.Len()], so bad bytes are never handed out as data. It
 // touches no Store state and may run on any goroutine. Under O_DIRECT an
 // aligned dst with capacity for the rounded-up length is read in place;
@@ -121,6 +137,8 @@ func (op *ReadOp) Execute(dst []byte) error {
 		return op.corrupt(dst, fmt.Sprintf("header status %d", st))
 	}
 	switch {
+	case r.meta.Digest != op.meta.Digest:
+		return op.corruptErr(dst, "digest differs from the index", ErrDigestMismatch)
 	case r.meta != op.meta:
 		return op.corrupt(dst, "header metadata differs from the index")
 	case r.fingerprint != op.fingerprint:
@@ -139,9 +157,11 @@ func (op *ReadOp) Execute(dst []byte) error {
 	return nil
 }
 
-func (op *ReadOp) corrupt(dst []byte, reason string) error {
+func (op *ReadOp) corrupt(dst []byte, reason string) error { return op.corruptErr(dst, reason, nil) }
+
+func (op *ReadOp) corruptErr(dst []byte, reason string, sentinel error) error {
 	clear(dst[:op.payloadLen])
-	return &CorruptError{Hash: op.hash, Slot: int(op.slot), Reason: reason}
+	return &CorruptError{Hash: op.hash, Slot: int(op.slot), Reason: reason, Err: sentinel}
 }
 
 // readRecord reads a slot's header block and payload, with one preadv
@@ -195,6 +215,9 @@ func (s *Store) CompleteRead(op *ReadOp, err error) {
 	}
 	if err != nil {
 		s.stats.ReadErrors.count(err)
+		if errors.Is(err, ErrDigestMismatch) {
+			s.stats.VerifyMismatch++
+		}
 		s.log.Warn("kvtier: disk: read failed, dropping block", zap.Uint64("hash", op.hash), zap.Error(err))
 		if sl.state == slotLive {
 			s.unpublish(op.slot) // doomed: we still hold the pin
@@ -216,13 +239,21 @@ func (s *Store) CompleteRead(op *ReadOp, err error) {
 	}
 }
 
-// ReadSync plans, executes and completes one read on the calling goroutine,
-// filling dst[:n]. A miss returns ErrNotFound; a corrupt record returns an
-// error matching ErrCorrupt and is removed.
+// ReadSync plans, executes and completes one read of a block stored with
+// the zero digest on the calling goroutine, filling dst[:n]; see
+// ReadSyncDigest.
 func (s *Store) ReadSync(hash uint64, dst []byte) (m Meta, n int, err error) {
-	op, first := s.PlanRead(hash)
-	if op == nil {
-		return Meta{}, 0, fmt.Errorf("kvtier: disk: read %016x: %w", hash, ErrNotFound)
+	return s.ReadSyncDigest(hash, [32]byte{}, dst)
+}
+
+// ReadSyncDigest plans, executes and completes one read on the calling
+// goroutine, filling dst[:n]. A miss returns ErrNotFound, a block stored
+// with another digest ErrDigestMismatch (both wrapped); a corrupt record
+// returns an error matching ErrCorrupt and is removed.
+func (s *Store) ReadSyncDigest(hash uint64, digest [32]byte, dst []byte) (m Meta, n int, err error) {
+	op, first, err := s.PlanRead(hash, digest)
+	if err != nil {
+		return Meta{}, 0, fmt.Errorf("kvtier: disk: read %016x: %w", hash, err)
 	}
 	if !first {
 		panic("kvtier: disk: ReadSync while an asynchronous read of the same hash is in flight")

@@ -11,27 +11,30 @@ import (
 // block is zero. The header checksum is xxh64 over bytes [0, offHeaderSum).
 const (
 	recordMagic uint32 = 0x4b565444 // "DTVK" on disk: kvtier disk
-	// FormatVersion is the on-disk record layout version.
-	FormatVersion uint16 = 1
+	// FormatVersion is the on-disk record layout version. Version 2 added
+	// the 32-byte prefix digest; Open drops records of other versions
+	// (DropVersion).
+	FormatVersion uint16 = 2
 	// HashSchemeVersion names how block hashes and payload checksums are
 	// computed (xxh64, chained block hashes). Records with another value
 	// are dropped at Open.
 	HashSchemeVersion uint16 = 1
 
-	offMagic       = 0  // uint32
-	offFormat      = 4  // uint16
-	offScheme      = 6  // uint16
-	offFingerprint = 8  // uint64
-	offNamespace   = 16 // uint64
-	offHash        = 24 // uint64
-	offParent      = 32 // uint64
-	offTokens      = 40 // uint64
-	offPayloadLen  = 48 // uint64
-	offSlotBytes   = 56 // uint64: slot geometry the record was written with
-	offPayloadSum  = 64 // uint64
-	offGeneration  = 72 // uint64
-	offHeaderSum   = 80 // uint64
-	headerUsed     = 88
+	offMagic       = 0   // uint32
+	offFormat      = 4   // uint16
+	offScheme      = 6   // uint16
+	offFingerprint = 8   // uint64
+	offNamespace   = 16  // uint64
+	offHash        = 24  // uint64
+	offParent      = 32  // uint64
+	offTokens      = 40  // uint64
+	offPayloadLen  = 48  // uint64
+	offSlotBytes   = 56  // uint64: slot geometry the record was written with
+	offPayloadSum  = 64  // uint64
+	offGeneration  = 72  // uint64
+	offDigest      = 80  // [32]byte: Meta.Digest
+	offHeaderSum   = 112 // uint64
+	headerUsed     = 120
 )
 
 // record is the decoded form of a header block.
@@ -60,6 +63,7 @@ func encodeHeader(hdr []byte, r *record) {
 	le.PutUint64(hdr[offSlotBytes:], uint64(r.slotBytes))
 	le.PutUint64(hdr[offPayloadSum:], r.payloadSum)
 	le.PutUint64(hdr[offGeneration:], r.generation)
+	copy(hdr[offDigest:offDigest+len(r.meta.Digest)], r.meta.Digest[:])
 	le.PutUint64(hdr[offHeaderSum:], xxhash.Sum64(hdr[:offHeaderSum]))
 }
 
@@ -99,6 +103,7 @@ func decodeHeader(hdr []byte, r *record) headerStatus {
 			Hash:      le.Uint64(hdr[offHash:]),
 			Parent:    le.Uint64(hdr[offParent:]),
 			Tokens:    int(le.Uint64(hdr[offTokens:])),
+			Digest:    [32]byte(hdr[offDigest : offDigest+32]),
 		},
 		payloadLen: int64(le.Uint64(hdr[offPayloadLen:])),
 		slotBytes:  int64(le.Uint64(hdr[offSlotBytes:])),

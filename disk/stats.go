@@ -68,7 +68,12 @@ type Stats struct {
 	Writes, Reads, ReadWaiters int64
 	WriteErrors, ReadErrors    ErrorCounts
 	Evictions, Removes         int64
-	BytesWritten, BytesRead    int64
+	// VerifyMismatch counts reads refused because the block's digest was
+	// not the one the reader expected: at plan time (a miss, the block
+	// stays) or in the header read back (also counted in
+	// ReadErrors.Corrupt; the block is dropped).
+	VerifyMismatch          int64
+	BytesWritten, BytesRead int64
 	// NextGeneration is the generation the next planned write gets.
 	NextGeneration uint64
 }

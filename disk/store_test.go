@@ -201,7 +201,7 @@ func TestInvalidConfig(t *testing.T) {
 func TestCloseBusy(t *testing.T) {
 	s, _ := mustOpen(t, testConfig(t, 4))
 	mustWrite(t, s, 1)
-	op, _ := s.PlanRead(1)
+	op, _, _ := s.PlanRead(1, digestFor(1))
 	wantErr(t, s.Close(), ErrBusy)
 	s.CompleteRead(op, op.Execute(make([]byte, testPayload)))
 	mustClose(t, s)
@@ -239,7 +239,7 @@ func TestModel(t *testing.T) {
 			}
 		case op < 9:
 			dst := AlignedBuffer(testPayload)
-			_, _, err := s.ReadSync(h, dst)
+			_, _, err := s.ReadSyncDigest(h, digestFor(h), dst)
 			if model[h] {
 				if err != nil {
 					t.Fatalf("step %d read %d: %v", step, h, err)

@@ -18,6 +18,11 @@ import "time"
 type DiskWriteItem struct {
 	Hash, Parent, Namespace uint64
 	Tokens                  int
+	// Digest is the block's prefix digest (SHA-256 chain over the
+	// namespace and every token of the prefix), stored with the block; a
+	// later DiskReadItem must name the same digest to be served it. Zero
+	// for a writer that computes none.
+	Digest [32]byte
 	// Slot is the pinned slot holding the block; it comes back in
 	// DiskWriteDone.Slots.
 	Slot int
@@ -49,6 +54,11 @@ type DiskWriteDone struct {
 // DiskReadItem is one block to read from disk into a pinned slot.
 type DiskReadItem struct {
 	Hash uint64
+	// Digest is the prefix digest the reader expects (see
+	// DiskWriteItem.Digest). A block stored with another digest is a miss,
+	// never served, and is counted in TierStats.Failed and
+	// Extra["verify_mismatch"]. Zero matches a block stored with zero.
+	Digest [32]byte
 	// Slot is the pinned slot being filled; the disk actor does not
 	// interpret it.
 	Slot int
@@ -72,7 +82,7 @@ type DiskRead struct {
 // DiskReadDone answers one DiskRead once every item is done or its deadline
 // has passed. OK[i] says whether Items[i].Bytes now holds the block's
 // verified payload; false means a miss (not on disk, corrupt, I/O error,
-// past the deadline) and the slot's bytes are unspecified. From this message
+// past the deadline, digest mismatch) and the slot's bytes are unspecified. From this message
 // on the pinned actor owns every slot of the request again.
 type DiskReadDone struct {
 	ID uint64
