@@ -35,9 +35,14 @@
 // # Contract
 //
 // The caller writes a block's KV after Allocate (or Append) gives it the block
-// and after Ready completes, and has written it before it calls Append past the
-// block or Free; offloads read blocks only once their sequence has moved past
-// them or ended.
+// and after Ready completes, then calls Commit with the number of computed
+// tokens. Only committed blocks are hits for other sequences, written to lower
+// tiers, or swapped out; Free discards blocks never committed (an abort). Every
+// block carries a SHA-256 digest of its namespace (salt, ModelID, LoRA, layout)
+// and whole prefix, verified on every tier before it is served. On a GPU,
+// Commit after the kernels that wrote the KV are ordered before the Manager's
+// copy stream (synchronize the compute stream first: recording an event the
+// copies wait on is not wired yet).
 //
 // # Usage
 //
