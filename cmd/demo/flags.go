@@ -26,23 +26,13 @@ const (
 	defaultDiskBlocks   = 16384
 )
 
-// defaultTimeScale stretches the trace's arrivals three times. The Mooncake
-// trace was served by a cluster; one modelled H100 prefills about 30k tokens a
-// second, and the sample brings 8.3M prompt tokens in its first 201 s (41k a
-// second), so at the trace's own rate the queue only grows and TTFT measures
-// the backlog. Three times slower the GPU runs near its capacity, where
-// the tokens a tier saves show in TTFT. The full trace (145M prompt tokens
-// in 3,537 s, 41k a second) is over the GPU's prefill rate at its own pace
-// too; at this scale the GPU-only run is busy about three quarters of the time
-// (prefill, attention and 4.1M decode tokens) and its bursts still queue.
-const defaultTimeScale = 3
-
 // options is the parsed command line.
 type options struct {
 	tracePath string
 	skipBad   bool
 	limit     int
-	timeScale float64
+	timeScale float64 // 0: chosen for load (timeScaleFor)
+	load      float64
 
 	configs      []tierSet
 	gpuBlocks    int
@@ -164,7 +154,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace, e.g. ../shared/traces/conversation_trace.jsonl (default: the embedded 600-request sample)")
 	fs.BoolVar(&o.skipBad, "skip-bad-lines", false, "skip malformed trace lines instead of stopping at the first")
 	fs.IntVar(&o.limit, "limit", 0, "replay only the first N requests (0: all)")
-	fs.Float64Var(&o.timeScale, "time-scale", defaultTimeScale, "multiply arrival times: 1 is the trace's own rate, 2 half of it")
+	fs.Float64Var(&o.timeScale, "time-scale", 0, "multiply arrival times: 1 is the trace's own rate, 2 half of it (0: the scale that makes the trace a GPU load of -load)")
+	fs.Float64Var(&o.load, "load", defaultLoad, "with -time-scale 0: the share of the modelled GPU's time the trace's prefill and decode compute fills at the chosen arrival rate, with no cache")
 
 	fs.StringVar(&configs, "configs", "gpu,pinned,disk", "configurations to run side by side: gpu (GPU only), pinned (GPU + pinned), disk (GPU + pinned + disk)")
 	fs.IntVar(&o.gpuBlocks, "gpu-blocks", defaultGPUBlocks, "GPU capacity in blocks")
@@ -249,8 +240,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.limit < 0 || o.maxOutput < 0 {
 		bad("limit/-max-output", errors.New("must be >= 0"))
 	}
-	if !(o.timeScale > 0) || o.timeScale > 1e6 {
-		bad("time-scale", fmt.Errorf("%v must be > 0", o.timeScale))
+	if !(o.timeScale >= 0) || o.timeScale > 1e6 {
+		bad("time-scale", fmt.Errorf("%v must be in [0, 1e6]", o.timeScale))
+	}
+	if !(o.load > 0) || o.load > 10 {
+		bad("load", fmt.Errorf("%v must be in (0, 10]", o.load))
 	}
 	if o.readDeadline < 0 || o.onboardTimeout < 0 || o.onboardPer1K < 0 {
 		bad("read-deadline/-onboard-timeout", errors.New("durations must be >= 0"))

@@ -3,8 +3,9 @@
 // saves and what that does to time to first token.
 //
 // With no flags it replays the embedded sample (the first 600 requests of the
-// Mooncake conversation trace, 512-token blocks, arrivals stretched three
-// times: see -time-scale) through three configurations
+// Mooncake conversation trace, 512-token blocks, arrivals stretched until
+// the trace's compute fills 0.8 of the modelled GPU's time: see -load and
+// load.go) through three configurations
 // side by side: GPU only; GPU + pinned host memory; GPU + pinned + disk (in a
 // temporary directory removed at exit, or at the next run if the demo was
 // killed: see diskdir.go). Each runs the scheduler package's
@@ -16,7 +17,8 @@
 // give the same numbers, and an hour of trace replays in minutes.
 //
 // It prints one column per configuration (requests, prompt tokens, tokens
-// served from each tier, hit ratio, prefill tokens computed, TTFT p50/p90/p99,
+// served from each tier, hit ratio, prefill tokens computed, the prefill
+// compute each tier's hits saved, GPU busy time, TTFT p50/p90/p99,
 // throughput, traffic per link at Llama-3-8B's size, preemptions, denied and
 // timed-out transfers), writes a plot of the TTFT distribution and the hit
 // ratio over time (-plot, PNG or SVG), and with -json the numbers as JSON.
@@ -74,6 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	if len(reqs) == 0 {
 		return errors.New("the trace has no requests")
 	}
+	work := offeredWork(reqs, scheduler.DefaultCostModel(), o.maxOutput) // the scheduler's cost model
+	autoScale := o.timeScale == 0
+	if autoScale {
+		o.timeScale = timeScaleFor(work, o.load)
+	}
 	table := stdout
 	if o.jsonPath == "-" {
 		table = stderr
@@ -88,8 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		diskRoot = root.dir
 	}
 
-	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %d-token blocks, arrivals at 1/%g of the trace's rate (-time-scale %g)\n",
-		name, len(reqs), o.blockTokens, o.timeScale, o.timeScale)
+	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %d-token blocks\n", name, len(reqs), o.blockTokens)
+	fmt.Fprintln(table, work.describe(o.timeScale, o.load, autoScale))
 	fmt.Fprintf(table, "policies: pinned %s, disk %s; ingestion %s, to disk %s; onboard %s, preempt %s; max %d seqs, %d tokens a step\n",
 		o.pinnedPolicy, o.diskPolicy, o.ingestion, o.diskIngestion, o.onboard, o.preempt, o.maxSeqs, o.maxBatched)
 	fmt.Fprintf(table, "times: logical clock, H100-SXM + Llama-3-8B cost model (128 KiB KV a token); blocks hold %d real bytes (gpu.TinySpec)\n\n",
@@ -113,9 +120,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		outs = append(outs, out)
 	}
 
-	rep := newJSONReport(o, name, len(reqs), outs)
+	rep := newJSONReport(o, name, len(reqs), work, outs)
 	printTable(table, rep)
 	fmt.Fprintln(table, "\nserved from: share of admitted tokens (a preempted request is admitted again) found on each tier;")
+	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
+	fmt.Fprintln(table, "GPU busy: modelled time in steps (a decode step costs at least one read of the weights, however small its batch).")
 	fmt.Fprintf(table, "link bytes: blocks moved x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))
 	if o.preempt == scheduler.Swap {

@@ -86,6 +86,20 @@ func TestTiers(t *testing.T) {
 			t.Errorf("%s: two runs differ:\n%+v\n%+v\nlinks %v vs %v", ts, a.res, b.res, links(a.stats, 1), links(b.stats, 1))
 		}
 		checkTTFTs(t, ts.String(), a)
+		// Each tier's hits saved prefill compute, and only where it served tokens.
+		saved, res := a.res.PrefillSaved, a.res
+		for _, tier := range []struct {
+			name   string
+			tokens int64
+			saved  time.Duration
+		}{{"gpu", res.GPUTokens, saved.GPU}, {"pinned", res.PinnedTokens, saved.Pinned}, {"disk", res.DiskTokens, saved.Disk}} {
+			if (tier.tokens > 0) != (tier.saved > 0) {
+				t.Errorf("%s: %d tokens from %s saved %v of prefill", ts, tier.tokens, tier.name, tier.saved)
+			}
+		}
+		if a.busy <= 0 || a.busy > a.res.Duration {
+			t.Errorf("%s: GPU busy %v of a %v run", ts, a.busy, a.res.Duration)
+		}
 		prefill[ts.String()] = a.res.PrefillTokens
 		t.Logf("%s: prefill %d, hits gpu %d pinned %d disk %d, links %v", ts, a.res.PrefillTokens,
 			a.res.GPUTokens, a.res.PinnedTokens, a.res.DiskTokens, links(a.stats, 1))
@@ -192,7 +206,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if !reflect.DeepEqual(o.configs, []tierSet{gpuOnly, withPinned, withDisk}) || o.gpuBlocks != defaultGPUBlocks ||
 		o.pinnedBlocks != defaultPinnedBlocks || o.diskBlocks != defaultDiskBlocks || o.blockTokens != 512 ||
-		o.timeScale != defaultTimeScale || !o.sync || o.plotPath == "" || o.jsonPath != "" || o.tracePath != "" {
+		o.timeScale != 0 || o.load != defaultLoad || !o.sync || o.plotPath == "" || o.jsonPath != "" || o.tracePath != "" {
 		t.Fatalf("defaults: %+v", o)
 	}
 }
@@ -204,7 +218,7 @@ func TestFlagErrors(t *testing.T) {
 		{"-configs", "gpu,tape"}, {"-configs", "gpu,gpu"}, {"-configs", ""},
 		{"-pinned-policy", "mru"}, {"-disk-policy", "random"}, {"-ingestion", "some"}, {"-disk-ingestion", "never"},
 		{"-onboard", "maybe"}, {"-preempt", "kill"}, {"-max-seqs", "0"}, {"-max-batched-tokens", "-5"},
-		{"-time-scale", "0"}, {"-time-scale", "NaN"}, {"-limit", "-1"}, {"-onboard-timeout", "-1s"},
+		{"-time-scale", "-1"}, {"-time-scale", "NaN"}, {"-load", "0"}, {"-load", "11"}, {"-load", "NaN"}, {"-limit", "-1"}, {"-onboard-timeout", "-1s"},
 		{"-series-interval", "0s"}, {"-hot-hits", "0"}, {"-write-quota", "0"}, {"-disk-write-quota", "0"}, {"-no-such-flag"}, {"extra"},
 	} {
 		var stderr bytes.Buffer

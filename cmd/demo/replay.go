@@ -23,6 +23,7 @@ type outcome struct {
 	res    scheduler.Result
 	stats  kvtier.Stats
 	ttfts  []time.Duration // per finished request, in trace order
+	busy   time.Duration   // modelled time the GPU spent in steps
 	wall   time.Duration
 }
 
@@ -113,6 +114,9 @@ func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, dis
 			return out, fmt.Errorf("%s: step at %v: %w", t, s.Now(), err)
 		}
 		tr.step(rep)
+		if !rep.Idle {
+			out.busy += rep.End - rep.Start
+		}
 	}
 	if err := cache.Flush(ctx); err != nil {
 		return out, err

@@ -64,6 +64,15 @@ type jsonPoint struct {
 	OutputTokens   int64   `json:"output_tokens"`
 }
 
+// jsonTierSeconds is a modelled time per tier, in seconds.
+type jsonTierSeconds struct {
+	GPU    float64 `json:"gpu"`
+	Pinned float64 `json:"pinned"`
+	Disk   float64 `json:"disk"`
+}
+
+func (t jsonTierSeconds) total() float64 { return t.GPU + t.Pinned + t.Disk }
+
 type jsonConfig struct {
 	Name              string             `json:"name"`
 	GPUBlocks         int                `json:"gpu_blocks"`
@@ -77,9 +86,11 @@ type jsonConfig struct {
 	DiskTokens        int64              `json:"disk_tokens"`
 	HitRatio          float64            `json:"hit_ratio"`
 	PrefillTokens     int64              `json:"prefill_tokens"`
+	PrefillSavedS     jsonTierSeconds    `json:"prefill_saved_s"`
 	OutputTokens      int64              `json:"output_tokens"`
 	TTFTMillis        jsonTTFT           `json:"ttft_ms"`
 	DurationS         float64            `json:"duration_s"`
+	GPUBusyS          float64            `json:"gpu_busy_s"`
 	OutputTokensPerS  float64            `json:"output_tokens_per_s"`
 	RequestsPerS      float64            `json:"requests_per_s"`
 	Steps             int                `json:"steps"`
@@ -99,6 +110,11 @@ type jsonConfig struct {
 type jsonReport struct {
 	Trace           string       `json:"trace"`
 	TraceRequests   int          `json:"trace_requests"`
+	TraceSpanS      float64      `json:"trace_span_s"`      // first to last arrival, at the trace's rate
+	TimeScale       float64      `json:"time_scale"`        // arrivals stretched by this
+	OfferedPrefillS float64      `json:"offered_prefill_s"` // compute of every prompt with no cache
+	OfferedDecodeS  float64      `json:"offered_decode_s"`
+	OfferedLoad     float64      `json:"offered_load"` // (prefill + decode) / (span x scale)
 	BlockTokens     int          `json:"block_tokens"`
 	BlockBytes      int          `json:"block_bytes"`
 	ModelBlockBytes int64        `json:"block_bytes_llama3_8b"`
@@ -113,10 +129,12 @@ type jsonReport struct {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func newJSONReport(o options, traceName string, nreqs int, outs []outcome) jsonReport {
+func newJSONReport(o options, traceName string, nreqs int, w offered, outs []outcome) jsonReport {
 	mb := modelBlockBytes(o.blockTokens)
 	r := jsonReport{
-		Trace: traceName, TraceRequests: nreqs, BlockTokens: o.blockTokens, BlockBytes: blockBytes(gpu.TinySpec, o.blockTokens), ModelBlockBytes: mb,
+		Trace: traceName, TraceRequests: nreqs, TraceSpanS: w.Span.Seconds(), TimeScale: o.timeScale,
+		OfferedPrefillS: w.Prefill.Seconds(), OfferedDecodeS: w.Decode.Seconds(), OfferedLoad: w.Load(o.timeScale),
+		BlockTokens: o.blockTokens, BlockBytes: blockBytes(gpu.TinySpec, o.blockTokens), ModelBlockBytes: mb,
 		Onboard: o.onboard.String(), Preempt: o.preempt.String(), PinnedPolicy: o.pinnedPolicy.String(), DiskPolicy: o.diskPolicy.String(),
 		Ingestion: o.ingestion.String(), DiskIngestion: o.diskIngestion.String(),
 	}
@@ -127,8 +145,10 @@ func newJSONReport(o options, traceName string, nreqs int, outs []outcome) jsonR
 			Requests: res.Requests, PromptTokens: res.PromptTokens, AdmittedTokens: res.AdmittedTokens,
 			GPUTokens: res.GPUTokens, PinnedTokens: res.PinnedTokens, DiskTokens: res.DiskTokens, HitRatio: res.HitRatio,
 			PrefillTokens: res.PrefillTokens, OutputTokens: res.OutputTokens,
-			TTFTMillis: jsonTTFT{ms(res.TTFT.P50), ms(res.TTFT.P90), ms(res.TTFT.P99), ms(res.TTFT.Max), ms(res.TTFT.Mean)},
-			DurationS:  res.Duration.Seconds(), OutputTokensPerS: res.OutputTokensPerS, RequestsPerS: res.RequestsPerS,
+			PrefillSavedS: jsonTierSeconds{res.PrefillSaved.GPU.Seconds(), res.PrefillSaved.Pinned.Seconds(), res.PrefillSaved.Disk.Seconds()},
+			GPUBusyS:      out.busy.Seconds(),
+			TTFTMillis:    jsonTTFT{ms(res.TTFT.P50), ms(res.TTFT.P90), ms(res.TTFT.P99), ms(res.TTFT.Max), ms(res.TTFT.Mean)},
+			DurationS:     res.Duration.Seconds(), OutputTokensPerS: res.OutputTokensPerS, RequestsPerS: res.RequestsPerS,
 			Steps: res.Steps, Preemptions: res.Preemptions, SwapFallbacks: res.SwapFallbacks, Onboarded: res.Onboarded,
 			TimedOutTransfers: res.TimedOutTransfers,
 			ManagerTimeouts:   st.GPU.Timeouts + st.Pinned.Timeouts + st.Disk.Timeouts,
@@ -186,6 +206,17 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.AdmittedTokens) })
 	row("hit ratio", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
 	row("prefill tokens computed", func(c jsonConfig) string { return commas(c.PrefillTokens) })
+	pct := func(v, of float64) string {
+		if of <= 0 {
+			return fmt.Sprintf("%.1f s", v)
+		}
+		return fmt.Sprintf("%.1f s (%.1f%%)", v, 100*v/of)
+	}
+	row("prefill compute saved", func(c jsonConfig) string { return pct(c.PrefillSavedS.total(), r.OfferedPrefillS) })
+	row("  by GPU hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.GPU, r.OfferedPrefillS) })
+	row("  by pinned hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Pinned, r.OfferedPrefillS) })
+	row("  by disk hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Disk, r.OfferedPrefillS) })
+	row("GPU busy (share of run)", func(c jsonConfig) string { return pct(c.GPUBusyS, c.DurationS) })
 	row("TTFT p50", func(c jsonConfig) string { return seconds(c.TTFTMillis.P50) })
 	row("TTFT p90", func(c jsonConfig) string { return seconds(c.TTFTMillis.P90) })
 	row("TTFT p99", func(c jsonConfig) string { return seconds(c.TTFTMillis.P99) })

@@ -37,8 +37,8 @@ func newTTFTTracker(reqs []trace.Request, timeScale float64) *ttftTracker {
 		known:       make([]bool, len(reqs)),
 	}
 	for i, r := range reqs {
-		// as the scheduler computes it
-		t.arrival[i] = time.Duration(float64(r.Timestamp) * timeScale * float64(time.Millisecond))
+		// as the scheduler computes it; scheduler.New has rejected what overflows
+		t.arrival[i], _ = scheduler.ArrivalTime(r.Timestamp, timeScale)
 	}
 	return t
 }
