@@ -86,7 +86,9 @@ func (c DiskConfig) withDefaults() (DiskConfig, error) {
 //   - *messages.DiskWrite (ctx.Request) -> one *messages.DiskWriteDone.
 //   - *messages.DiskRead (ctx.Request) -> one *messages.DiskReadDone.
 //   - *messages.DiskQuery, *messages.Flush, *messages.StatsRequest: answered
-//     on their Reply channel.
+//     on their Reply channel; a QueryDelete only once the removed blocks'
+//     headers are zeroed on disk (a worker runs disk.RemoveOp), so a block
+//     reported deleted does not come back after a crash.
 //
 // # Memory of pinned slots
 //
@@ -182,7 +184,7 @@ func (a *DiskActor) Receive(ctx actor.Context) {
 	case *messages.DiskRead:
 		a.read(ctx, m)
 	case *messages.DiskQuery:
-		m.Reply <- a.query(ctx, m)
+		a.query(ctx, m)
 	case *messages.Flush:
 		a.flush(m)
 	case *messages.StatsRequest:
@@ -221,9 +223,12 @@ func (a *DiskActor) start(ctx actor.Context) {
 
 // finish completes a job in the store, on the actor goroutine.
 func (a *DiskActor) finish(ctx actor.Context, j *diskJob) {
-	if j.write != nil {
+	switch {
+	case j.write != nil:
 		a.finishWrite(ctx, j)
-	} else {
+	case j.remove != nil:
+		a.finishRemove(j)
+	default:
 		a.finishRead(ctx, j)
 	}
 }
@@ -283,11 +288,14 @@ func (a *DiskActor) answerFlushers() {
 	})
 }
 
-func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) *messages.QueryResult {
+// query answers m on its Reply channel: at once, or for QueryDelete once
+// the removals are durable.
+func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) {
 	res := &messages.QueryResult{}
 	if a.stopped {
 		res.Err = ErrDiskStopped
-		return res
+		m.Reply <- res
+		return
 	}
 	switch m.Kind {
 	case messages.QueryExists:
@@ -298,18 +306,12 @@ func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) *messages.Qu
 			res.DiskTokens++ // in blocks; the Manager converts
 		}
 	case messages.QueryDelete:
-		var removed []uint64
-		for _, h := range m.Hashes {
-			if a.store.Remove(h) {
-				removed = append(removed, h)
-			}
-		}
-		res.Deleted = len(removed)
-		a.forget(ctx, removed)
+		a.remove(ctx, m)
+		return
 	default:
 		res.Err = fmt.Errorf("kvtier: actors: disk query kind %d not supported", m.Kind)
 	}
-	return res
+	m.Reply <- res
 }
 
 // shutdown ends the workers, completes every op, answers every pending

@@ -116,7 +116,10 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 		a.store.CompleteRead(op, nil)
 	} else {
 		a.store.CompleteRead(op, err)
-		if err != nil {
+		if err != nil && op.Removed() {
+			// A QueryDelete's scrub raced the read: a miss, not a fault.
+			a.log.Debug("disk actor: read of a removed block failed", zap.Uint64("hash", h), zap.Error(err))
+		} else if err != nil {
 			a.stats.failed++ // I/O error, corrupt record or digest mismatch on read back
 			a.log.Warn("disk actor: read failed, block dropped", zap.Uint64("hash", h), zap.Error(err))
 			if !a.store.Contains(h) {

@@ -6,7 +6,7 @@ import (
 	"github.com/kvtier/kvtier/disk"
 )
 
-// diskJob is one disk I/O: exactly one of write and read is set. The actor
+// diskJob is one disk I/O: exactly one of write, read and remove is set. The actor
 // fills it, a worker runs Execute and sets err, and the actor, back on its own
 // goroutine, completes the op in the store.
 type diskJob struct {
@@ -17,6 +17,9 @@ type diskJob struct {
 	read *disk.ReadOp
 	buf  []byte // private aligned buffer the worker reads into
 	rjob *diskReadJob
+
+	remove *disk.RemoveOp
+	dreq   *diskDeleteReq
 
 	err error // set by the worker before it reports
 	// cancelled marks a job still queued at shutdown: Execute never ran.
@@ -51,9 +54,12 @@ func startDiskWorkers(n int, report func(*diskJob)) *diskWorkers {
 		go func() {
 			defer w.wg.Done()
 			for j := range w.jobs {
-				if j.write != nil {
+				switch {
+				case j.write != nil:
 					j.err = j.write.Execute(j.payload)
-				} else {
+				case j.remove != nil:
+					j.err = j.remove.Execute()
+				default:
 					j.err = j.read.Execute(j.buf)
 				}
 				report(j)

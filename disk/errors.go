@@ -40,6 +40,9 @@ var (
 	// a symbolic link, the wrong file type, another owner or a hard link
 	// (see OSFS). The store touches nothing behind such a name.
 	ErrUnsafeFile = errors.New("kvtier: disk: unsafe file")
+	// ErrNotDurable means a RemoveOp was completed without running
+	// Execute: the removal is not yet on disk.
+	ErrNotDurable = errors.New("kvtier: disk: removal not durable")
 	// ErrInvalidConfig means Open rejected its Config.
 	ErrInvalidConfig = errors.New("kvtier: disk: invalid config")
 )

@@ -59,6 +59,7 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		index: make(map[uint64]int32, lay.slots),
 		reads: make(map[uint64]*ReadOp),
 		pol:   pol,
+		zero:  AlignedBuffer(BlockSize),
 	}
 	rep := s.rebuild()
 	rep.Mode = mode
