@@ -95,11 +95,14 @@ func (c DiskConfig) withDefaults() (DiskConfig, error) {
 // A write's Bytes are read in place by a worker; DiskWriteDone is sent only
 // after every worker of the request reported, so the pinned actor may reuse
 // the slots from then on. A read goes into a private aligned buffer owned by
-// the actor and is copied into the item's Bytes by the actor goroutine when
-// the read completes, if the request has not been answered yet. DiskReadDone
-// is sent from the same goroutine, so no byte of a pinned slot is written
-// after it, even by a read that finishes past the deadline. The cost is one
-// memcpy per delivered block, which also serves coalesced waiters.
+// the actor; once the store has completed it, a worker copies the verified
+// payload into the Bytes of every waiting item (coalesced waiters
+// included), so no memcpy runs on the actor goroutine. The copy into a
+// request's slots happens under that request's mutex and only while it is
+// unanswered, and the actor marks it answered under the same mutex before
+// sending DiskReadDone, so no byte of a pinned slot is written after it,
+// even by a read that finishes past the deadline (whose answer may wait
+// for one memcpy in progress).
 //
 // # Lifecycle
 //
@@ -134,6 +137,7 @@ type DiskActor struct {
 	reads    map[uint64]*diskReadReq // pending DiskReads by seq
 	readJobs map[*disk.ReadOp]*diskReadJob
 	bufs     [][]byte // free private read buffers
+	copying  int      // copy jobs handed to workers, not yet finished
 
 	reopenRecords int
 	stats         diskCounters
@@ -228,6 +232,8 @@ func (a *DiskActor) finish(ctx actor.Context, j *diskJob) {
 		a.finishWrite(ctx, j)
 	case j.remove != nil:
 		a.finishRemove(j)
+	case j.copy != nil:
+		a.finishCopy(ctx, j)
 	default:
 		a.finishRead(ctx, j)
 	}
@@ -355,7 +361,7 @@ func (a *DiskActor) shutdown(ctx actor.Context, closeStore bool) {
 func (a *DiskActor) snapshot() messages.TierStats {
 	st := a.store.Stats()
 	slotBytes := disk.SlotBytes(a.store.PayloadBytes())
-	inFlight := a.writesInFlight + len(a.readJobs)
+	inFlight := a.writesInFlight + len(a.readJobs) + a.copying
 	queued := 0
 	if a.workers != nil {
 		queued = a.workers.queued()
