@@ -86,18 +86,23 @@ func (c DiskConfig) withDefaults() (DiskConfig, error) {
 //   - *messages.DiskWrite (ctx.Request) -> one *messages.DiskWriteDone.
 //   - *messages.DiskRead (ctx.Request) -> one *messages.DiskReadDone.
 //   - *messages.DiskQuery, *messages.Flush, *messages.StatsRequest: answered
-//     on their Reply channel.
+//     on their Reply channel; a QueryDelete only once the removed blocks'
+//     headers are zeroed on disk (a worker runs disk.RemoveOp), so a block
+//     reported deleted does not come back after a crash.
 //
 // # Memory of pinned slots
 //
 // A write's Bytes are read in place by a worker; DiskWriteDone is sent only
 // after every worker of the request reported, so the pinned actor may reuse
 // the slots from then on. A read goes into a private aligned buffer owned by
-// the actor and is copied into the item's Bytes by the actor goroutine when
-// the read completes, if the request has not been answered yet. DiskReadDone
-// is sent from the same goroutine, so no byte of a pinned slot is written
-// after it, even by a read that finishes past the deadline. The cost is one
-// memcpy per delivered block, which also serves coalesced waiters.
+// the actor; once the store has completed it, a worker copies the verified
+// payload into the Bytes of every waiting item (coalesced waiters
+// included), so no memcpy runs on the actor goroutine. The copy into a
+// request's slots happens under that request's mutex and only while it is
+// unanswered, and the actor marks it answered under the same mutex before
+// sending DiskReadDone, so no byte of a pinned slot is written after it,
+// even by a read that finishes past the deadline (whose answer may wait
+// for one memcpy in progress).
 //
 // # Lifecycle
 //
@@ -132,6 +137,7 @@ type DiskActor struct {
 	reads    map[uint64]*diskReadReq // pending DiskReads by seq
 	readJobs map[*disk.ReadOp]*diskReadJob
 	bufs     [][]byte // free private read buffers
+	copying  int      // copy jobs handed to workers, not yet finished
 
 	reopenRecords int
 	stats         diskCounters
@@ -182,7 +188,7 @@ func (a *DiskActor) Receive(ctx actor.Context) {
 	case *messages.DiskRead:
 		a.read(ctx, m)
 	case *messages.DiskQuery:
-		m.Reply <- a.query(ctx, m)
+		a.query(ctx, m)
 	case *messages.Flush:
 		a.flush(m)
 	case *messages.StatsRequest:
@@ -221,9 +227,14 @@ func (a *DiskActor) start(ctx actor.Context) {
 
 // finish completes a job in the store, on the actor goroutine.
 func (a *DiskActor) finish(ctx actor.Context, j *diskJob) {
-	if j.write != nil {
+	switch {
+	case j.write != nil:
 		a.finishWrite(ctx, j)
-	} else {
+	case j.remove != nil:
+		a.finishRemove(j)
+	case j.copy != nil:
+		a.finishCopy(ctx, j)
+	default:
 		a.finishRead(ctx, j)
 	}
 }
@@ -283,11 +294,14 @@ func (a *DiskActor) answerFlushers() {
 	})
 }
 
-func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) *messages.QueryResult {
+// query answers m on its Reply channel: at once, or for QueryDelete once
+// the removals are durable.
+func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) {
 	res := &messages.QueryResult{}
 	if a.stopped {
 		res.Err = ErrDiskStopped
-		return res
+		m.Reply <- res
+		return
 	}
 	switch m.Kind {
 	case messages.QueryExists:
@@ -298,18 +312,12 @@ func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) *messages.Qu
 			res.DiskTokens++ // in blocks; the Manager converts
 		}
 	case messages.QueryDelete:
-		var removed []uint64
-		for _, h := range m.Hashes {
-			if a.store.Remove(h) {
-				removed = append(removed, h)
-			}
-		}
-		res.Deleted = len(removed)
-		a.forget(ctx, removed)
+		a.remove(ctx, m)
+		return
 	default:
 		res.Err = fmt.Errorf("kvtier: actors: disk query kind %d not supported", m.Kind)
 	}
-	return res
+	m.Reply <- res
 }
 
 // shutdown ends the workers, completes every op, answers every pending
@@ -353,7 +361,7 @@ func (a *DiskActor) shutdown(ctx actor.Context, closeStore bool) {
 func (a *DiskActor) snapshot() messages.TierStats {
 	st := a.store.Stats()
 	slotBytes := disk.SlotBytes(a.store.PayloadBytes())
-	inFlight := a.writesInFlight + len(a.readJobs)
+	inFlight := a.writesInFlight + len(a.readJobs) + a.copying
 	queued := 0
 	if a.workers != nil {
 		queued = a.workers.queued()

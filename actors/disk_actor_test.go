@@ -372,6 +372,68 @@ func TestDiskReadEIOIsMiss(t *testing.T) {
 	}
 }
 
+// A QueryDelete is answered only once the removed blocks' headers are
+// zeroed on disk, so the deletion survives a crash.
+func TestDiskDeleteAnswersWhenDurable(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newDiskEnv(t, 0)
+	defer e.stop()
+	e.write(1, 2, 3)
+	e.flush()
+	e.nextUpdate()
+	if got := headersOnDisk(t, e.dir); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("headers on disk %v", got)
+	}
+
+	e.gate.armWrite() // hold the scrub
+	reply := make(chan *messages.QueryResult, 1)
+	e.sys.Root.Send(e.pid, &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: []uint64{2, 99}, Reply: reply})
+	recv(t, e.gate.entered)
+	// The block is gone from the index and the store at once...
+	if u := e.nextUpdate(); !slices.Equal(u.Remove, []uint64{2}) {
+		t.Fatalf("index update %+v, want Remove [2]", u)
+	}
+	if r := e.query(messages.QueryExists, 2); r.DiskTokens != 0 {
+		t.Fatalf("deleted block still on disk: %+v", r)
+	}
+	// ...but the delete is not answered while its header is on disk.
+	select {
+	case r := <-reply:
+		t.Fatalf("delete answered before the scrub: %+v", r)
+	default:
+	}
+	e.gate.release <- struct{}{}
+	if r := recv(t, reply); r.Err != nil || r.Deleted != 1 {
+		t.Fatalf("delete: %+v", r)
+	}
+	if got := headersOnDisk(t, e.dir); !slices.Equal(got, []uint64{1, 3}) {
+		t.Fatalf("headers on disk after the delete %v", got)
+	}
+	m, done := e.read(1, 2, 3)
+	checkRead(t, m, done, true, false, true)
+	if s := e.stats(); s.Extra["removes"] != 1 || s.Failed != 0 || s.UsedBlocks != 2 {
+		t.Fatalf("stats %v %+v", s, s.Extra)
+	}
+}
+
+// A delete whose scrub fails still removes the block but says so in Err.
+func TestDiskDeleteScrubFailure(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newDiskEnv(t, 0)
+	defer e.stop()
+	e.write(1)
+	e.flush()
+	e.nextUpdate()
+	e.fault.Inject(disk.Fault{Op: disk.FaultWrite, Err: unix.EIO, Times: 1})
+	r := e.query(messages.QueryDelete, 1)
+	if r.Deleted != 1 || !errors.Is(r.Err, unix.EIO) {
+		t.Fatalf("delete: %+v", r)
+	}
+	if s := e.stats(); s.Failed != 1 || s.UsedBlocks != 0 {
+		t.Fatalf("stats %v", s)
+	}
+}
+
 // Stopping with a read held at the file waits for it, answers the request
 // and closes the store, which then reopens with the block intact.
 func TestDiskStopDrainsInFlightIO(t *testing.T) {

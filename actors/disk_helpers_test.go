@@ -317,3 +317,29 @@ func corruptPayload(t *testing.T, dir string, h uint64) {
 	}
 	t.Fatalf("payload of block %d not found under %s", h, dir)
 }
+
+// headersOnDisk returns the sorted hashes of the valid-looking record
+// headers in the slot files under dir: a 4 KiB block starting with the
+// record magic, hash at byte 24.
+func headersOnDisk(t *testing.T, dir string) []uint64 {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "slots-*.kv"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no slot files under %s: %v", dir, err)
+	}
+	var hashes []uint64
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := int(disk.SlotBytes(testDiskPayload))
+		for off := 0; off+disk.BlockSize <= len(data); off += sb {
+			if binary.LittleEndian.Uint32(data[off:]) == 0x4b565444 {
+				hashes = append(hashes, binary.LittleEndian.Uint64(data[off+24:]))
+			}
+		}
+	}
+	slices.Sort(hashes)
+	return hashes
+}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,10 +18,39 @@ type diskReadReq struct {
 	msg     *messages.DiskRead
 	sender  *actor.PID
 	ok      []bool
-	waiting []bool // item still waits for its read
+	waiting []bool // item still waits for its read or its copy
 	pending int    // items waiting
 	timer   *time.Timer
 	done    bool // answered; its Bytes must not be touched again
+
+	// mu orders a worker's copy into the items' Bytes before the answer:
+	// a worker copies only while !answered, under mu, and the actor sets
+	// answered under mu before it sends DiskReadDone. The actor waits on
+	// mu at most for one copy in progress.
+	mu       sync.Mutex
+	answered bool
+}
+
+// diskCopy is a worker's job of copying one verified payload into the
+// slots of the waiters whose requests are still unanswered.
+type diskCopy struct {
+	src     []byte
+	waiters []diskWaiter
+	copied  []bool // set by the worker: waiters[i]'s slot holds the payload
+}
+
+// run copies src into every waiter's slot whose request is unanswered.
+// It runs on a worker.
+func (c *diskCopy) run() {
+	c.copied = make([]bool, len(c.waiters))
+	for i, w := range c.waiters {
+		w.req.mu.Lock()
+		if !w.req.answered {
+			copy(w.req.msg.Items[w.item].Bytes, c.src)
+			c.copied[i] = true
+		}
+		w.req.mu.Unlock()
+	}
 }
 
 // diskReadJob is one disk read shared by every item waiting for its hash.
@@ -103,8 +133,9 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
 	}
 }
 
-// finishRead completes a read in the store and copies the verified payload
-// into every waiter whose request is still unanswered.
+// finishRead completes a read in the store. A verified payload goes to a
+// worker, which copies it into every waiter's slot (finishCopy answers
+// them); a failed or cancelled read is a miss for every waiter at once.
 func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 	op, job := j.read, j.rjob
 	h := op.Hash()
@@ -116,7 +147,10 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 		a.store.CompleteRead(op, nil)
 	} else {
 		a.store.CompleteRead(op, err)
-		if err != nil {
+		if err != nil && op.Removed() {
+			// A QueryDelete's scrub raced the read: a miss, not a fault.
+			a.log.Debug("disk actor: read of a removed block failed", zap.Uint64("hash", h), zap.Error(err))
+		} else if err != nil {
 			a.stats.failed++ // I/O error, corrupt record or digest mismatch on read back
 			a.log.Warn("disk actor: read failed, block dropped", zap.Uint64("hash", h), zap.Error(err))
 			if !a.store.Contains(h) {
@@ -124,25 +158,63 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 			}
 		}
 	}
+	live := job.waiters[:0]
 	for _, w := range job.waiters {
-		req := w.req
-		if req.done {
-			continue // answered at its deadline; its slots are not ours
-		}
-		if err == nil && !j.cancelled {
-			copy(req.msg.Items[w.item].Bytes, j.buf[:op.Len()])
-			req.ok[w.item] = true
-			a.stats.hits++
-		} else {
-			a.stats.misses++
-		}
-		req.waiting[w.item] = false
-		req.pending--
-		if req.pending == 0 {
-			a.replyRead(ctx, req)
+		if !w.req.done { // else answered at its deadline; its slots are not ours
+			live = append(live, w)
 		}
 	}
+	if err != nil || j.cancelled || len(live) == 0 {
+		for _, w := range live {
+			a.settle(ctx, w, false)
+		}
+		a.putBuf(j.buf)
+		return
+	}
+	cj := &diskJob{copy: &diskCopy{src: j.buf[:op.Len()], waiters: live}, buf: j.buf}
+	a.copying++
+	if a.stopped {
+		// The workers are gone (shutdown is draining them): deliver the
+		// read here rather than lose it.
+		cj.copy.run()
+		a.finishCopy(ctx, cj)
+		return
+	}
+	a.workers.submitFirst(cj)
+}
+
+// finishCopy answers the waiters of a finished copy. A copy cancelled at
+// stop (still queued) runs here: the payload is verified and in memory.
+func (a *DiskActor) finishCopy(ctx actor.Context, j *diskJob) {
+	a.copying--
+	c := j.copy
+	if j.cancelled {
+		c.run()
+	}
+	for i, w := range c.waiters {
+		if w.req.done {
+			continue // answered at its deadline while the copy ran
+		}
+		a.settle(ctx, w, c.copied[i])
+	}
 	a.putBuf(j.buf)
+}
+
+// settle records the outcome of one waiting item and answers its request
+// when it was the last.
+func (a *DiskActor) settle(ctx actor.Context, w diskWaiter, ok bool) {
+	req := w.req
+	if ok {
+		req.ok[w.item] = true
+		a.stats.hits++
+	} else {
+		a.stats.misses++
+	}
+	req.waiting[w.item] = false
+	req.pending--
+	if req.pending == 0 {
+		a.replyRead(ctx, req)
+	}
 }
 
 // expire answers a request at its deadline: items still waiting report
@@ -170,6 +242,9 @@ func (a *DiskActor) replyRead(ctx actor.Context, req *diskReadReq) {
 		return
 	}
 	req.done = true
+	req.mu.Lock() // waits for a copy into this request's slots in progress
+	req.answered = true
+	req.mu.Unlock()
 	if req.timer != nil {
 		req.timer.Stop()
 	}

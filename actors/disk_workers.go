@@ -6,7 +6,8 @@ import (
 	"github.com/kvtier/kvtier/disk"
 )
 
-// diskJob is one disk I/O: exactly one of write and read is set. The actor
+// diskJob is one disk I/O, or the copy of a read payload into the pinned
+// slots waiting for it: exactly one of write, read, remove and copy is set. The actor
 // fills it, a worker runs Execute and sets err, and the actor, back on its own
 // goroutine, completes the op in the store.
 type diskJob struct {
@@ -17,6 +18,11 @@ type diskJob struct {
 	read *disk.ReadOp
 	buf  []byte // private aligned buffer the worker reads into
 	rjob *diskReadJob
+
+	remove *disk.RemoveOp
+	dreq   *diskDeleteReq
+
+	copy *diskCopy // buf is the verified payload it copies from
 
 	err error // set by the worker before it reports
 	// cancelled marks a job still queued at shutdown: Execute never ran.
@@ -51,9 +57,14 @@ func startDiskWorkers(n int, report func(*diskJob)) *diskWorkers {
 		go func() {
 			defer w.wg.Done()
 			for j := range w.jobs {
-				if j.write != nil {
+				switch {
+				case j.write != nil:
 					j.err = j.write.Execute(j.payload)
-				} else {
+				case j.remove != nil:
+					j.err = j.remove.Execute()
+				case j.copy != nil:
+					j.copy.run()
+				default:
 					j.err = j.read.Execute(j.buf)
 				}
 				report(j)
@@ -69,6 +80,16 @@ func (w *diskWorkers) submit(j *diskJob) {
 		panic("kvtier: actors: disk job submitted after the workers stopped")
 	}
 	w.queue = append(w.queue, j)
+	w.pump()
+}
+
+// submitFirst queues j ahead of every queued job: a copy finishes reads
+// whose I/O is done, so it should not wait behind I/O not yet started.
+func (w *diskWorkers) submitFirst(j *diskJob) {
+	if w.stopped {
+		panic("kvtier: actors: disk job submitted after the workers stopped")
+	}
+	w.queue = append([]*diskJob{j}, w.queue...)
 	w.pump()
 }
 

@@ -42,11 +42,15 @@
 // # Plan, execute, complete
 //
 // A Store is a plain single-threaded state machine that never blocks: its
-// owner (an actor) calls PlanWrite or PlanRead, hands the returned op to a
-// worker goroutine that calls Execute (the only place I/O happens), and
-// reports the result back with CompleteWrite or CompleteRead. Concurrent
-// reads of one hash share a single ReadOp. WriteSync and ReadSync do all
-// three steps on the calling goroutine:
+// owner (an actor) calls PlanWrite, PlanRead or PlanRemove, hands the
+// returned op to a worker goroutine that calls Execute (the only place I/O
+// happens), and reports the result back with CompleteWrite, CompleteRead
+// or CompleteRemove. Concurrent reads of one hash share a single ReadOp. A
+// removal unpublishes the block at plan time and holds its slot until
+// RemoveOp.Execute has zeroed the header (and fdatasync'd it with
+// Config.Sync), so a removal the caller was told about survives a crash.
+// WriteSync, ReadSync and RemoveSync do all three steps on the calling
+// goroutine:
 //
 //	st, rep, err := disk.Open(disk.Config{
 //		Dir:           dir,

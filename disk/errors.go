@@ -40,6 +40,16 @@ var (
 	// a symbolic link, the wrong file type, another owner or a hard link
 	// (see OSFS). The store touches nothing behind such a name.
 	ErrUnsafeFile = errors.New("kvtier: disk: unsafe file")
+	// ErrNotDurable means a RemoveOp was completed without running
+	// Execute: the removal is not yet on disk.
+	ErrNotDurable = errors.New("kvtier: disk: removal not durable")
+	// ErrNoFallocate means the file system cannot reserve a file's blocks
+	// (fallocate is not supported); the concrete error is a *SparseError.
+	ErrNoFallocate = errors.New("kvtier: disk: file system cannot reserve space")
+	// ErrInsufficientSpace means Open found a file system that cannot
+	// reserve blocks with less free space than the slot files still need:
+	// the store refuses the capacity rather than fail writes later.
+	ErrInsufficientSpace = errors.New("kvtier: disk: not enough free space for CapacityBytes")
 	// ErrInvalidConfig means Open rejected its Config.
 	ErrInvalidConfig = errors.New("kvtier: disk: invalid config")
 )
@@ -81,3 +91,21 @@ func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 // Unwrap returns Err.
 func (e *CorruptError) Unwrap() error { return e.Err }
+
+// SparseError reports a file that File.Allocate sized without reserving
+// its blocks. It matches ErrNoFallocate under errors.Is.
+type SparseError struct {
+	Name  string
+	Holes int64 // bytes of the file not backed by blocks
+	Err   error // the fallocate error, e.g. unix.EOPNOTSUPP
+}
+
+func (e *SparseError) Error() string {
+	return fmt.Sprintf("kvtier: disk: %q cannot be preallocated (%v): %d bytes are holes", e.Name, e.Err, e.Holes)
+}
+
+// Is makes errors.Is(err, ErrNoFallocate) true.
+func (e *SparseError) Is(target error) bool { return target == ErrNoFallocate }
+
+// Unwrap returns the fallocate error.
+func (e *SparseError) Unwrap() error { return e.Err }

@@ -68,9 +68,14 @@ func TestReadPinsPreventEviction(t *testing.T) {
 		t.Fatalf("pinned %d, want 3", st.Pinned)
 	}
 	checkInv(t, s)
-	// Removing a pinned block unpublishes it but keeps its slot until the read completes.
-	if !s.Remove(2) || s.Contains(2) || s.Stats().Doomed != 1 {
-		t.Fatalf("Remove of pinned block: %+v", s.Stats())
+	// Removing a pinned block unpublishes it but keeps its slot until the
+	// read and the scrub complete.
+	rop, err := s.PlanRemove(2)
+	if err != nil || s.Contains(2) || s.Stats().Doomed != 1 || s.Stats().Removing != 1 {
+		t.Fatalf("Remove of pinned block: %v %+v", err, s.Stats())
+	}
+	if !op2.Removed() {
+		t.Fatal("the read in flight does not know its block was removed")
 	}
 	if _, _, err := s.WriteSync(metaFor(5), payloadFor(5, testPayload)); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("write reused a doomed slot: %v", err)
@@ -81,8 +86,13 @@ func TestReadPinsPreventEviction(t *testing.T) {
 	mustRead(op1)
 	mustRead(op2)
 	mustRead(op4)
-	if st := s.Stats(); st.Pinned != 0 || st.Doomed != 0 || st.Free != 1 {
-		t.Fatalf("after unpinning: %+v", st)
+	if st := s.Stats(); st.Pinned != 0 || st.Doomed != 1 || st.Free != 0 {
+		t.Fatalf("after unpinning, before the scrub: %+v", st)
+	}
+	checkInv(t, s)
+	s.CompleteRemove(rop, rop.Execute())
+	if st := s.Stats(); st.Pinned != 0 || st.Doomed != 0 || st.Removing != 0 || st.Free != 1 {
+		t.Fatalf("after unpinning and the scrub: %+v", st)
 	}
 	mustWrite(t, s, 5)
 	checkInv(t, s)

@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"fmt"
 	"io"
 	"sync"
 
@@ -64,6 +65,12 @@ type FaultFS struct {
 	FS FS
 	// NoDirect refuses O_DIRECT opens with EINVAL, forcing buffered I/O.
 	NoDirect bool
+	// NoFallocate makes Allocate act as on a file system without
+	// fallocate: it sizes the file and returns a *SparseError counting the
+	// whole file as holes.
+	NoFallocate bool
+	// Space, if set, answers FreeBytes instead of the wrapped FS.
+	Space func(dir string) (int64, error)
 
 	mu     sync.Mutex
 	faults []*Fault
@@ -102,6 +109,18 @@ func (f *FaultFS) base() FS {
 
 // MkdirAll implements FS.
 func (f *FaultFS) MkdirAll(dir string) error { return f.base().MkdirAll(dir) }
+
+// FreeBytes implements SpaceReporter: Space if set, else the wrapped FS's
+// answer (an error if it reports none).
+func (f *FaultFS) FreeBytes(dir string) (int64, error) {
+	if f.Space != nil {
+		return f.Space(dir)
+	}
+	if sr, ok := f.base().(SpaceReporter); ok {
+		return sr.FreeBytes(dir)
+	}
+	return 0, fmt.Errorf("kvtier: disk: %T reports no free space: %w", f.base(), unix.ENOTSUP)
+}
 
 // Lock implements FS.
 func (f *FaultFS) Lock(dir string) (io.Closer, error) { return f.base().Lock(dir) }
@@ -242,6 +261,11 @@ func (ff *faultFile) Sync() error {
 	return ff.f.Sync()
 }
 
-func (ff *faultFile) Allocate(size int64) error { return ff.f.Allocate(size) }
-func (ff *faultFile) Size() (int64, error)      { return ff.f.Size() }
-func (ff *faultFile) Close() error              { return ff.f.Close() }
+func (ff *faultFile) Allocate(size int64) error {
+	if err := ff.f.Allocate(size); err != nil || !ff.fs.NoFallocate {
+		return err
+	}
+	return &SparseError{Name: ff.name, Holes: size, Err: unix.EOPNOTSUPP}
+}
+func (ff *faultFile) Size() (int64, error) { return ff.f.Size() }
+func (ff *faultFile) Close() error         { return ff.f.Close() }

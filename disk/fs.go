@@ -21,9 +21,10 @@ type File interface {
 	WriteAt(p []byte, off int64) (int, error)
 	// Sync makes written data durable (fdatasync).
 	Sync() error
-	// Allocate makes the file exactly size bytes long, reserving the blocks
-	// where the file system can (fallocate) and otherwise extending or
-	// shrinking it (ftruncate).
+	// Allocate makes the file exactly size bytes long and reserves its
+	// blocks (fallocate). Where the file system cannot reserve blocks it
+	// still sizes the file (ftruncate, leaving holes) and returns a
+	// *SparseError saying how many bytes are holes.
 	Allocate(size int64) error
 	// Size returns the current length of the file.
 	Size() (int64, error)
@@ -52,6 +53,13 @@ type FS interface {
 	// matching ErrLocked if someone else holds it. Closing the returned
 	// Closer releases the lock.
 	Lock(dir string) (io.Closer, error)
+}
+
+// SpaceReporter is an optional FS extension: the bytes an unprivileged
+// process may still allocate on the file system holding dir. Open uses it
+// when the file system cannot reserve blocks (see SparseError).
+type SpaceReporter interface {
+	FreeBytes(dir string) (int64, error)
 }
 
 // lockFileName is the file in the store directory that carries the flock
@@ -91,6 +99,16 @@ func (OSFS) OpenFile(name string, direct bool) (File, error) {
 		return nil, err
 	}
 	return osFile{f}, nil
+}
+
+// FreeBytes implements SpaceReporter with statfs: the blocks available to
+// unprivileged users.
+func (OSFS) FreeBytes(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	return int64(st.Bavail) * st.Bsize, nil
 }
 
 // Lock implements FS with flock(LOCK_EX|LOCK_NB) on the directory itself,
@@ -234,11 +252,12 @@ func (o osFile) Allocate(size int64) error {
 		return err
 	}
 	if cur > size {
-		return o.f.Truncate(size)
+		if err := o.f.Truncate(size); err != nil {
+			return err
+		}
 	}
-	if cur == size {
-		return nil
-	}
+	// Even at the right size: a file left sparse by an earlier run gets
+	// its holes filled; on allocated ranges fallocate changes nothing.
 	for {
 		err = unix.Fallocate(int(o.f.Fd()), 0, 0, size)
 		if !errors.Is(err, unix.EINTR) {
@@ -248,8 +267,17 @@ func (o osFile) Allocate(size int64) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
-		return o.f.Truncate(size)
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+		return err
 	}
-	return err
+	if cur < size {
+		if err := o.f.Truncate(size); err != nil {
+			return err
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(o.f.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: o.f.Name(), Err: err}
+	}
+	return &SparseError{Name: o.f.Name(), Holes: max(0, size-st.Blocks*512), Err: err}
 }

@@ -21,7 +21,7 @@ func (s *Store) CheckInvariants() error {
 		}
 		inFree[i] = true
 	}
-	var free, writing, live, doomed, pinned int
+	var free, writing, live, doomed, pinned, removing int
 	for i := range s.slots {
 		sl := &s.slots[i]
 		if sl.pins < 0 {
@@ -36,6 +36,9 @@ func (s *Store) CheckInvariants() error {
 		switch sl.state {
 		case slotFree:
 			free++
+			if sl.scrubbing {
+				bad("free slot %d marked scrubbing", i)
+			}
 			if sl.pins != 0 {
 				bad("free slot %d pinned", i)
 			}
@@ -56,8 +59,11 @@ func (s *Store) CheckInvariants() error {
 			}
 		case slotDoomed:
 			doomed++
-			if sl.pins == 0 {
-				bad("doomed slot %d has no pins", i)
+			if sl.scrubbing {
+				removing++
+			}
+			if sl.pins == 0 && !sl.scrubbing {
+				bad("doomed slot %d has no pins and no removal", i)
 			}
 			if j, ok := s.index[sl.meta.Hash]; ok && int(j) == i {
 				bad("doomed slot %d still indexed", i)
@@ -70,8 +76,9 @@ func (s *Store) CheckInvariants() error {
 	if s.pol.Len() != live {
 		bad("policy has %d keys, %d live slots", s.pol.Len(), live)
 	}
-	if writing != s.writing || doomed != s.doomed || pinned != s.pinned {
-		bad("counters writing=%d doomed=%d pinned=%d, walk found %d %d %d", s.writing, s.doomed, s.pinned, writing, doomed, pinned)
+	if writing != s.writing || doomed != s.doomed || pinned != s.pinned || removing != s.removing {
+		bad("counters writing=%d doomed=%d pinned=%d removing=%d, walk found %d %d %d %d",
+			s.writing, s.doomed, s.pinned, s.removing, writing, doomed, pinned, removing)
 	}
 	if free+writing+live+doomed != len(s.slots) {
 		bad("states sum to %d of %d slots", free+writing+live+doomed, len(s.slots))

@@ -21,8 +21,10 @@ const scanWorkers = 8
 // checksum, or older duplicates of a hash are dropped, counted in the
 // report and their headers zeroed. Payloads are verified on read, not
 // here. The next generation is one past the largest seen. Open returns an
-// error matching ErrLocked if another Store holds the directory and
-// ErrInvalidConfig for a bad Config. The caller MUST Close the Store.
+// error matching ErrLocked if another Store holds the directory,
+// ErrInvalidConfig for a bad Config, ErrUnsafeFile for a planted link or a
+// foreign file (see OSFS) and ErrInsufficientSpace where the file system
+// cannot preallocate and has less free space than the slot files need. The caller MUST Close the Store.
 func Open(cfg Config) (*Store, OpenReport, error) {
 	start := time.Now()
 	cfg, err := cfg.withDefaults()
@@ -37,7 +39,7 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		return nil, OpenReport{}, err
 	}
 	lay := newLayout(cfg.PayloadBytes, cfg.CapacityBytes, cfg.Files)
-	files, mode, err := openSlotFiles(cfg.FS, cfg.Dir, lay, cfg.NoDirectIO)
+	files, mode, err := openSlotFiles(cfg.FS, cfg.Dir, lay, cfg.NoDirectIO, cfg.Logger)
 	if err != nil {
 		_ = lock.Close()
 		return nil, OpenReport{}, err
@@ -59,6 +61,7 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		index: make(map[uint64]int32, lay.slots),
 		reads: make(map[uint64]*ReadOp),
 		pol:   pol,
+		zero:  AlignedBuffer(BlockSize),
 	}
 	rep := s.rebuild()
 	rep.Mode = mode

@@ -29,8 +29,14 @@ type ReadOp struct {
 	direct      bool
 
 	waiters int
+	removed bool // PlanRemove took the block while this op was in flight
 	done    bool
 }
+
+// Removed reports whether PlanRemove removed the block while the op was in
+// flight; its scrub may then make Execute fail, which CompleteRead does
+// not count as a read error. Read it on the owner goroutine.
+func (op *ReadOp) Removed() bool { return op.removed }
 
 // Hash returns the block hash being read.
 func (op *ReadOp) Hash() uint64 { return op.hash }
@@ -213,25 +219,29 @@ func (s *Store) CompleteRead(op *ReadOp, err error) {
 	if sl.pins <= 0 {
 		panic("kvtier: disk: CompleteRead on an unpinned slot")
 	}
-	if err != nil {
+	switch {
+	case err != nil && op.removed:
+		// The removal's scrub raced this read: a miss, not a fault.
+		s.log.Debug("kvtier: disk: read of a removed block failed", zap.Uint64("hash", op.hash), zap.Error(err))
+	case err != nil:
 		s.stats.ReadErrors.count(err)
 		if errors.Is(err, ErrDigestMismatch) {
 			s.stats.VerifyMismatch++
 		}
 		s.log.Warn("kvtier: disk: read failed, dropping block", zap.Uint64("hash", op.hash), zap.Error(err))
 		if sl.state == slotLive {
-			s.unpublish(op.slot) // doomed: we still hold the pin
+			s.unpublish(op.slot, false /* scrub */) // doomed: we still hold the pin
 		}
-	} else {
+	default:
 		s.stats.Reads++
 		s.stats.BytesRead += op.payloadLen
 	}
 	sl.pins--
 	if sl.pins == 0 {
 		s.pinned--
-		if sl.state == slotDoomed {
+		if sl.state == slotDoomed && !sl.scrubbing {
 			s.doomed--
-			s.release(op.slot, true /* stale */)
+			s.release(op.slot, sl.stale)
 		}
 	}
 	if invariants {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,9 +46,9 @@ func slotFileName(dir string, i int) string {
 // tries O_DIRECT unless noDirect, probing with an aligned read and
 // write-back of file 0's first block, and falls back to buffered I/O where
 // the file system refuses it.
-func openSlotFiles(fsys FS, dir string, l layout, noDirect bool) ([]File, IOMode, error) {
+func openSlotFiles(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger) ([]File, IOMode, error) {
 	if !noDirect {
-		files, err := openAll(fsys, dir, l, true /* direct */)
+		files, err := openAll(fsys, dir, l, true /* direct */, log)
 		if err == nil {
 			if err = probeDirect(files[0]); err == nil {
 				return files, IODirect, nil
@@ -58,15 +59,20 @@ func openSlotFiles(fsys FS, dir string, l layout, noDirect bool) ([]File, IOMode
 			return nil, 0, err
 		}
 	}
-	files, err := openAll(fsys, dir, l, false /* direct */)
+	files, err := openAll(fsys, dir, l, false /* direct */, log)
 	if err != nil {
 		return nil, 0, err
 	}
 	return files, IOBuffered, nil
 }
 
-func openAll(fsys FS, dir string, l layout, direct bool) ([]File, error) {
+// openAll opens and sizes every slot file. Where the file system cannot
+// reserve blocks it checks that the free space covers the holes left, and
+// refuses (ErrInsufficientSpace) otherwise: a sparse file larger than the
+// free space would fail writes with ENOSPC later.
+func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger) ([]File, error) {
 	files := make([]File, 0, l.files)
+	var holes int64
 	for i := range l.files {
 		name := slotFileName(dir, i)
 		f, err := fsys.OpenFile(name, direct)
@@ -75,11 +81,38 @@ func openAll(fsys FS, dir string, l layout, direct bool) ([]File, error) {
 			return nil, fmt.Errorf("kvtier: disk: open %q (direct=%t): %w", name, direct, err)
 		}
 		files = append(files, f)
-		if err := f.Allocate(int64(l.fileSlots(i)) * l.slotBytes); err != nil {
+		err = f.Allocate(int64(l.fileSlots(i)) * l.slotBytes)
+		var sparse *SparseError
+		if errors.As(err, &sparse) {
+			holes += sparse.Holes
+			continue
+		}
+		if err != nil {
 			closeAll(files)
 			return nil, fmt.Errorf("kvtier: disk: allocate %q: %w", name, err)
 		}
 	}
+	if holes == 0 {
+		return files, nil
+	}
+	sr, ok := fsys.(SpaceReporter)
+	if !ok {
+		log.Warn("kvtier: disk: file system cannot reserve space and reports no free space; writes may fail with ENOSPC",
+			zap.String("dir", dir), zap.Int64("holes", holes))
+		return files, nil
+	}
+	free, err := sr.FreeBytes(dir)
+	if err != nil {
+		closeAll(files)
+		return nil, fmt.Errorf("kvtier: disk: free space of %q: %w", dir, err)
+	}
+	if free < holes {
+		closeAll(files)
+		return nil, fmt.Errorf("%w: the file system under %q cannot preallocate and has %d bytes free, the slot files need %d more",
+			ErrInsufficientSpace, dir, free, holes)
+	}
+	log.Warn("kvtier: disk: file system cannot reserve space; slot files are sparse and writes may fail with ENOSPC if others fill it",
+		zap.String("dir", dir), zap.Int64("holes", holes), zap.Int64("free", free))
 	return files, nil
 }
 

@@ -63,11 +63,17 @@ type Stats struct {
 	Slots, Free, Live, Writing, Doomed int
 	// Pinned is the number of slots held by planned reads.
 	Pinned int
+	// Removing is the number of doomed slots whose RemoveOp has not
+	// completed.
+	Removing int
 	// Writes and Reads count successfully completed operations; a
 	// coalesced read counts once, its extra waiters in ReadWaiters.
 	Writes, Reads, ReadWaiters int64
 	WriteErrors, ReadErrors    ErrorCounts
-	Evictions, Removes         int64
+	// RemoveErrors counts removals whose header scrub failed: the block
+	// is gone from the store but may come back after a crash.
+	RemoveErrors       ErrorCounts
+	Evictions, Removes int64
 	// VerifyMismatch counts reads refused because the block's digest was
 	// not the one the reader expected: at plan time (a miss, the block
 	// stays) or in the header read back (also counted in

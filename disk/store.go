@@ -13,8 +13,10 @@ import (
 // slotState is the life cycle of a slot:
 //
 //	free -> writing (PlanWrite) -> live (CompleteWrite ok) or free (failed)
-//	live -> free (evicted, removed, corrupt) when unpinned
-//	live -> doomed (removed or corrupt while pinned) -> free (last unpin)
+//	live -> free (evicted, corrupt) when unpinned
+//	live -> doomed (corrupt while pinned) -> free (last unpin)
+//	live -> doomed, scrubbing (PlanRemove) -> free (CompleteRemove and the
+//	        last unpin, whichever comes last)
 type slotState uint8
 
 const (
@@ -30,9 +32,11 @@ type slot struct {
 	meta       Meta
 	generation uint64
 	payloadLen int64
-	// stale marks a free slot whose header block may still hold a valid
-	// record that was removed; Close zeroes such headers.
+	// stale marks a free (or doomed) slot whose header block may still
+	// hold a valid record that was removed; Close zeroes such headers.
 	stale bool
+	// scrubbing marks a doomed slot whose RemoveOp has not completed.
+	scrubbing bool
 }
 
 // Store is a crash-consistent block store over preallocated slot files.
@@ -54,10 +58,11 @@ type Store struct {
 	reads  map[uint64]*ReadOp // in-flight reads, for coalescing
 	pol    policy.Policy
 	hdrs   [][]byte // pool of aligned header buffers
+	zero   []byte   // one zero header block, shared read-only by RemoveOps
 	gen    uint64   // next generation
 	closed bool
 
-	writing, doomed, pinned int
+	writing, doomed, pinned, removing int
 
 	stats Stats
 }
@@ -100,29 +105,25 @@ func (s *Store) Range(fn func(Meta) bool) {
 	}
 }
 
-// Remove unpublishes hash and returns whether it was live. The slot is
-// freed at once, or when the last planned read of it completes. Removal is
-// not persisted until Close (or the slot's reuse): after a crash a removed
-// block may reappear, intact.
-func (s *Store) Remove(hash uint64) bool {
-	i, ok := s.index[hash]
-	if !ok || s.slots[i].state != slotLive {
-		return false
-	}
-	s.unpublish(i)
-	s.stats.Removes++
-	return true
-}
-
-// unpublish takes live slot i out of the index and the policy and frees it,
-// or dooms it while reads hold it.
-func (s *Store) unpublish(i int32) {
+// unpublish takes live slot i out of the index and the policy. With scrub
+// it dooms the slot until a RemoveOp zeroes its header; otherwise it frees
+// the slot, or dooms it while reads hold it.
+func (s *Store) unpublish(i int32, scrub bool) {
 	sl := &s.slots[i]
 	delete(s.index, sl.meta.Hash)
 	s.pol.Remove(sl.meta.Hash)
 	if op, ok := s.reads[sl.meta.Hash]; ok && op.slot == i {
 		// Later PlanReads miss; the op in flight finishes for its waiters.
 		delete(s.reads, sl.meta.Hash)
+		op.removed = scrub
+	}
+	sl.stale = true
+	if scrub {
+		sl.state = slotDoomed
+		sl.scrubbing = true
+		s.doomed++
+		s.removing++
+		return
 	}
 	if sl.pins > 0 {
 		sl.state = slotDoomed
@@ -159,11 +160,13 @@ func (s *Store) Stats() Stats {
 	st.Writing = s.writing
 	st.Doomed = s.doomed
 	st.Pinned = s.pinned
+	st.Removing = s.removing
 	st.NextGeneration = s.gen
 	return st
 }
 
-// Close zeroes the headers of removed records still sitting in free slots,
+// Close zeroes the headers of records still sitting in free slots (writes
+// that failed, corrupt records, removals whose scrub failed),
 // syncs and closes the files and releases the directory lock. It returns
 // ErrBusy, and leaves the store open, while planned operations have not
 // completed. Closing twice returns ErrClosed.
@@ -171,12 +174,12 @@ func (s *Store) Close() error {
 	if s.closed {
 		return ErrClosed
 	}
-	if s.writing > 0 || s.pinned > 0 {
-		return fmt.Errorf("%w: %d writes, %d pinned slots", ErrBusy, s.writing, s.pinned)
+	if s.writing > 0 || s.pinned > 0 || s.removing > 0 {
+		return fmt.Errorf("%w: %d writes, %d pinned slots, %d removals", ErrBusy, s.writing, s.pinned, s.removing)
 	}
 	s.closed = true
 	var errs []error
-	zero := AlignedBuffer(BlockSize)
+	zero := s.zero
 	for _, i := range s.free {
 		if !s.slots[i].stale {
 			continue

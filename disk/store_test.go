@@ -163,9 +163,10 @@ func TestRemove(t *testing.T) {
 	s, _ := mustOpen(t, cfg)
 	mustWrite(t, s, 1)
 	mustWrite(t, s, 2)
-	if !s.Remove(1) || s.Remove(1) || s.Contains(1) {
-		t.Fatal("Remove(1) did not remove exactly once")
+	if err := s.RemoveSync(1); err != nil || s.Contains(1) {
+		t.Fatalf("RemoveSync(1): %v", err)
 	}
+	wantErr(t, s.RemoveSync(1), ErrNotFound)
 	checkInv(t, s)
 	mustClose(t, s)
 	s, rep := mustOpen(t, cfg)
@@ -249,8 +250,8 @@ func TestModel(t *testing.T) {
 				t.Fatalf("step %d read of absent %d: %v", step, h, err)
 			}
 		default:
-			if s.Remove(h) != model[h] {
-				t.Fatalf("step %d: Remove(%d) disagrees with the model", step, h)
+			if err := s.RemoveSync(h); (err == nil) != model[h] || (err != nil && !errors.Is(err, ErrNotFound)) {
+				t.Fatalf("step %d: RemoveSync(%d) = %v, model has it: %t", step, h, err, model[h])
 			}
 			delete(model, h)
 		}
