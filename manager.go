@@ -45,6 +45,9 @@ var (
 	// nothing changed. It wraps the context's error. A call whose context
 	// ends after the actor took it is applied in full and answered normally.
 	ErrCanceled = errors.New("kvtier: call canceled before it took effect")
+	// ErrNotDurable says Delete dropped blocks from every tier in memory but
+	// could not scrub a disk record: after a crash it may come back.
+	ErrNotDurable = errors.New("kvtier: delete not durable on disk")
 	// ErrNilContext rejects a call made with a nil context.
 	ErrNilContext = errors.New("kvtier: nil context")
 	// ErrNotReady rejects a Commit for a sequence whose Ready has not
@@ -555,6 +558,9 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 			return n, err
 		}
 		n += dr.Deleted
+		if dr.Err != nil { // dropped in memory, but a header scrub failed: not durable
+			return n, fmt.Errorf("%w: %w", ErrNotDurable, dr.Err)
+		}
 	}
 	return n, nil
 }

@@ -66,7 +66,7 @@ func (a *PinnedActor) drainVictims(ctx actor.Context, victims []pinned.Victim) {
 	}
 	w := &messages.DiskWrite{Items: make([]messages.DiskWriteItem, len(victims))}
 	for i, v := range victims {
-		w.Items[i] = messages.DiskWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: a.pool.Bytes(v.Slot)}
+		w.Items[i] = messages.DiskWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: a.pool.Bytes(v.Slot), Digest: a.digests[v.Slot]}
 		a.draining[v.Slot] = true
 		a.drainEp[v.Slot] = a.cause
 		a.begin(a.cause)
@@ -97,7 +97,7 @@ func (a *PinnedActor) writeThrough(ctx actor.Context, hashes []uint64) {
 		a.draining[slot] = false
 		a.drainEp[slot] = a.cause
 		a.begin(a.cause)
-		w.Items = append(w.Items, messages.DiskWriteItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
+		w.Items = append(w.Items, messages.DiskWriteItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot), Digest: a.digests[slot]})
 	}
 	if len(w.Items) > 0 {
 		ctx.Request(a.cfg.Disk, w)
@@ -180,7 +180,7 @@ func (a *PinnedActor) startRead(ctx actor.Context, f *diskFetch, hashes []uint64
 		if err != nil {
 			break
 		}
-		f.items = append(f.items, messages.DiskReadItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot)})
+		f.items = append(f.items, messages.DiskReadItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot), Digest: digests[i]})
 		f.digests = append(f.digests, digests[i])
 	}
 	if len(evicted) > 0 {
