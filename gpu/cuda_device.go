@@ -89,6 +89,10 @@ func (d *cudaDevice) NewArena(numBlocks, blockBytes int) (Arena, error) {
 	err = d.do(func() error {
 		var err error
 		if a.ptr, err = cu.MemAlloc(int64(total)); err != nil {
+			if errors.Is(err, cu.OutOfMemory) {
+				return fmt.Errorf("%w: device arena of %d blocks x %d bytes: cuMemAlloc(%d): %w",
+					ErrOutOfMemory, numBlocks, blockBytes, total, err)
+			}
 			return fmt.Errorf("kvtier: cuMemAlloc(%d): %w", total, err)
 		}
 		if err := cu.MemsetD8(a.ptr, 0, int64(total)); err != nil {

@@ -432,3 +432,27 @@ func TestDeviceCloseReleasesEverything(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// An allocation the machine cannot back is an error the caller can handle,
+// not a fatal runtime crash (which make([]byte, n) would be), and leaves
+// the device usable.
+func TestAllocationFailureIsAnError(t *testing.T) {
+	d := newTestDevice(t)
+	for _, total := range []int{1 << 46, 1 << 48} {
+		if a, err := d.NewArena(1<<16, total>>16); !errors.Is(err, ErrOutOfMemory) || a != nil {
+			t.Errorf("NewArena of %d bytes = %v, %v; want ErrOutOfMemory", total, a, err)
+		} else {
+			t.Logf("NewArena of %d bytes: %v", total, err)
+		}
+		if b, err := d.AllocHost(total); !errors.Is(err, ErrOutOfMemory) || b != nil {
+			t.Errorf("AllocHost(%d) = %v, %v; want ErrOutOfMemory", total, b, err)
+		}
+	}
+	a, err := d.NewArena(2, 4096)
+	if err != nil {
+		t.Fatalf("NewArena after a failed one: %v", err)
+	}
+	if err := a.WriteBlock(1, 0, []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -66,17 +66,21 @@ func (d *hostDevice) NewArena(numBlocks, blockBytes int) (Arena, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &hostArena{
-		dev:        d,
-		mem:        make([]byte, total),
-		numBlocks:  numBlocks,
-		blockBytes: blockBytes,
-		streams:    make(map[*hostStream]struct{}),
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
+	}
+	mem, err := mapAnon(total, fmt.Sprintf("host arena of %d blocks x %d bytes", numBlocks, blockBytes))
+	if err != nil {
+		return nil, err
+	}
+	a := &hostArena{
+		dev:        d,
+		mem:        mem,
+		numBlocks:  numBlocks,
+		blockBytes: blockBytes,
+		streams:    make(map[*hostStream]struct{}),
 	}
 	d.arenas[a] = struct{}{}
 	return a, nil
@@ -139,9 +143,14 @@ func (d *hostDevice) Close() error {
 
 type hostArena struct {
 	dev        *hostDevice
-	mem        []byte
 	numBlocks  int
 	blockBytes int
+
+	// memMu keeps the mapping alive under synchronous accesses: they hold
+	// it shared, free unmaps under it exclusively. Stream workers need no
+	// lock: free drains them before unmapping.
+	memMu sync.RWMutex
+	mem   []byte // nil once unmapped
 
 	freed   atomic.Bool
 	mu      sync.Mutex // guards streams and the freed transition
@@ -152,7 +161,9 @@ func (a *hostArena) NumBlocks() int  { return a.numBlocks }
 func (a *hostArena) BlockBytes() int { return a.blockBytes }
 
 func (a *hostArena) WriteBlock(block, off int, src []byte) error {
-	if a.freed.Load() {
+	a.memMu.RLock()
+	defer a.memMu.RUnlock()
+	if a.mem == nil {
 		return ErrClosed
 	}
 	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil {
@@ -163,7 +174,9 @@ func (a *hostArena) WriteBlock(block, off int, src []byte) error {
 }
 
 func (a *hostArena) ReadBlock(block, off int, dst []byte) error {
-	if a.freed.Load() {
+	a.memMu.RLock()
+	defer a.memMu.RUnlock()
+	if a.mem == nil {
 		return ErrClosed
 	}
 	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil {
@@ -180,8 +193,8 @@ func (a *hostArena) Free() error {
 	return a.free()
 }
 
-// free closes the arena's streams and marks it freed. The memory itself
-// is left to the garbage collector.
+// free closes the arena's streams (draining them), marks it freed and
+// unmaps its memory.
 func (a *hostArena) free() error {
 	a.mu.Lock()
 	if a.freed.Swap(true) {
@@ -194,7 +207,11 @@ func (a *hostArena) free() error {
 	for s := range streams {
 		s.q.close()
 	}
-	return nil
+	a.memMu.Lock()
+	defer a.memMu.Unlock()
+	mem := a.mem
+	a.mem = nil
+	return unmapAnon(mem)
 }
 
 // hostBatch is one enqueued batch; ops is a pooled copy of the caller's.

@@ -50,7 +50,8 @@
 // # Errors and panics
 //
 // Expected outcomes the caller branches on are sentinel errors: ErrNoSpace
-// (evict or deny), ErrExists. Bad configuration is a *ConfigError.
+// (evict or deny), ErrExists. Bad configuration is a *ConfigError; memory
+// the allocator cannot provide (ENOMEM) is ErrAlloc, never a crash.
 // Contract violations (a transition from the wrong state, Release without a
 // reader, an out-of-range slot, any use after Close) panic with a
 // "kvtier: pinned:" prefix.
