@@ -59,7 +59,8 @@ type cudaDevice struct {
 	mu     sync.Mutex
 	closed bool
 	arenas map[*cudaArena]struct{}
-	bufs   map[*cudaBuffer]struct{} // also the pinned ranges CopyOps may use
+	bufs   map[*cudaBuffer]struct{}
+	pinned hostRanges // the live bufs' memory: what streams may copy with
 }
 
 // do runs f on a locked OS thread with the device's context current: the
@@ -152,23 +153,8 @@ func (d *cudaDevice) AllocHost(n int) (HostBuffer, error) {
 	clear(mem) // cuMemAllocHost does not zero
 	b := &cudaBuffer{dev: d, mem: mem}
 	d.bufs[b] = struct{}{}
+	d.pinned.add(mem)
 	return b, nil
-}
-
-// pinned reports whether host lies inside one of the device's buffers.
-// A linear scan: devices hold a few large staging buffers.
-func (d *cudaDevice) pinned(host []byte) bool {
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(host)))
-	hi := lo + uintptr(len(host))
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for b := range d.bufs {
-		start := uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))
-		if lo >= start && hi <= start+uintptr(len(b.mem)) {
-			return true
-		}
-	}
-	return false
 }
 
 func (d *cudaDevice) Close() error {
@@ -294,11 +280,8 @@ func (s *cudaStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	for i, op := range ops {
-		if !d.pinned(op.Host) {
-			return nil, fmt.Errorf("%w: %w", ErrNotPinned,
-				&CopyError{Index: i, Block: op.Block, Reason: "host memory not from AllocHost"})
-		}
+	if err := d.pinned.checkOps(ops); err != nil {
+		return nil, err
 	}
 	p := cudaPending{done: newEvent()}
 	p.err = d.do(func() error {
@@ -436,6 +419,7 @@ func (b *cudaBuffer) release(byDevice bool) error {
 		b.state = bufReleased
 	}
 	p := unsafe.Pointer(unsafe.SliceData(b.mem))
+	b.dev.pinned.remove(b.mem)
 	b.mem = nil
 	return b.dev.do(func() error {
 		if err := cu.MemFreeHost(p); err != nil {

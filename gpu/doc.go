@@ -28,10 +28,19 @@
 // are validated up front: a bad op rejects the whole batch with a
 // *CopyError and nothing is enqueued.
 //
+// Host memory in a CopyOp must lie inside a live buffer from the same
+// device's AllocHost, on both backends: the CUDA driver copies
+// asynchronously only from page-locked memory it allocated, and the host
+// backend refuses the same copies (ErrNotPinned) so that wiring that would
+// fail on a GPU fails in tests too. A tier's host pool takes its memory
+// from AllocHost (pinned.DeviceAlloc).
+//
 // Default returns the build's backend. Without tags it is the host
-// backend (NewHost): arenas are Go memory and each stream is a goroutine
-// doing real copies, optionally paced to a PCIe-like bandwidth on an
-// injectable Clock, with a fault hook to slow or fail batches in tests.
+// backend (NewHost): arenas are anonymous mmaps (an allocation the machine
+// cannot back fails with ErrOutOfMemory instead of crashing) and each
+// stream is a goroutine doing real copies, optionally paced to a
+// PCIe-like bandwidth on an injectable Clock, with a fault hook to slow or
+// fail batches in tests.
 // With -tags cuda it is NewCUDA: cuMemAlloc arenas, cuMemAllocHost
 // buffers, cuMemcpy*Async on a CUDA stream and an event per batch.
 //

@@ -27,7 +27,10 @@ type HostConfig struct {
 }
 
 // NewHost returns a Device whose "device memory" is ordinary host memory
-// and whose streams are goroutines doing real memory copies in order. It
+// and whose streams are goroutines doing real memory copies in order. Like
+// the CUDA backend, its streams accept only host memory inside a live
+// buffer from its own AllocHost and reject anything else with
+// ErrNotPinned, so code that works here keeps working on a GPU. It
 // stands in for a GPU in tests, in benchmarks of the transfer path, and
 // on machines without one. cfg is copied, never modified.
 func NewHost(cfg HostConfig) (Device, error) {
@@ -57,6 +60,7 @@ type hostDevice struct {
 	closed bool
 	arenas map[*hostArena]struct{}
 	bufs   map[*hostBuffer]struct{}
+	pinned hostRanges // the live bufs' memory: what streams may copy with
 }
 
 func (d *hostDevice) Name() string { return "host" }
@@ -117,6 +121,7 @@ func (d *hostDevice) AllocHost(n int) (HostBuffer, error) {
 	}
 	b := &hostBuffer{dev: d, mem: mem, locked: locked}
 	d.bufs[b] = struct{}{}
+	d.pinned.add(mem)
 	return b, nil
 }
 
@@ -235,6 +240,9 @@ func (s *hostStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 	if err := validateOps(ops, s.arena.numBlocks, s.arena.blockBytes); err != nil {
 		return nil, err
 	}
+	if err := s.arena.dev.pinned.checkOps(ops); err != nil {
+		return nil, err
+	}
 	p := opsPool.Get().(*[]CopyOp)
 	*p = append((*p)[:0], ops...)
 	ev := newEvent()
@@ -346,5 +354,6 @@ func (b *hostBuffer) release(byDevice bool) error {
 	}
 	mem := b.mem
 	b.mem = nil
+	b.dev.pinned.remove(mem)
 	return freePageLocked(mem, b.locked)
 }

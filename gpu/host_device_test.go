@@ -282,7 +282,7 @@ func TestEventErrBeforeDoneAndSynchronizeCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ev, err := s.CopyD2H([]CopyOp{{0, make([]byte, 16)}})
+	ev, err := s.CopyD2H([]CopyOp{{0, hostBlocks(t, d, 1, 16)[0]}})
 	if err != nil {
 		t.Fatal(err)
 	}
