@@ -7,10 +7,23 @@
 // # Layout
 //
 // A ModelSpec gives layers, KV heads, head dimension and DType; NewLayout
-// turns it and a block size in tokens into byte sizes. A block is laid
-// out [layer][kv][token][head][dim], so Layout.Region gives one contiguous
+// turns it and a block size in tokens into byte sizes. A block's host form
+// (what stream copies, the pinned tier and disk hold) is laid out
+// [layer][kv][token][head][dim], so Layout.Region gives one contiguous
 // byte range per (layer, K or V). A Llama-3-8B-like spec costs 128 KiB
 // per token.
+//
+// A layout's Kind places blocks in a device arena (NewKVArena):
+// BlockContiguous, [block][layer][kv][token][head][dim], keeps each block
+// in its host form, so a tier copy is one memcpy per block;
+// LayerSeparate, [layer][kv][block][token][head][dim] as vLLM's
+// FlashAttention cache, makes each layer's K and V one dense tensor for a
+// kernel, and a tier copy gathers or scatters a block's 2 x Layers regions
+// (one cuMemcpy2DAsync per block on CUDA). Layout.ArenaOffset,
+// LayerView and LayerTensor locate regions in an arena;
+// Arena.RegionOffset, RegionPtr and DevicePtr give their device addresses;
+// Arena.ReadRegion and WriteRegion move one (block, layer, K or V, token
+// range) synchronously, for a reference engine.
 //
 // # Views
 //

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // HostConfig configures the host backend. The zero value is a device with
@@ -66,25 +67,36 @@ type hostDevice struct {
 func (d *hostDevice) Name() string { return "host" }
 
 func (d *hostDevice) NewArena(numBlocks, blockBytes int) (Arena, error) {
-	total, err := checkArenaSize(numBlocks, blockBytes)
+	g, total, err := newGeom(numBlocks, blockBytes)
 	if err != nil {
 		return nil, err
 	}
+	return d.newArena(g, total)
+}
+
+func (d *hostDevice) NewKVArena(l Layout, numBlocks int) (Arena, error) {
+	g, total, err := newKVGeom(l, numBlocks)
+	if err != nil {
+		return nil, err
+	}
+	return d.newArena(g, total)
+}
+
+func (d *hostDevice) newArena(g geom, total int) (Arena, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
 	}
-	mem, err := mapAnon(total, fmt.Sprintf("host arena of %d blocks x %d bytes", numBlocks, blockBytes))
+	mem, err := mapAnon(total, fmt.Sprintf("host arena of %d blocks x %d bytes", g.numBlocks, g.blockBytes))
 	if err != nil {
 		return nil, err
 	}
 	a := &hostArena{
-		dev:        d,
-		mem:        mem,
-		numBlocks:  numBlocks,
-		blockBytes: blockBytes,
-		streams:    make(map[*hostStream]struct{}),
+		geom:    g,
+		dev:     d,
+		mem:     mem,
+		streams: make(map[*hostStream]struct{}),
 	}
 	d.arenas[a] = struct{}{}
 	return a, nil
@@ -147,9 +159,8 @@ func (d *hostDevice) Close() error {
 }
 
 type hostArena struct {
-	dev        *hostDevice
-	numBlocks  int
-	blockBytes int
+	geom
+	dev *hostDevice
 
 	// memMu keeps the mapping alive under synchronous accesses: they hold
 	// it shared, free unmaps under it exclusively. Stream workers need no
@@ -162,33 +173,65 @@ type hostArena struct {
 	streams map[*hostStream]struct{}
 }
 
-func (a *hostArena) NumBlocks() int  { return a.numBlocks }
-func (a *hostArena) BlockBytes() int { return a.blockBytes }
-
 func (a *hostArena) WriteBlock(block, off int, src []byte) error {
-	a.memMu.RLock()
-	defer a.memMu.RUnlock()
-	if a.mem == nil {
-		return ErrClosed
-	}
 	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil {
 		return err
 	}
-	copy(a.mem[block*a.blockBytes+off:], src)
-	return nil
+	return a.write(block, off, src)
 }
 
 func (a *hostArena) ReadBlock(block, off int, dst []byte) error {
+	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil {
+		return err
+	}
+	return a.read(block, off, dst)
+}
+
+func (a *hostArena) WriteRegion(r KVRegion, src []byte) error {
+	off, err := a.regionRange(r, len(src))
+	if err != nil {
+		return err
+	}
+	return a.write(r.Block, off, src)
+}
+
+func (a *hostArena) ReadRegion(r KVRegion, dst []byte) error {
+	off, err := a.regionRange(r, len(dst))
+	if err != nil {
+		return err
+	}
+	return a.read(r.Block, off, dst)
+}
+
+// write copies src to a checked range of block's host form.
+func (a *hostArena) write(block, off int, src []byte) error {
 	a.memMu.RLock()
 	defer a.memMu.RUnlock()
 	if a.mem == nil {
 		return ErrClosed
 	}
-	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil {
-		return err
-	}
-	copy(dst, a.mem[block*a.blockBytes+off:])
+	a.pieces(block, off, len(src), func(ao, bo, n int) { copy(a.mem[ao:ao+n], src[bo-off:]) })
 	return nil
+}
+
+// read copies a checked range of block's host form into dst.
+func (a *hostArena) read(block, off int, dst []byte) error {
+	a.memMu.RLock()
+	defer a.memMu.RUnlock()
+	if a.mem == nil {
+		return ErrClosed
+	}
+	a.pieces(block, off, len(dst), func(ao, bo, n int) { copy(dst[bo-off:bo-off+n], a.mem[ao:]) })
+	return nil
+}
+
+func (a *hostArena) DevicePtr() uintptr {
+	a.memMu.RLock()
+	defer a.memMu.RUnlock()
+	if a.mem == nil {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(a.mem)))
 }
 
 func (a *hostArena) Free() error {
@@ -267,12 +310,18 @@ func (s *hostStream) run(b hostBatch) {
 		if d.pacer != nil {
 			due = d.pacer.reserve(b.dir, len(ops)*a.blockBytes)
 		}
+		// One segment per block when block-contiguous; 2 x Layers to
+		// gather or scatter when layer-separate.
+		seg, plane := a.segBytes, a.numBlocks*a.segBytes
 		for _, op := range ops {
-			blk := a.mem[op.Block*a.blockBytes : (op.Block+1)*a.blockBytes]
-			if b.dir == D2H {
-				copy(op.Host, blk)
-			} else {
-				copy(blk, op.Host)
+			at := op.Block * seg
+			for s := 0; s < a.nseg; s, at = s+1, at+plane {
+				host, dev := op.Host[s*seg:(s+1)*seg], a.mem[at:at+seg]
+				if b.dir == D2H {
+					copy(host, dev)
+				} else {
+					copy(dev, host)
+				}
 			}
 		}
 		if d.pacer != nil {

@@ -373,3 +373,41 @@ func TestHostNewStreamForeignArena(t *testing.T) {
 		t.Error("a device accepted another device's arena")
 	}
 }
+
+// TestHostKVArenaPhysicalLayout checks where the host backend puts the
+// bytes: a layer-separate arena is vLLM's [layer][kv][block][token][head][dim].
+func TestHostKVArenaPhysicalLayout(t *testing.T) {
+	d, err := NewHost(HostConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const n = 3
+	l, a, s := newKVArena(t, d, LayerSeparate, n)
+	host := hostBlocks(t, d, n, l.BlockBytes())
+	var ops []CopyOp
+	for b := range n {
+		fillBlock(l, host[b], uint64(7+b))
+		ops = append(ops, CopyOp{Block: b, Host: host[b]})
+	}
+	ev, err := s.CopyH2D(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, ev); err != nil {
+		t.Fatal(err)
+	}
+	mem := a.(*hostArena).mem
+	r := l.RegionBytes()
+	for layer := range testSpec.Layers {
+		for kvi, kv := range []KV{Key, Value} {
+			for b := range n {
+				at := ((layer*2+kvi)*n + b) * r
+				off, _ := l.Region(layer, kv)
+				if !bytes.Equal(mem[at:at+r], host[b][off:off+r]) {
+					t.Fatalf("layer %d %v block %d is not at %d", layer, kv, b, at)
+				}
+			}
+		}
+	}
+}
