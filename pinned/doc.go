@@ -65,7 +65,7 @@
 //		CapacityBytes: 1 << 30,
 //		SlotBytes:     blockBytes,
 //		Policy:        policy.S3FIFO,
-//		Lock:          true,
+//		Alloc:         pinned.DeviceAlloc(dev), // slots are dev's copy targets
 //	})
 //	if err != nil {
 //		return err
