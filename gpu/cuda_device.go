@@ -42,24 +42,32 @@ func NewCUDA(cfg CUDAConfig) (Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvtier: cuDevicePrimaryCtxRetain(%d): %w", cfg.Ordinal, err)
 	}
+	maxPitch, err := dev.Attribute(cu.MaxPitch)
+	if err != nil {
+		_ = dev.ReleasePrimaryCtx()
+		return nil, fmt.Errorf("kvtier: cuDeviceGetAttribute(MAX_PITCH): %w", err)
+	}
 	return &cudaDevice{
-		dev:    dev,
-		ctx:    ctx,
-		name:   fmt.Sprintf("cuda:%d", cfg.Ordinal),
-		arenas: make(map[*cudaArena]struct{}),
-		bufs:   make(map[*cudaBuffer]struct{}),
+		dev:      dev,
+		ctx:      ctx,
+		name:     fmt.Sprintf("cuda:%d", cfg.Ordinal),
+		maxPitch: int64(maxPitch),
+		arenas:   make(map[*cudaArena]struct{}),
+		bufs:     make(map[*cudaBuffer]struct{}),
 	}, nil
 }
 
 type cudaDevice struct {
-	dev  cu.Device
-	ctx  cu.CUContext
-	name string
+	dev      cu.Device
+	ctx      cu.CUContext
+	name     string
+	maxPitch int64 // CU_DEVICE_ATTRIBUTE_MAX_PITCH: the widest pitch of a 2D copy
 
 	mu     sync.Mutex
 	closed bool
 	arenas map[*cudaArena]struct{}
-	bufs   map[*cudaBuffer]struct{} // also the pinned ranges CopyOps may use
+	bufs   map[*cudaBuffer]struct{}
+	pinned hostRanges // the live bufs' memory: what streams may copy with
 }
 
 // do runs f on a locked OS thread with the device's context current: the
@@ -76,19 +84,35 @@ func (d *cudaDevice) do(f func() error) error {
 func (d *cudaDevice) Name() string { return d.name }
 
 func (d *cudaDevice) NewArena(numBlocks, blockBytes int) (Arena, error) {
-	total, err := checkArenaSize(numBlocks, blockBytes)
+	g, total, err := newGeom(numBlocks, blockBytes)
 	if err != nil {
 		return nil, err
 	}
+	return d.newArena(g, total)
+}
+
+func (d *cudaDevice) NewKVArena(l Layout, numBlocks int) (Arena, error) {
+	g, total, err := newKVGeom(l, numBlocks)
+	if err != nil {
+		return nil, err
+	}
+	return d.newArena(g, total)
+}
+
+func (d *cudaDevice) newArena(g geom, total int) (Arena, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
 	}
-	a := &cudaArena{dev: d, numBlocks: numBlocks, blockBytes: blockBytes, streams: make(map[*cudaStream]struct{})}
-	err = d.do(func() error {
+	a := &cudaArena{geom: g, dev: d, streams: make(map[*cudaStream]struct{})}
+	err := d.do(func() error {
 		var err error
 		if a.ptr, err = cu.MemAlloc(int64(total)); err != nil {
+			if errors.Is(err, cu.OutOfMemory) {
+				return fmt.Errorf("%w: device arena of %d blocks x %d bytes: cuMemAlloc(%d): %w",
+					ErrOutOfMemory, g.numBlocks, g.blockBytes, total, err)
+			}
 			return fmt.Errorf("kvtier: cuMemAlloc(%d): %w", total, err)
 		}
 		if err := cu.MemsetD8(a.ptr, 0, int64(total)); err != nil {
@@ -148,23 +172,8 @@ func (d *cudaDevice) AllocHost(n int) (HostBuffer, error) {
 	clear(mem) // cuMemAllocHost does not zero
 	b := &cudaBuffer{dev: d, mem: mem}
 	d.bufs[b] = struct{}{}
+	d.pinned.add(mem)
 	return b, nil
-}
-
-// pinned reports whether host lies inside one of the device's buffers.
-// A linear scan: devices hold a few large staging buffers.
-func (d *cudaDevice) pinned(host []byte) bool {
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(host)))
-	hi := lo + uintptr(len(host))
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for b := range d.bufs {
-		start := uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))
-		if lo >= start && hi <= start+uintptr(len(b.mem)) {
-			return true
-		}
-	}
-	return false
 }
 
 func (d *cudaDevice) Close() error {
@@ -192,45 +201,91 @@ func (d *cudaDevice) Close() error {
 }
 
 type cudaArena struct {
-	dev        *cudaDevice
-	ptr        cu.DevicePtr
-	numBlocks  int
-	blockBytes int
+	geom
+	dev *cudaDevice
+	ptr cu.DevicePtr
 
 	freed   atomic.Bool
 	mu      sync.Mutex
 	streams map[*cudaStream]struct{}
 }
 
-func (a *cudaArena) NumBlocks() int  { return a.numBlocks }
-func (a *cudaArena) BlockBytes() int { return a.blockBytes }
+// at returns the device address of byte off of the arena.
+func (a *cudaArena) at(off int) cu.DevicePtr { return a.ptr + cu.DevicePtr(off) }
 
-func (a *cudaArena) at(block, off int) cu.DevicePtr {
-	return a.ptr + cu.DevicePtr(block*a.blockBytes+off)
+func (a *cudaArena) DevicePtr() uintptr {
+	if a.freed.Load() {
+		return 0
+	}
+	return uintptr(a.ptr)
 }
 
 func (a *cudaArena) WriteBlock(block, off int, src []byte) error {
-	if a.freed.Load() {
-		return ErrClosed
-	}
-	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil || len(src) == 0 {
+	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil {
 		return err
 	}
-	return a.dev.do(func() error {
-		// Synchronous: the driver is done with src when it returns.
-		return cu.MemcpyHtoD(a.at(block, off), unsafe.Pointer(&src[0]), int64(len(src)))
-	})
+	return a.write(block, off, src)
 }
 
 func (a *cudaArena) ReadBlock(block, off int, dst []byte) error {
+	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil {
+		return err
+	}
+	return a.read(block, off, dst)
+}
+
+func (a *cudaArena) WriteRegion(r KVRegion, src []byte) error {
+	off, err := a.regionRange(r, len(src))
+	if err != nil {
+		return err
+	}
+	return a.write(r.Block, off, src)
+}
+
+func (a *cudaArena) ReadRegion(r KVRegion, dst []byte) error {
+	off, err := a.regionRange(r, len(dst))
+	if err != nil {
+		return err
+	}
+	return a.read(r.Block, off, dst)
+}
+
+// write copies src to a checked range of block's host form, synchronously:
+// the driver is done with src when it returns.
+func (a *cudaArena) write(block, off int, src []byte) error {
 	if a.freed.Load() {
 		return ErrClosed
 	}
-	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil || len(dst) == 0 {
-		return err
+	if len(src) == 0 {
+		return nil
 	}
 	return a.dev.do(func() error {
-		return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), a.at(block, off), int64(len(dst)))
+		var err error
+		a.pieces(block, off, len(src), func(ao, bo, n int) {
+			if err == nil {
+				err = cu.MemcpyHtoD(a.at(ao), unsafe.Pointer(&src[bo-off]), int64(n))
+			}
+		})
+		return err
+	})
+}
+
+// read copies a checked range of block's host form into dst, synchronously.
+func (a *cudaArena) read(block, off int, dst []byte) error {
+	if a.freed.Load() {
+		return ErrClosed
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	return a.dev.do(func() error {
+		var err error
+		a.pieces(block, off, len(dst), func(ao, bo, n int) {
+			if err == nil {
+				err = cu.MemcpyDtoH(unsafe.Pointer(&dst[bo-off]), a.at(ao), int64(n))
+			}
+		})
+		return err
 	})
 }
 
@@ -290,24 +345,13 @@ func (s *cudaStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	for i, op := range ops {
-		if !d.pinned(op.Host) {
-			return nil, fmt.Errorf("%w: %w", ErrNotPinned,
-				&CopyError{Index: i, Block: op.Block, Reason: "host memory not from AllocHost"})
-		}
+	if err := d.pinned.checkOps(ops); err != nil {
+		return nil, err
 	}
 	p := cudaPending{done: newEvent()}
 	p.err = d.do(func() error {
-		n := int64(a.blockBytes)
 		for i, op := range ops {
-			host := unsafe.Pointer(unsafe.SliceData(op.Host))
-			var err error
-			if dir == D2H {
-				err = cu.MemcpyDtoHAsync(host, a.at(op.Block, 0), n, s.s)
-			} else {
-				err = cu.MemcpyHtoDAsync(a.at(op.Block, 0), host, n, s.s)
-			}
-			if err != nil {
+			if err := s.copyBlock(dir, op); err != nil {
 				return fmt.Errorf("kvtier: %v copy %d of %d (block %d): %w", dir, i, len(ops), op.Block, err)
 			}
 		}
@@ -336,6 +380,50 @@ func (s *cudaStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 		panic("kvtier: CUDA stream queue closed while the stream is open")
 	}
 	return p.done, nil
+}
+
+// copyBlock enqueues one block's copy on the stream; the device's context
+// must be current. A block-contiguous block is one cuMemcpy*Async. A
+// layer-separate block is nseg segments of segBytes, numBlocks*segBytes
+// apart in the arena and packed in the host buffer: one cuMemcpy2DAsync
+// with those pitches gathers or scatters them all, or, when the arena's
+// pitch exceeds the device's limit, one cuMemcpy*Async per segment.
+func (s *cudaStream) copyBlock(dir Direction, op CopyOp) error {
+	a := s.arena
+	host := unsafe.Pointer(unsafe.SliceData(op.Host))
+	dev := a.at(op.Block * a.segBytes)
+	seg, pitch := int64(a.segBytes), int64(a.numBlocks)*int64(a.segBytes)
+	switch {
+	case a.nseg == 1:
+		if dir == D2H {
+			return cu.MemcpyDtoHAsync(host, dev, seg, s.s)
+		}
+		return cu.MemcpyHtoDAsync(dev, host, seg, s.s)
+	case pitch <= a.dev.maxPitch:
+		p := cu.Memcpy2dParam{WidthInBytes: seg, Height: int64(a.nseg)}
+		if dir == D2H {
+			p.SrcMemoryType, p.SrcDevice, p.SrcPitch = cu.DeviceMemory, dev, pitch
+			p.DstMemoryType, p.DstHost, p.DstPitch = cu.HostMemory, host, seg
+		} else {
+			p.SrcMemoryType, p.SrcHost, p.SrcPitch = cu.HostMemory, host, seg
+			p.DstMemoryType, p.DstDevice, p.DstPitch = cu.DeviceMemory, dev, pitch
+		}
+		return cu.Memcpy2DAsync(p, s.s)
+	}
+	for i := range a.nseg {
+		h := unsafe.Add(host, i*a.segBytes)
+		d := dev + cu.DevicePtr(int64(i)*pitch)
+		var err error
+		if dir == D2H {
+			err = cu.MemcpyDtoHAsync(h, d, seg, s.s)
+		} else {
+			err = cu.MemcpyHtoDAsync(d, h, seg, s.s)
+		}
+		if err != nil {
+			return fmt.Errorf("segment %d of %d: %w", i, a.nseg, err)
+		}
+	}
+	return nil
 }
 
 // wait runs on the stream's goroutine, in enqueue order.
@@ -432,6 +520,7 @@ func (b *cudaBuffer) release(byDevice bool) error {
 		b.state = bufReleased
 	}
 	p := unsafe.Pointer(unsafe.SliceData(b.mem))
+	b.dev.pinned.remove(b.mem)
 	b.mem = nil
 	return b.dev.do(func() error {
 		if err := cu.MemFreeHost(p); err != nil {

@@ -22,7 +22,11 @@ import (
 // device's context must be current on the calling thread.
 func cuMemAllocHost(n int) (unsafe.Pointer, error) {
 	var p unsafe.Pointer
-	if r := C.cuMemAllocHost(&p, C.size_t(n)); r != C.CUDA_SUCCESS {
+	switch r := C.cuMemAllocHost(&p, C.size_t(n)); r {
+	case C.CUDA_SUCCESS:
+	case C.CUDA_ERROR_OUT_OF_MEMORY:
+		return nil, fmt.Errorf("%w: pinned host buffer: cuMemAllocHost(%d bytes): CUresult %d", ErrOutOfMemory, n, int(r))
+	default:
 		return nil, fmt.Errorf("kvtier: cuMemAllocHost(%d bytes): CUresult %d", n, int(r))
 	}
 	return p, nil

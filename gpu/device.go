@@ -17,9 +17,16 @@ type Device interface {
 	// Name identifies the backend and device, e.g. "host" or "cuda:0".
 	Name() string
 	// NewArena allocates numBlocks x blockBytes bytes of device memory,
-	// zeroed. The caller owns the arena and must Free it (or Close the
-	// device).
+	// zeroed, as opaque block-contiguous blocks. The caller owns the arena
+	// and must Free it (or Close the device). A failed allocation returns
+	// an error wrapping ErrOutOfMemory.
 	NewArena(numBlocks, blockBytes int) (Arena, error)
+	// NewKVArena is NewArena for numBlocks blocks of layout.BlockBytes
+	// placed by layout.Kind(), so that the arena can address each block's
+	// (layer, K or V) regions: RegionOffset, ReadRegion, WriteRegion.
+	// Stream copies and ReadBlock/WriteBlock still see each block in its
+	// host form whatever the kind.
+	NewKVArena(layout Layout, numBlocks int) (Arena, error)
 	// NewStream creates an in-order copy stream between arena and host
 	// memory. The arena must come from this device. The caller must
 	// Close the stream; freeing the arena closes it too.
@@ -34,18 +41,43 @@ type Device interface {
 	Close() error
 }
 
-// Arena is a contiguous range of device memory cut into equal blocks.
+// Arena is a contiguous range of device memory holding equal blocks. An
+// arena from NewArena stores each block contiguously; one from NewKVArena
+// places blocks by its Layout's kind. Block offsets in WriteBlock,
+// ReadBlock and stream copies are always offsets in the block's host form
+// ([layer][kv][token][head][dim]), whatever the kind.
 type Arena interface {
 	NumBlocks() int
 	BlockBytes() int
-	// WriteBlock copies src into block at byte offset off, synchronously.
-	// It fails with ErrOutOfRange unless the whole range lies inside the
-	// block, and with ErrClosed after Free. It must not overlap a stream
-	// copy of the same block in flight.
+	// Layout returns the layout the arena was made with by NewKVArena;
+	// false for an arena from NewArena.
+	Layout() (Layout, bool)
+	// WriteBlock copies src into block at byte offset off of its host
+	// form, synchronously. It fails with ErrOutOfRange unless the whole
+	// range lies inside the block, and with ErrClosed after Free. It must
+	// not overlap a stream copy of the same block in flight.
 	WriteBlock(block, off int, src []byte) error
-	// ReadBlock copies from block at byte offset off into dst,
-	// synchronously, with the same checks as WriteBlock.
+	// ReadBlock copies from block at byte offset off of its host form into
+	// dst, synchronously, with the same checks as WriteBlock.
 	ReadBlock(block, off int, dst []byte) error
+	// RegionOffset returns the byte offset in the arena's memory of
+	// block's (layer, kv) region: Layout.ArenaOffset for this arena. Add
+	// it to DevicePtr to hand the region to a kernel. It fails with
+	// ErrShape for an arena without a layout and ErrOutOfRange for a
+	// region outside the arena.
+	RegionOffset(block, layer int, kv KV) (int, error)
+	// WriteRegion copies src, (r.End-r.Start) x TokenBytes bytes, into the
+	// region r, synchronously, with the same rules as WriteBlock. It
+	// fails with ErrShape for an arena without a layout or a src of the
+	// wrong size, and with ErrOutOfRange for a region outside the arena.
+	WriteRegion(r KVRegion, src []byte) error
+	// ReadRegion copies the region r into dst, synchronously, with the
+	// same checks as WriteRegion.
+	ReadRegion(r KVRegion, dst []byte) error
+	// DevicePtr returns the address of the arena's first byte in the
+	// device's address space: a CUdeviceptr on CUDA, a host address on the
+	// host backend. It stays valid until Free; 0 after.
+	DevicePtr() uintptr
 	// Free closes the arena's streams (draining them) and releases the
 	// memory. A second Free returns nil.
 	Free() error
@@ -70,7 +102,10 @@ func (d Direction) String() string {
 }
 
 // CopyOp moves one whole block between the arena and Host. len(Host) must
-// equal the arena's BlockBytes. The caller keeps Host alive and does not
+// equal the arena's BlockBytes, and Host must lie inside a live buffer from
+// the same device's AllocHost (ErrNotPinned otherwise). Host holds the
+// block in its host form: under a LayerSeparate layout a D2H gathers the
+// block's 2 x Layers regions into it and an H2D scatters them back. The caller keeps Host alive and does not
 // touch it until the batch's Event is done.
 type CopyOp struct {
 	Block int
@@ -151,4 +186,18 @@ func checkArenaSize(numBlocks, blockBytes int) (int, error) {
 		return 0, fmt.Errorf("%w: arena of %d blocks of %d bytes overflows", ErrInvalidSize, numBlocks, blockBytes)
 	}
 	return total, nil
+}
+
+// RegionPtr returns the device address of block's (layer, kv) region of a:
+// a.DevicePtr() + a.RegionOffset(block, layer, kv).
+func RegionPtr(a Arena, block, layer int, kv KV) (uintptr, error) {
+	off, err := a.RegionOffset(block, layer, kv)
+	if err != nil {
+		return 0, err
+	}
+	base := a.DevicePtr()
+	if base == 0 {
+		return 0, ErrClosed
+	}
+	return base + uintptr(off), nil
 }

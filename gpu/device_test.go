@@ -432,3 +432,96 @@ func TestDeviceCloseReleasesEverything(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// An allocation the machine cannot back is an error the caller can handle,
+// not a fatal runtime crash (which make([]byte, n) would be), and leaves
+// the device usable.
+func TestAllocationFailureIsAnError(t *testing.T) {
+	d := newTestDevice(t)
+	for _, total := range []int{1 << 46, 1 << 48} {
+		if a, err := d.NewArena(1<<16, total>>16); !errors.Is(err, ErrOutOfMemory) || a != nil {
+			t.Errorf("NewArena of %d bytes = %v, %v; want ErrOutOfMemory", total, a, err)
+		} else {
+			t.Logf("NewArena of %d bytes: %v", total, err)
+		}
+		if b, err := d.AllocHost(total); !errors.Is(err, ErrOutOfMemory) || b != nil {
+			t.Errorf("AllocHost(%d) = %v, %v; want ErrOutOfMemory", total, b, err)
+		}
+	}
+	a, err := d.NewArena(2, 4096)
+	if err != nil {
+		t.Fatalf("NewArena after a failed one: %v", err)
+	}
+	if err := a.WriteBlock(1, 0, []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStreamRejectsUnpinnedHost: the CUDA driver copies after the call
+// returns and only from page-locked memory it allocated, so both backends
+// accept only host memory inside a live buffer from the same device's
+// AllocHost, and reject a batch with any other op whole.
+func TestStreamRejectsUnpinnedHost(t *testing.T) {
+	d := newTestDevice(t)
+	arena, err := d.NewArena(2, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream(arena)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := arena.WriteBlock(1, 0, []byte{42}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewHost(HostConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	pinned := hostBlocks(t, d, 1, 4096)
+	otherMem := hostBlocks(t, other, 1, 4096)[0]
+	// Allocated last and nothing allocated until the checks: mmap would
+	// hand the freed addresses to the next buffer.
+	freed, err := d.AllocHost(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freedMem := freed.Bytes()
+	if err := freed.Free(); err != nil {
+		t.Fatal(err)
+	}
+	for name, host := range map[string][]byte{
+		"Go":               make([]byte, 4096),
+		"another device's": otherMem,
+		"a freed buffer's": freedMem,
+	} {
+		for _, dir := range []Direction{D2H, H2D} {
+			copyFn := s.CopyD2H
+			if dir == H2D {
+				copyFn = s.CopyH2D
+			}
+			ev, err := copyFn([]CopyOp{{0, pinned[0]}, {1, host}})
+			var ce *CopyError
+			if !errors.Is(err, ErrNotPinned) || !errors.As(err, &ce) || ce.Index != 1 || ev != nil {
+				t.Errorf("%v with %s memory: event %v, %v; want ErrNotPinned for op 1", dir, name, ev != nil, err)
+			}
+		}
+	}
+	if err := s.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if pinned[0][0] != 0 {
+		t.Error("a rejected batch copied its first op")
+	}
+	// Any sub-slice of a live buffer is accepted.
+	big := hostBlocks(t, d, 3, 4096)
+	ev, err := s.CopyD2H([]CopyOp{{1, big[1]}, {1, big[2]}})
+	if err != nil {
+		t.Fatalf("sub-slices of a pinned buffer rejected: %v", err)
+	}
+	if err := waitDone(t, ev); err != nil || big[1][0] != 42 || big[2][0] != 42 {
+		t.Fatalf("copy into sub-slices: %v, got %d %d", err, big[1][0], big[2][0])
+	}
+}

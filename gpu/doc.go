@@ -7,10 +7,23 @@
 // # Layout
 //
 // A ModelSpec gives layers, KV heads, head dimension and DType; NewLayout
-// turns it and a block size in tokens into byte sizes. A block is laid
-// out [layer][kv][token][head][dim], so Layout.Region gives one contiguous
+// turns it and a block size in tokens into byte sizes. A block's host form
+// (what stream copies, the pinned tier and disk hold) is laid out
+// [layer][kv][token][head][dim], so Layout.Region gives one contiguous
 // byte range per (layer, K or V). A Llama-3-8B-like spec costs 128 KiB
 // per token.
+//
+// A layout's Kind places blocks in a device arena (NewKVArena):
+// BlockContiguous, [block][layer][kv][token][head][dim], keeps each block
+// in its host form, so a tier copy is one memcpy per block;
+// LayerSeparate, [layer][kv][block][token][head][dim] as vLLM's
+// FlashAttention cache, makes each layer's K and V one dense tensor for a
+// kernel, and a tier copy gathers or scatters a block's 2 x Layers regions
+// (one cuMemcpy2DAsync per block on CUDA). Layout.ArenaOffset,
+// LayerView and LayerTensor locate regions in an arena;
+// Arena.RegionOffset, RegionPtr and DevicePtr give their device addresses;
+// Arena.ReadRegion and WriteRegion move one (block, layer, K or V, token
+// range) synchronously, for a reference engine.
 //
 // # Views
 //
@@ -28,10 +41,19 @@
 // are validated up front: a bad op rejects the whole batch with a
 // *CopyError and nothing is enqueued.
 //
+// Host memory in a CopyOp must lie inside a live buffer from the same
+// device's AllocHost, on both backends: the CUDA driver copies
+// asynchronously only from page-locked memory it allocated, and the host
+// backend refuses the same copies (ErrNotPinned) so that wiring that would
+// fail on a GPU fails in tests too. A tier's host pool takes its memory
+// from AllocHost (pinned.DeviceAlloc).
+//
 // Default returns the build's backend. Without tags it is the host
-// backend (NewHost): arenas are Go memory and each stream is a goroutine
-// doing real copies, optionally paced to a PCIe-like bandwidth on an
-// injectable Clock, with a fault hook to slow or fail batches in tests.
+// backend (NewHost): arenas are anonymous mmaps (an allocation the machine
+// cannot back fails with ErrOutOfMemory instead of crashing) and each
+// stream is a goroutine doing real copies, optionally paced to a
+// PCIe-like bandwidth on an injectable Clock, with a fault hook to slow or
+// fail batches in tests.
 // With -tags cuda it is NewCUDA: cuMemAlloc arenas, cuMemAllocHost
 // buffers, cuMemcpy*Async on a CUDA stream and an event per batch.
 //

@@ -22,9 +22,17 @@ var (
 	// ErrBadCopy: a copy batch was rejected before anything was enqueued.
 	// The detail is a *CopyError naming the first bad op.
 	ErrBadCopy = errors.New("kvtier: bad copy batch")
-	// ErrNotPinned: the CUDA backend was asked to copy to or from host
-	// memory that did not come from Device.AllocHost.
+	// ErrNotPinned: a stream was asked to copy to or from host memory
+	// that does not lie inside a live buffer from the same device's
+	// AllocHost. Both backends enforce it: the CUDA driver can only copy
+	// asynchronously from page-locked memory it allocated, and the host
+	// backend checks the same rule so that tests catch wrong wiring.
 	ErrNotPinned = errors.New("kvtier: host memory is not pinned")
+	// ErrOutOfMemory: an arena or host buffer could not be allocated
+	// (mmap or cuMemAlloc refused it, or it is larger than the machine's
+	// memory). The detail says what was being allocated and how many
+	// bytes. Nothing was allocated; the process carries on.
+	ErrOutOfMemory = errors.New("kvtier: out of memory")
 	// ErrClosed: the device, arena or stream has been closed or freed.
 	ErrClosed = errors.New("kvtier: closed")
 	// ErrNotDone: Event.Err was called before the event completed.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // HostConfig configures the host backend. The zero value is a device with
@@ -27,7 +28,10 @@ type HostConfig struct {
 }
 
 // NewHost returns a Device whose "device memory" is ordinary host memory
-// and whose streams are goroutines doing real memory copies in order. It
+// and whose streams are goroutines doing real memory copies in order. Like
+// the CUDA backend, its streams accept only host memory inside a live
+// buffer from its own AllocHost and reject anything else with
+// ErrNotPinned, so code that works here keeps working on a GPU. It
 // stands in for a GPU in tests, in benchmarks of the transfer path, and
 // on machines without one. cfg is copied, never modified.
 func NewHost(cfg HostConfig) (Device, error) {
@@ -57,26 +61,42 @@ type hostDevice struct {
 	closed bool
 	arenas map[*hostArena]struct{}
 	bufs   map[*hostBuffer]struct{}
+	pinned hostRanges // the live bufs' memory: what streams may copy with
 }
 
 func (d *hostDevice) Name() string { return "host" }
 
 func (d *hostDevice) NewArena(numBlocks, blockBytes int) (Arena, error) {
-	total, err := checkArenaSize(numBlocks, blockBytes)
+	g, total, err := newGeom(numBlocks, blockBytes)
 	if err != nil {
 		return nil, err
 	}
-	a := &hostArena{
-		dev:        d,
-		mem:        make([]byte, total),
-		numBlocks:  numBlocks,
-		blockBytes: blockBytes,
-		streams:    make(map[*hostStream]struct{}),
+	return d.newArena(g, total)
+}
+
+func (d *hostDevice) NewKVArena(l Layout, numBlocks int) (Arena, error) {
+	g, total, err := newKVGeom(l, numBlocks)
+	if err != nil {
+		return nil, err
 	}
+	return d.newArena(g, total)
+}
+
+func (d *hostDevice) newArena(g geom, total int) (Arena, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
+	}
+	mem, err := mapAnon(total, fmt.Sprintf("host arena of %d blocks x %d bytes", g.numBlocks, g.blockBytes))
+	if err != nil {
+		return nil, err
+	}
+	a := &hostArena{
+		geom:    g,
+		dev:     d,
+		mem:     mem,
+		streams: make(map[*hostStream]struct{}),
 	}
 	d.arenas[a] = struct{}{}
 	return a, nil
@@ -113,6 +133,7 @@ func (d *hostDevice) AllocHost(n int) (HostBuffer, error) {
 	}
 	b := &hostBuffer{dev: d, mem: mem, locked: locked}
 	d.bufs[b] = struct{}{}
+	d.pinned.add(mem)
 	return b, nil
 }
 
@@ -138,39 +159,79 @@ func (d *hostDevice) Close() error {
 }
 
 type hostArena struct {
-	dev        *hostDevice
-	mem        []byte
-	numBlocks  int
-	blockBytes int
+	geom
+	dev *hostDevice
+
+	// memMu keeps the mapping alive under synchronous accesses: they hold
+	// it shared, free unmaps under it exclusively. Stream workers need no
+	// lock: free drains them before unmapping.
+	memMu sync.RWMutex
+	mem   []byte // nil once unmapped
 
 	freed   atomic.Bool
 	mu      sync.Mutex // guards streams and the freed transition
 	streams map[*hostStream]struct{}
 }
 
-func (a *hostArena) NumBlocks() int  { return a.numBlocks }
-func (a *hostArena) BlockBytes() int { return a.blockBytes }
-
 func (a *hostArena) WriteBlock(block, off int, src []byte) error {
-	if a.freed.Load() {
-		return ErrClosed
-	}
 	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil {
 		return err
 	}
-	copy(a.mem[block*a.blockBytes+off:], src)
-	return nil
+	return a.write(block, off, src)
 }
 
 func (a *hostArena) ReadBlock(block, off int, dst []byte) error {
-	if a.freed.Load() {
-		return ErrClosed
-	}
 	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil {
 		return err
 	}
-	copy(dst, a.mem[block*a.blockBytes+off:])
+	return a.read(block, off, dst)
+}
+
+func (a *hostArena) WriteRegion(r KVRegion, src []byte) error {
+	off, err := a.regionRange(r, len(src))
+	if err != nil {
+		return err
+	}
+	return a.write(r.Block, off, src)
+}
+
+func (a *hostArena) ReadRegion(r KVRegion, dst []byte) error {
+	off, err := a.regionRange(r, len(dst))
+	if err != nil {
+		return err
+	}
+	return a.read(r.Block, off, dst)
+}
+
+// write copies src to a checked range of block's host form.
+func (a *hostArena) write(block, off int, src []byte) error {
+	a.memMu.RLock()
+	defer a.memMu.RUnlock()
+	if a.mem == nil {
+		return ErrClosed
+	}
+	a.pieces(block, off, len(src), func(ao, bo, n int) { copy(a.mem[ao:ao+n], src[bo-off:]) })
 	return nil
+}
+
+// read copies a checked range of block's host form into dst.
+func (a *hostArena) read(block, off int, dst []byte) error {
+	a.memMu.RLock()
+	defer a.memMu.RUnlock()
+	if a.mem == nil {
+		return ErrClosed
+	}
+	a.pieces(block, off, len(dst), func(ao, bo, n int) { copy(dst[bo-off:bo-off+n], a.mem[ao:]) })
+	return nil
+}
+
+func (a *hostArena) DevicePtr() uintptr {
+	a.memMu.RLock()
+	defer a.memMu.RUnlock()
+	if a.mem == nil {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(a.mem)))
 }
 
 func (a *hostArena) Free() error {
@@ -180,8 +241,8 @@ func (a *hostArena) Free() error {
 	return a.free()
 }
 
-// free closes the arena's streams and marks it freed. The memory itself
-// is left to the garbage collector.
+// free closes the arena's streams (draining them), marks it freed and
+// unmaps its memory.
 func (a *hostArena) free() error {
 	a.mu.Lock()
 	if a.freed.Swap(true) {
@@ -194,7 +255,11 @@ func (a *hostArena) free() error {
 	for s := range streams {
 		s.q.close()
 	}
-	return nil
+	a.memMu.Lock()
+	defer a.memMu.Unlock()
+	mem := a.mem
+	a.mem = nil
+	return unmapAnon(mem)
 }
 
 // hostBatch is one enqueued batch; ops is a pooled copy of the caller's.
@@ -216,6 +281,9 @@ func (s *hostStream) CopyH2D(ops []CopyOp) (*Event, error) { return s.enqueue(H2
 
 func (s *hostStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 	if err := validateOps(ops, s.arena.numBlocks, s.arena.blockBytes); err != nil {
+		return nil, err
+	}
+	if err := s.arena.dev.pinned.checkOps(ops); err != nil {
 		return nil, err
 	}
 	p := opsPool.Get().(*[]CopyOp)
@@ -242,12 +310,18 @@ func (s *hostStream) run(b hostBatch) {
 		if d.pacer != nil {
 			due = d.pacer.reserve(b.dir, len(ops)*a.blockBytes)
 		}
+		// One segment per block when block-contiguous; 2 x Layers to
+		// gather or scatter when layer-separate.
+		seg, plane := a.segBytes, a.numBlocks*a.segBytes
 		for _, op := range ops {
-			blk := a.mem[op.Block*a.blockBytes : (op.Block+1)*a.blockBytes]
-			if b.dir == D2H {
-				copy(op.Host, blk)
-			} else {
-				copy(blk, op.Host)
+			at := op.Block * seg
+			for s := 0; s < a.nseg; s, at = s+1, at+plane {
+				host, dev := op.Host[s*seg:(s+1)*seg], a.mem[at:at+seg]
+				if b.dir == D2H {
+					copy(host, dev)
+				} else {
+					copy(dev, host)
+				}
 			}
 		}
 		if d.pacer != nil {
@@ -329,5 +403,6 @@ func (b *hostBuffer) release(byDevice bool) error {
 	}
 	mem := b.mem
 	b.mem = nil
+	b.dev.pinned.remove(mem)
 	return freePageLocked(mem, b.locked)
 }

@@ -282,7 +282,7 @@ func TestEventErrBeforeDoneAndSynchronizeCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ev, err := s.CopyD2H([]CopyOp{{0, make([]byte, 16)}})
+	ev, err := s.CopyD2H([]CopyOp{{0, hostBlocks(t, d, 1, 16)[0]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,5 +371,43 @@ func TestHostNewStreamForeignArena(t *testing.T) {
 	}
 	if _, err := d2.NewStream(a); err == nil {
 		t.Error("a device accepted another device's arena")
+	}
+}
+
+// TestHostKVArenaPhysicalLayout checks where the host backend puts the
+// bytes: a layer-separate arena is vLLM's [layer][kv][block][token][head][dim].
+func TestHostKVArenaPhysicalLayout(t *testing.T) {
+	d, err := NewHost(HostConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const n = 3
+	l, a, s := newKVArena(t, d, LayerSeparate, n)
+	host := hostBlocks(t, d, n, l.BlockBytes())
+	var ops []CopyOp
+	for b := range n {
+		fillBlock(l, host[b], uint64(7+b))
+		ops = append(ops, CopyOp{Block: b, Host: host[b]})
+	}
+	ev, err := s.CopyH2D(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, ev); err != nil {
+		t.Fatal(err)
+	}
+	mem := a.(*hostArena).mem
+	r := l.RegionBytes()
+	for layer := range testSpec.Layers {
+		for kvi, kv := range []KV{Key, Value} {
+			for b := range n {
+				at := ((layer*2+kvi)*n + b) * r
+				off, _ := l.Region(layer, kv)
+				if !bytes.Equal(mem[at:at+r], host[b][off:off+r]) {
+					t.Fatalf("layer %d %v block %d is not at %d", layer, kv, b, at)
+				}
+			}
+		}
 	}
 }

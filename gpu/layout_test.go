@@ -132,3 +132,146 @@ func TestLayoutRegionPanicsOutOfRange(t *testing.T) {
 		}()
 	}
 }
+
+var kinds = []LayoutKind{BlockContiguous, LayerSeparate}
+
+func TestLayoutKind(t *testing.T) {
+	l, err := NewLayout(TinySpec, 4)
+	if err != nil || l.Kind() != BlockContiguous {
+		t.Fatalf("NewLayout kind = %v, %v; want block-contiguous", l.Kind(), err)
+	}
+	for _, k := range kinds {
+		got, err := ParseLayoutKind(k.String())
+		if err != nil || got != k {
+			t.Errorf("ParseLayoutKind(%q) = %v, %v", k, got, err)
+		}
+	}
+	if _, err := ParseLayoutKind("paged"); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("ParseLayoutKind(paged) = %v", err)
+	}
+	var se *SpecError
+	if _, err := NewLayoutKind(TinySpec, 4, 0); !errors.As(err, &se) || se.Field != "Kind" {
+		t.Errorf("NewLayoutKind with kind 0: %v, want a SpecError for Kind", err)
+	}
+	// The host form of a block does not depend on the kind.
+	ls, err := NewLayoutKind(TinySpec, 4, LayerSeparate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.BlockBytes() != l.BlockBytes() || ls.BlockView().String() != l.BlockView().String() {
+		t.Error("a layer-separate block's host form differs from a block-contiguous one's")
+	}
+}
+
+// TestLayoutArenaOffsetsTileArena: in both kinds the (block, layer, kv)
+// regions cover an arena exactly once, where the doc says they are.
+func TestLayoutArenaOffsetsTileArena(t *testing.T) {
+	const blocks = 5
+	for _, kind := range kinds {
+		l, err := NewLayoutKind(testSpec, 3, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := make([]bool, blocks*l.BlockBytes())
+		for b := range blocks {
+			for layer := range testSpec.Layers {
+				for kvi, kv := range []KV{Key, Value} {
+					off, err := l.ArenaOffset(blocks, b, layer, kv)
+					if err != nil {
+						t.Fatal(err)
+					}
+					seg := layer*2 + kvi
+					want := b*l.BlockBytes() + seg*l.RegionBytes() // [block][layer][kv]
+					if kind == LayerSeparate {
+						want = (seg*blocks + b) * l.RegionBytes() // [layer][kv][block]
+					}
+					if off != want {
+						t.Fatalf("%v: ArenaOffset(%d,%d,%v) = %d, want %d", kind, b, layer, kv, off, want)
+					}
+					for i := off; i < off+l.RegionBytes(); i++ {
+						if seen[i] {
+							t.Fatalf("%v: byte %d in two regions", kind, i)
+						}
+						seen[i] = true
+					}
+				}
+			}
+		}
+		if i := slices.Index(seen, false); i >= 0 {
+			t.Errorf("%v: byte %d in no region", kind, i)
+		}
+	}
+}
+
+// TestLayoutLayerViews: LayerView of a block and LayerTensor of the arena
+// address the same bytes, inside the region ArenaOffset names.
+func TestLayoutLayerViews(t *testing.T) {
+	const blocks = 3
+	s := testSpec
+	for _, kind := range kinds {
+		l, err := NewLayoutKind(s, 4, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for layer := range s.Layers {
+			for _, kv := range []KV{Key, Value} {
+				all, err := l.LayerTensor(blocks, layer, kv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if all.IsContiguous() != (kind == LayerSeparate) || all.StorageBytes() != blocks*l.BlockBytes() {
+					t.Fatalf("%v: LayerTensor %v: contiguous %v", kind, all, all.IsContiguous())
+				}
+				for b := range blocks {
+					v, err := l.LayerView(blocks, b, layer, kv)
+					if err != nil {
+						t.Fatal(err)
+					}
+					base, _ := l.ArenaOffset(blocks, b, layer, kv)
+					if !v.IsContiguous() || v.Offset() != base || v.NumBytes() != l.RegionBytes() {
+						t.Fatalf("%v: LayerView(%d,%d,%v) = %v, want contiguous at %d", kind, b, layer, kv, v, base)
+					}
+					for tok := range 4 {
+						for h := range s.KVHeads {
+							for d := range s.HeadDim {
+								got, err := v.Address(tok, h, d)
+								want := base + ((tok*s.KVHeads+h)*s.HeadDim+d)*s.DType.Size()
+								if err != nil || got != want {
+									t.Fatalf("%v: Address(%d,%d,%d) = %d, %v; want %d", kind, tok, h, d, got, err, want)
+								}
+								if got2, _ := all.Address(b, tok, h, d); got2 != got {
+									t.Fatalf("%v: LayerTensor address %d, LayerView %d", kind, got2, got)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestLayoutArenaOffsetErrors(t *testing.T) {
+	l, err := NewLayoutKind(TinySpec, 2, LayerSeparate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		blocks, block, layer int
+		kv                   KV
+		want                 error
+	}{
+		{4, -1, 0, Key, ErrOutOfRange},
+		{4, 4, 0, Key, ErrOutOfRange},
+		{4, 0, TinySpec.Layers, Key, ErrOutOfRange},
+		{4, 0, 0, 0, ErrOutOfRange},
+		{0, 0, 0, Key, ErrInvalidSize},
+	} {
+		if _, err := l.ArenaOffset(c.blocks, c.block, c.layer, c.kv); !errors.Is(err, c.want) {
+			t.Errorf("ArenaOffset(%d,%d,%d,%v) = %v, want %v", c.blocks, c.block, c.layer, c.kv, err, c.want)
+		}
+		if _, err := l.LayerView(c.blocks, c.block, c.layer, c.kv); !errors.Is(err, c.want) {
+			t.Errorf("LayerView(%d,%d,%d,%v) = %v, want %v", c.blocks, c.block, c.layer, c.kv, err, c.want)
+		}
+	}
+}

@@ -34,7 +34,11 @@ type Config struct {
 	// ignored when Alloc is set; Alloc reports locking itself.
 	Lock bool
 	// Alloc replaces the default allocator (anonymous mmap, plus mlock when
-	// Lock is set). The CUDA build passes one backed by cuMemAllocHost.
+	// Lock is set). A pool whose slots are copied to and from a
+	// gpu.Device's arena must pass DeviceAlloc(dev): the device's streams
+	// refuse any other host memory with gpu.ErrNotPinned (on CUDA the
+	// memory must come from cuMemAllocHost; the host backend enforces the
+	// same rule).
 	Alloc AllocFunc
 }
 

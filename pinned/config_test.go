@@ -113,11 +113,11 @@ func TestNewCustomAlloc(t *testing.T) {
 	}
 
 	boom := errors.New("no pinned memory")
-	if _, err := New(cfg(&fakeAlloc{err: boom})); !errors.Is(err, boom) {
-		t.Errorf("allocator error not wrapped: %v", err)
+	if _, err := New(cfg(&fakeAlloc{err: boom})); !errors.Is(err, boom) || !errors.Is(err, ErrAlloc) {
+		t.Errorf("allocator error not wrapped with ErrAlloc: %v", err)
 	}
 	for _, f := range []*fakeAlloc{{misalign: true}, {short: true}} {
-		if p, err := New(cfg(f)); err == nil || p != nil || f.frees != 1 {
+		if p, err := New(cfg(f)); !errors.Is(err, ErrAlloc) || p != nil || f.frees != 1 {
 			t.Errorf("bad memory %+v: New = %v, %v, frees %d; want error and one free", f, p, err, f.frees)
 		}
 	}

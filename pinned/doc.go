@@ -9,10 +9,13 @@
 //
 // # Sections
 //
-//   - Memory: New maps Config.CapacityBytes of anonymous memory (or calls
-//     Config.Alloc, so a CUDA build can use cuMemAllocHost) and tries to mlock
-//     it when Config.Lock is set; a lock failure is reported by Locked, not
-//     returned as an error. Each slot starts on a page boundary.
+//   - Memory: New maps Config.CapacityBytes of anonymous memory and tries to
+//     mlock it when Config.Lock is set; a lock failure is reported by Locked,
+//     not returned as an error. Config.Alloc replaces the allocator:
+//     DeviceAlloc(dev) takes the memory from a gpu.Device's AllocHost
+//     (cuMemAllocHost on CUDA), which a pool must do when its slots are the
+//     host side of the device's stream copies. Each slot starts on a page
+//     boundary.
 //   - Slot lifecycle: every slot is in exactly one State; see below.
 //   - Readers: Acquire takes a read reference on a Resident slot and counts a
 //     hit (or a miss); Release drops it. A slot with readers is never evicted;
@@ -50,7 +53,8 @@
 // # Errors and panics
 //
 // Expected outcomes the caller branches on are sentinel errors: ErrNoSpace
-// (evict or deny), ErrExists. Bad configuration is a *ConfigError.
+// (evict or deny), ErrExists. Bad configuration is a *ConfigError; memory
+// the allocator cannot provide (ENOMEM) is ErrAlloc, never a crash.
 // Contract violations (a transition from the wrong state, Release without a
 // reader, an out-of-range slot, any use after Close) panic with a
 // "kvtier: pinned:" prefix.
@@ -61,7 +65,7 @@
 //		CapacityBytes: 1 << 30,
 //		SlotBytes:     blockBytes,
 //		Policy:        policy.S3FIFO,
-//		Lock:          true,
+//		Alloc:         pinned.DeviceAlloc(dev), // slots are dev's copy targets
 //	})
 //	if err != nil {
 //		return err

@@ -20,6 +20,12 @@ var (
 	ErrClosed = errors.New("kvtier: pinned: pool closed")
 	// ErrBadConfig is wrapped by every *ConfigError.
 	ErrBadConfig = errors.New("kvtier: pinned: bad config")
+	// ErrAlloc is returned by New when the pool's memory cannot be
+	// allocated: the allocator (mmap, or Config.Alloc) failed, for example
+	// with ENOMEM, or returned unusable memory. The error says how many
+	// bytes were asked for and wraps the allocator's error. Nothing is
+	// left allocated.
+	ErrAlloc = errors.New("kvtier: pinned: cannot allocate pool memory")
 )
 
 // ConfigError reports one invalid Config field. It wraps ErrBadConfig.

@@ -40,7 +40,9 @@ type Pool struct {
 
 // New validates cfg, allocates the pool's memory and returns a pool with
 // every slot Free. It returns a *ConfigError (wrapping ErrBadConfig) for a
-// bad field, or the allocator's error wrapped. cfg is not modified. The
+// bad field, or an error wrapping both ErrAlloc and the allocator's error
+// (an ENOMEM from mmap, gpu.ErrOutOfMemory from a device) when the memory
+// cannot be had. cfg is not modified. The
 // caller must Close the pool to release its memory.
 func New(cfg Config) (*Pool, error) {
 	l, err := cfg.validate(pageSize)
@@ -55,13 +57,13 @@ func New(cfg Config) (*Pool, error) {
 	}
 	mem, locked, free, err := alloc(size)
 	if err != nil {
-		return nil, fmt.Errorf("kvtier: pinned: allocate %d bytes: %w", size, err)
+		return nil, fmt.Errorf("%w: %d bytes for %d slots of %d bytes: %w", ErrAlloc, size, l.slots, l.stride, err)
 	}
 	if free == nil {
 		free = func() error { return nil }
 	}
 	if err := checkMemory(mem, size, l.pageSize); err != nil {
-		return nil, errors.Join(err, free())
+		return nil, errors.Join(fmt.Errorf("%w: %w", ErrAlloc, err), free())
 	}
 	pol, err := policy.New(l.kind, l.slots)
 	if err != nil {

@@ -29,6 +29,19 @@ type CopyResult struct {
 	H2DGBps     float64 `json:"h2d_gbps"`
 	HostPinned  bool    `json:"host_pinned"` // the host buffer was page-locked
 
+	// D2H and H2D above use a block-contiguous arena (one copy per block).
+	// The LayerSep figures copy the same blocks, same host buffer, in the
+	// same rounds, from and to a layer-separate arena (vLLM's
+	// [layer][kv][block][token][head][dim]), where each block is gathered
+	// from or scattered to 2 x layers segments of LayerSepSegmentBytes.
+	LayerSepD2HGBps      float64 `json:"layer_sep_d2h_gbps"`
+	LayerSepH2DGBps      float64 `json:"layer_sep_h2d_gbps"`
+	LayerSepSegmentBytes int     `json:"layer_sep_segment_bytes"`
+	// LayerSepTimeRatio is the median over rounds of the layer-separate
+	// copies' time (both directions) over the block-contiguous ones': 1.0
+	// means the gather/scatter is free, 1.2 that it costs 20% more.
+	LayerSepTimeRatio float64 `json:"layer_sep_time_ratio"`
+
 	Disk *DiskResult `json:"disk"`
 }
 
@@ -38,7 +51,7 @@ func runCopy(quick bool, dir string) (*CopyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := runDeviceCopy(quick, layout.BlockBytes())
+	r, err := runDeviceCopy(quick, layout)
 	if err != nil {
 		return nil, err
 	}
@@ -50,11 +63,15 @@ func runCopy(quick bool, dir string) (*CopyResult, error) {
 	return r, nil
 }
 
-func runDeviceCopy(quick bool, bb int) (_ *CopyResult, err error) {
+// copyKinds are the arena layouts compared, block-contiguous first.
+var copyKinds = [2]gpu.LayoutKind{gpu.BlockContiguous, gpu.LayerSeparate}
+
+func runDeviceCopy(quick bool, layout gpu.Layout) (_ *CopyResult, err error) {
 	rounds := 100
 	if quick {
 		rounds = 4
 	}
+	bb := layout.BlockBytes()
 	dev, err := gpu.Default()
 	if err != nil {
 		return nil, err
@@ -64,13 +81,19 @@ func runDeviceCopy(quick bool, bb int) (_ *CopyResult, err error) {
 			err = cerr
 		}
 	}()
-	arena, err := dev.NewArena(copyBatch, bb)
-	if err != nil {
-		return nil, err
-	}
-	stream, err := dev.NewStream(arena)
-	if err != nil {
-		return nil, err
+	var streams [len(copyKinds)]gpu.Stream
+	for i, kind := range copyKinds {
+		l, err := gpu.NewLayoutKind(layout.Spec(), layout.BlockTokens(), kind)
+		if err != nil {
+			return nil, err
+		}
+		arena, err := dev.NewKVArena(l, copyBatch)
+		if err != nil {
+			return nil, err
+		}
+		if streams[i], err = dev.NewStream(arena); err != nil {
+			return nil, err
+		}
 	}
 	host, err := dev.AllocHost(copyBatch * bb)
 	if err != nil {
@@ -108,46 +131,64 @@ func runDeviceCopy(quick bool, bb int) (_ *CopyResult, err error) {
 		return time.Since(start)
 	}
 	// One untimed pass of each kind faults every page in.
-	var mem, d2hs, h2ds []float64
+	var mem, ratios []float64
+	var rates [len(copyKinds)][gpu.H2D + 1][]float64
 	batchGB := float64(copyBatch*bb) / 1e9
 	for round := -1; round < rounds; round++ {
-		m := memmove(true) + memmove(false)
-		// The batch that runs first after the memmoves pays a few percent more
-		// (measured: with a fixed order the first direction read 86-93% of
-		// copy(), the second 99-109%, whichever it was), so the order
-		// alternates round by round.
+		// Each layout's pair of batches runs right after its own pair of
+		// memmoves, so both see the same cache state. The batch that runs
+		// first after the memmoves pays a few percent more (measured: with
+		// a fixed order the first direction read 86-93% of copy(), the
+		// second 99-109%, whichever it was), so the direction order
+		// alternates round by round, and which layout goes first every
+		// two rounds.
 		h2dFirst := round%2 == 0
-		first, second := stream.CopyD2H, stream.CopyH2D
-		if h2dFirst {
-			first, second = stream.CopyH2D, stream.CopyD2H
+		var took [len(copyKinds)][gpu.H2D + 1]time.Duration
+		var m time.Duration
+		for i := range copyKinds {
+			k := (i + (round+2)/2) % len(copyKinds)
+			m += memmove(true) + memmove(false)
+			first, second := streams[k].CopyD2H, streams[k].CopyH2D
+			if h2dFirst {
+				first, second = streams[k].CopyH2D, streams[k].CopyD2H
+			}
+			t1, err := batch(first)
+			if err != nil {
+				return nil, fmt.Errorf("copy (%v): %w", copyKinds[k], err)
+			}
+			t2, err := batch(second)
+			if err != nil {
+				return nil, fmt.Errorf("copy (%v): %w", copyKinds[k], err)
+			}
+			took[k][gpu.H2D], took[k][gpu.D2H] = t1, t2
+			if !h2dFirst {
+				took[k][gpu.H2D], took[k][gpu.D2H] = t2, t1
+			}
 		}
-		t1, err := batch(first)
-		if err != nil {
-			return nil, fmt.Errorf("copy: %w", err)
+		if round < 0 {
+			continue
 		}
-		t2, err := batch(second)
-		if err != nil {
-			return nil, fmt.Errorf("copy: %w", err)
+		mem = append(mem, float64(2*len(copyKinds))*batchGB/m.Seconds())
+		for k := range copyKinds {
+			for _, dir := range []gpu.Direction{gpu.D2H, gpu.H2D} {
+				rates[k][dir] = append(rates[k][dir], batchGB/took[k][dir].Seconds())
+			}
 		}
-		h2d, d2h := t1, t2
-		if !h2dFirst {
-			h2d, d2h = t2, t1
-		}
-		if round >= 0 {
-			mem = append(mem, 2*batchGB/m.Seconds())
-			d2hs = append(d2hs, batchGB/d2h.Seconds())
-			h2ds = append(h2ds, batchGB/h2d.Seconds())
-		}
+		ratios = append(ratios, (took[1][gpu.D2H]+took[1][gpu.H2D]).Seconds()/(took[0][gpu.D2H]+took[0][gpu.H2D]).Seconds())
 	}
 	return &CopyResult{
-		Device:      dev.Name(),
-		BlockBytes:  bb,
-		BatchBlock:  copyBatch,
-		Rounds:      rounds,
-		MemmoveGBps: median(mem),
-		D2HGBps:     median(d2hs),
-		H2DGBps:     median(h2ds),
-		HostPinned:  host.Pinned(),
+		Device:               dev.Name(),
+		BlockBytes:           bb,
+		BatchBlock:           copyBatch,
+		Rounds:               rounds,
+		MemmoveGBps:          median(mem),
+		D2HGBps:              median(rates[0][gpu.D2H]),
+		H2DGBps:              median(rates[0][gpu.H2D]),
+		HostPinned:           host.Pinned(),
+		LayerSepD2HGBps:      median(rates[1][gpu.D2H]),
+		LayerSepH2DGBps:      median(rates[1][gpu.H2D]),
+		LayerSepSegmentBytes: layout.RegionBytes(),
+		LayerSepTimeRatio:    median(ratios),
 	}, nil
 }
 
