@@ -116,7 +116,8 @@ func New(cfg Config) (*Manager, error) {
 		return fail(fmt.Errorf("kvtier: GPU stream: %w", err))
 	}
 	if c.PinnedBytes > 0 {
-		m.pinned, err = pinned.New(pinned.Config{CapacityBytes: c.PinnedBytes, SlotBytes: layout.BlockBytes(), Policy: c.PinnedPolicy, Lock: c.PinnedLock})
+		m.pinned, err = pinned.New(pinned.Config{CapacityBytes: c.PinnedBytes, SlotBytes: layout.BlockBytes(), Policy: c.PinnedPolicy, Lock: c.PinnedLock,
+			Alloc: pinned.DeviceAlloc(m.device)}) // copy targets must be the device's host memory (cuMemAllocHost on CUDA)
 		if err != nil {
 			return fail(fmt.Errorf("%w: pinned tier: %w", ErrBadConfig, err))
 		}
