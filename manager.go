@@ -476,8 +476,9 @@ func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys,
 	if from < 0 {
 		from = r.GPUTokens / m.cfg.BlockTokens
 	}
+	below := hashes(k)[from:]
 	if m.pinPID != nil {
-		pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: hashes(k)[from:], Digests: k.Digests[from:], Reply: make(chan *messages.QueryResult, 1)}
+		pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: below, Digests: k.Digests[from:], Reply: make(chan *messages.QueryResult, 1)}
 		pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
 		if err != nil {
 			return Presence{}, err
@@ -485,7 +486,7 @@ func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys,
 		p.PinnedTokens = pr.PinnedTokens * m.cfg.BlockTokens
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: hashes(k)[from:], Reply: make(chan *messages.QueryResult, 1)}
+		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: below, Reply: make(chan *messages.QueryResult, 1)}
 		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return Presence{}, err
@@ -543,9 +544,9 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 	if err != nil {
 		return 0, err
 	}
-	n := r.Deleted
+	n, hs := r.Deleted, hashes(k)
 	if m.pinPID != nil {
-		pq := &messages.PinnedQuery{Kind: messages.QueryDelete, Hashes: hashes(k), Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
+		pq := &messages.PinnedQuery{Kind: messages.QueryDelete, Hashes: hs, Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
 		pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
 		if err != nil {
 			return n, err
@@ -553,7 +554,7 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		n += pr.Deleted
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: hashes(k), Reply: make(chan *messages.QueryResult, 1)}
+		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: hs, Reply: make(chan *messages.QueryResult, 1)}
 		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return n, err

@@ -248,12 +248,10 @@ func (a *GPUActor) commitBatch(ctx actor.Context, items []messages.CommitItem) *
 			res.Errs[i] = fmt.Errorf("%w: sequence %d", ErrNotReady, it.Seq)
 			continue
 		}
-		var err error
-		n := len(all)
-		all, err = a.pool.Commit(seq, it.Tokens, all)
+		published, err := a.pool.Commit(seq, it.Tokens, all)
 		res.Errs[i] = err
-		if a.cfg.Ingestion != IngestAll {
-			all = all[:n]
+		if a.cfg.Ingestion == IngestAll {
+			all = published
 		}
 	}
 	a.offloadResident(ctx, all)

@@ -29,10 +29,11 @@ type Cache struct {
 	opts Options
 
 	// scratch, reused between calls (the Manager copies what it keeps)
-	reqs  []kvtier.AllocRequest
-	items []kvtier.AppendItem
-	toks  []int64
-	seqs  []uint64
+	reqs    []kvtier.AllocRequest
+	items   []kvtier.AppendItem
+	toks    []int64
+	seqs    []uint64
+	commits []kvtier.CommitItem
 }
 
 var _ scheduler.Cache = (*Cache)(nil)
@@ -136,11 +137,11 @@ func (c *Cache) Commit(ctx context.Context, seqs []scheduler.SeqID, computed []i
 	if len(seqs) != len(computed) {
 		return nil, fmt.Errorf("schedcache: commit: %d sequences, %d counts", len(seqs), len(computed))
 	}
-	items := make([]kvtier.CommitItem, len(seqs))
+	c.commits = c.commits[:0]
 	for i, s := range seqs {
-		items[i] = kvtier.CommitItem{Seq: uint64(s), Tokens: computed[i]}
+		c.commits = append(c.commits, kvtier.CommitItem{Seq: uint64(s), Tokens: computed[i]})
 	}
-	errs, err := c.m.CommitBatch(ctx, items)
+	errs, err := c.m.CommitBatch(ctx, c.commits)
 	if err != nil {
 		return nil, fmt.Errorf("schedcache: commit %d sequences: %w", len(seqs), err)
 	}

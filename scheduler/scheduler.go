@@ -36,8 +36,11 @@ type Scheduler struct {
 	batch []planned
 	work  []Work
 	ids   []SeqID
-	toks  []int64
-	nw    []*sequence
+	// commit's scratch, reused every step
+	commitSeqs []SeqID
+	commitDone []int
+	toks       []int64
+	nw         []*sequence
 }
 
 // planned is one sequence's share of the step being built.
@@ -290,14 +293,14 @@ func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *Step
 // commit tells the cache what the step computed: every batch member's
 // computed count after this step, before anything is freed.
 func (s *Scheduler) commit(ctx context.Context) error {
-	seqs := make([]SeqID, len(s.batch))
-	done := make([]int, len(s.batch))
-	for i, p := range s.batch {
-		seqs[i], done[i] = p.s.id, p.s.computed+p.tokens
+	s.commitSeqs, s.commitDone = s.commitSeqs[:0], s.commitDone[:0]
+	for _, p := range s.batch {
+		s.commitSeqs = append(s.commitSeqs, p.s.id)
+		s.commitDone = append(s.commitDone, p.s.computed+p.tokens)
 	}
-	errs, err := s.cache.Commit(ctx, seqs, done)
+	errs, err := s.cache.Commit(ctx, s.commitSeqs, s.commitDone)
 	if err != nil {
-		return fmt.Errorf("scheduler: commit %d sequences: %w", len(seqs), err)
+		return fmt.Errorf("scheduler: commit %d sequences: %w", len(s.commitSeqs), err)
 	}
 	// A refused commit only leaves blocks uncached (say, a sequence the
 	// Timeout policy recomputed while its load was still in flight): the
