@@ -43,6 +43,13 @@ type Config struct {
 	// the same shape included, is never served. Set it whenever a disk
 	// directory may outlive the model.
 	ModelID string
+	// Layout places blocks in the GPU arena (default gpu.BlockContiguous).
+	// gpu.LayerSeparate gives one dense K and one dense V tensor per layer,
+	// the shape FlashAttention and FlashInfer kernels take: address them
+	// with Layout().LayerTensor and Arena().DevicePtr. Tier copies and disk
+	// records use the block's host form under either kind, so a disk
+	// directory written under one kind serves the other.
+	Layout gpu.LayoutKind
 
 	// PinnedBytes is the pinned host tier's capacity; 0 disables the tier.
 	PinnedBytes int64
@@ -156,6 +163,11 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.Model.Validate(); err != nil {
 		bad("Model", c.Model, err.Error())
 	}
+	if c.Layout == 0 {
+		c.Layout = gpu.BlockContiguous
+	} else if !c.Layout.Valid() {
+		bad("Layout", c.Layout, "unknown layout kind")
+	}
 	if c.VocabSize < 0 {
 		bad("VocabSize", c.VocabSize, "must be >= 0")
 	}
@@ -211,7 +223,7 @@ func (c Config) withDefaults() (Config, error) {
 // checkGeometry checks the sizes the tiers derive from the block layout: the GPU
 // arena fits in memory addresses, and each lower tier holds at least one block.
 func (c Config) checkGeometry() []error {
-	l, err := gpu.NewLayout(c.Model, c.BlockTokens)
+	l, err := gpu.NewLayoutKind(c.Model, c.BlockTokens, c.Layout)
 	if err != nil {
 		return []error{&ConfigError{"Model", c.Model, err.Error()}}
 	}

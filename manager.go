@@ -88,7 +88,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	layout, err := gpu.NewLayout(c.Model, c.BlockTokens)
+	layout, err := gpu.NewLayoutKind(c.Model, c.BlockTokens, c.Layout)
 	if err != nil {
 		return nil, &ConfigError{"Model", c.Model, err.Error()}
 	}
@@ -108,7 +108,7 @@ func New(cfg Config) (*Manager, error) {
 		m.release()
 		return nil, err
 	}
-	if m.arena, err = m.device.NewArena(c.GPUBlocks, layout.BlockBytes()); err != nil {
+	if m.arena, err = m.device.NewKVArena(layout, c.GPUBlocks); err != nil {
 		return fail(fmt.Errorf("kvtier: GPU arena of %d x %d bytes: %w", c.GPUBlocks, layout.BlockBytes(), err))
 	}
 	stream, err := m.device.NewStream(m.arena)
@@ -698,8 +698,9 @@ func (m *Manager) release() error {
 	return errors.Join(errs...)
 }
 
-// fingerprint names the block format on disk: a different model layout, block
-// size or hash scheme must not read another's records.
+// fingerprint names the block format on disk: a different model shape, model
+// id, block size or hash scheme must not read another's records. The arena's
+// layout kind is left out: records hold the block's host form under either.
 func fingerprint(c Config, l gpu.Layout) uint64 {
 	return xxhash.Sum64String(fmt.Sprintf("kvtier/%d/%+v/%d/%d/%q", prefixhash.SchemeVersion, c.Model, c.BlockTokens, l.BlockBytes(), c.ModelID))
 }
