@@ -39,10 +39,16 @@
 // tokens. Only committed blocks are hits for other sequences, written to lower
 // tiers, or swapped out; Free discards blocks never committed (an abort). Every
 // block carries a SHA-256 digest of its namespace (salt, ModelID, LoRA, layout)
-// and whole prefix, verified on every tier before it is served. On a GPU,
-// Commit after the kernels that wrote the KV are ordered before the Manager's
-// copy stream (synchronize the compute stream first: recording an event the
-// copies wait on is not wired yet).
+// and whole prefix, verified on every tier before it is served.
+//
+// On a GPU the engine commits once its kernels are enqueued, naming the
+// forward pass's fence (CommitItem.After): a *gpu.CUDAFence over an event
+// recorded on the compute stream. The blocks are hits at once, since the
+// engine's later kernels run after its own, and every copy that reads them
+// to a lower tier waits for the fence on the copy stream (cuStreamWaitEvent),
+// so it reads finished KV. On the host backend an engine that computes
+// asynchronously signals a gpu.HostFence the same way. A fence never signalled
+// holds Flush and Close until their contexts end; the copy is then dropped.
 //
 // # Usage
 //
@@ -51,6 +57,8 @@
 //	defer m.Close(ctx)
 //	res, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 1, Tokens: prompt})
 //	<-res.Ready.Done() // then compute from res.Ready.Outcome().ValidTokens
-//	err = m.Append(ctx, 1, []int64{tok})
+//	err = m.Commit(ctx, 1, kvtier.AllTokens) // the prompt's KV is written
+//	blocks, err := m.Append(ctx, 1, []int64{tok}) // decode: new block ids, if any
+//	err = m.Commit(ctx, 1, kvtier.AllTokens)
 //	err = m.Free(ctx, 1)
 package kvtier

@@ -342,10 +342,10 @@ func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, 
 // Commit says that the first tokens tokens of sequence seq hold computed KV
 // (vLLM's cache_blocks(num_computed_tokens)). Only committed blocks are ever
 // hits for other sequences, written to lower tiers or swapped out. Call it
-// once the KV is written: after the forward pass on the host backend, and on a
-// GPU after the pass's kernels are enqueued on the stream the Manager's copies
-// wait for (see the package doc). It fails with ErrNotReady before the
-// sequence's Ready completed, ErrBadCommit past the sequence's tokens.
+// once the KV is written (after the forward pass), or once the pass is
+// enqueued, with CommitBatch naming its fence (see the package doc). It fails
+// with ErrNotReady before the sequence's Ready completed, ErrBadCommit past
+// the sequence's tokens.
 func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
 	errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: seq, Tokens: tokens}})
 	if err != nil {
@@ -354,7 +354,9 @@ func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
 	return errs[0]
 }
 
-// CommitBatch commits several sequences in one message.
+// CommitBatch commits several sequences in one message. An item's After
+// fence orders every copy of its blocks to a lower tier after the engine's
+// compute: the copy stream waits for it.
 func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error, error) {
 	msg := &messages.CommitBatch{Items: append([]CommitItem(nil), items...), Reply: make(chan *messages.CommitBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)

@@ -89,6 +89,9 @@ type GPUActor struct {
 	bs      int
 	flags   []uint8
 	hits    []uint16
+	// fence holds, per block, the fence its last commit named: every copy
+	// that reads the block down waits on it. Cleared once seen done.
+	fence   []gpu.Fence
 	nextID  uint64
 	lookups map[uint64]*pendingAlloc
 	fetches map[uint64]*fetchOp
@@ -112,7 +115,7 @@ func NewGPUActor(cfg GPUConfig) actor.Producer {
 		n := cfg.Pool.Config().NumBlocks
 		return &GPUActor{
 			cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
-			flags: make([]uint8, n), hits: make([]uint16, n),
+			flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
 			lookups: map[uint64]*pendingAlloc{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
 			notReady: map[blockpool.SeqID]int{},
 			stats:    messages.TierStats{Tier: messages.GPU},

@@ -241,20 +241,23 @@ func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *er
 // commit makes findable are written through at once.
 func (a *GPUActor) commitBatch(ctx actor.Context, items []messages.CommitItem) *messages.CommitBatchResult {
 	res := &messages.CommitBatchResult{Errs: make([]error, len(items))}
-	var all []blockpool.BlockID
+	published := a.scratch[:0]
 	for i, it := range items {
 		seq := blockpool.SeqID(it.Seq)
 		if a.notReady[seq] > 0 {
 			res.Errs[i] = fmt.Errorf("%w: sequence %d", ErrNotReady, it.Seq)
 			continue
 		}
-		published, err := a.pool.Commit(seq, it.Tokens, all)
-		res.Errs[i] = err
-		if a.cfg.Ingestion == IngestAll {
-			all = published
+		from := len(published)
+		published, res.Errs[i] = a.pool.Commit(seq, it.Tokens, published)
+		for _, id := range published[from:] {
+			a.fence[id] = it.After
 		}
 	}
-	a.offloadResident(ctx, all)
+	a.scratch = published[:0]
+	if a.cfg.Ingestion == IngestAll {
+		a.offloadResident(ctx, published)
+	}
 	return res
 }
 

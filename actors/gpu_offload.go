@@ -1,6 +1,10 @@
 package actors
 
 import (
+	"fmt"
+	"reflect"
+	"slices"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
 
@@ -114,7 +118,11 @@ func (a *GPUActor) offloadGranted(ctx actor.Context, g *messages.OffloadGrant) {
 	}
 	op.blocks = keep
 	if len(ops) > 0 {
-		op.ev = a.startCopy(ctx, g.ID, false, gpu.D2H, ops)
+		if err := a.waitFences(op.blocks); err != nil {
+			ctx.Send(ctx.Self(), &copyDone{id: g.ID, err: err})
+		} else {
+			op.ev = a.startCopy(ctx, g.ID, false, gpu.D2H, ops)
+		}
 	}
 	for _, f := range op.then {
 		f(ctx)
@@ -165,4 +173,36 @@ func (a *GPUActor) finishOffload(ctx actor.Context, id uint64, op *offloadOp) {
 		a.retryParked(ctx)
 	}
 	a.maybeFlushed()
+}
+
+// waitFences makes the copy stream wait, before the next copy, on the
+// fences of the blocks' commits that are not done yet (each fence once):
+// the copy then reads the KV the engine finished computing.
+func (a *GPUActor) waitFences(blocks []blockpool.BlockID) error {
+	var waited []gpu.Fence
+	for _, id := range blocks {
+		f := a.fence[id]
+		if f == nil {
+			continue
+		}
+		if gpu.FenceDone(f) {
+			a.fence[id] = nil
+			continue
+		}
+		if slices.ContainsFunc(waited, func(w gpu.Fence) bool { return sameFence(w, f) }) {
+			continue
+		}
+		if err := a.cfg.Stream.WaitFence(f); err != nil {
+			return fmt.Errorf("kvtier: offload waiting on the commit's fence: %w", err)
+		}
+		waited = append(waited, f)
+	}
+	return nil
+}
+
+// sameFence reports whether a and b are one fence, without the panic that
+// == gives on a fence type that is not comparable.
+func sameFence(a, b gpu.Fence) bool {
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t.Comparable() && a == b
 }

@@ -529,3 +529,60 @@ func (b *cudaBuffer) release(byDevice bool) error {
 		return nil
 	})
 }
+
+// CUDAFence is a Fence over a CUDA event the engine recorded
+// (cuEventRecord) on its compute stream, in the device's context (the
+// primary context, which the CUDA runtime shares). A copy stream waits for
+// it on the device with cuStreamWaitEvent. The event must be recorded
+// before the fence is handed over: CUDA treats a never-recorded event as
+// complete. The engine keeps the event alive until Done is closed.
+type CUDAFence struct {
+	dev  *cudaDevice
+	ev   cu.Event
+	once sync.Once
+	ch   chan struct{}
+}
+
+// NewCUDAFence wraps ev, recorded on the engine's stream, for streams of
+// dev. It fails with ErrBadFence when dev is not a CUDA device.
+func NewCUDAFence(dev Device, ev cu.Event) (*CUDAFence, error) {
+	d, ok := dev.(*cudaDevice)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T is not a CUDA device", ErrBadFence, dev)
+	}
+	return &CUDAFence{dev: d, ev: ev, ch: make(chan struct{})}, nil
+}
+
+// Done implements Fence. The first call starts a goroutine that waits for
+// the event on the host (cuEventSynchronize); streams never need it.
+func (f *CUDAFence) Done() <-chan struct{} {
+	f.once.Do(func() {
+		go func() {
+			_ = f.dev.do(f.ev.Synchronize) // an error means the context is gone: nothing left to wait for
+			close(f.ch)
+		}()
+	})
+	return f.ch
+}
+
+// WaitFence makes the CUstream wait on the device for the fence's event.
+func (s *cudaStream) WaitFence(f Fence) error {
+	cf, ok := f.(*CUDAFence)
+	if !ok || cf == nil {
+		return fmt.Errorf("%w: a CUDA stream waits on a *gpu.CUDAFence, not %T", ErrBadFence, f)
+	}
+	if cf.dev != s.arena.dev {
+		return fmt.Errorf("%w: the fence belongs to another device", ErrBadFence)
+	}
+	s.enqMu.Lock()
+	defer s.enqMu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.arena.dev.do(func() error {
+		if err := s.s.Wait(cf.ev, 0); err != nil {
+			return fmt.Errorf("kvtier: cuStreamWaitEvent: %w", err)
+		}
+		return nil
+	})
+}

@@ -126,6 +126,13 @@ type Stream interface {
 	// CopyH2D enqueues copies from host memory into arena blocks, with the
 	// same rules as CopyD2H.
 	CopyH2D(ops []CopyOp) (*Event, error)
+	// WaitFence makes every batch enqueued after the call start only once
+	// f is done; batches enqueued before are not affected. It fails with
+	// ErrBadFence for a nil fence (and on CUDA for a fence that is not a
+	// *CUDAFence) and ErrClosed on a closed stream. A fence that is never
+	// signalled holds the stream until Close, whose waiting batches then
+	// fail with ErrFenceAbandoned.
+	WaitFence(f Fence) error
 	// Synchronize waits until every batch enqueued before the call has
 	// completed, or ctx ends (returning ctx.Err()). Batch failures are
 	// reported by their events, not here.

@@ -107,7 +107,7 @@ func (d *hostDevice) NewStream(arena Arena) (Stream, error) {
 	if !ok || a.dev != d {
 		return nil, fmt.Errorf("kvtier: arena %T does not belong to this host device", arena)
 	}
-	s := &hostStream{arena: a}
+	s := &hostStream{arena: a, quit: make(chan struct{})}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.freed.Load() {
@@ -253,7 +253,7 @@ func (a *hostArena) free() error {
 	a.streams = nil
 	a.mu.Unlock()
 	for s := range streams {
-		s.q.close()
+		s.stop()
 	}
 	a.memMu.Lock()
 	defer a.memMu.Unlock()
@@ -264,9 +264,10 @@ func (a *hostArena) free() error {
 
 // hostBatch is one enqueued batch; ops is a pooled copy of the caller's.
 type hostBatch struct {
-	dir Direction
-	ops *[]CopyOp
-	ev  *Event
+	dir   Direction
+	ops   *[]CopyOp
+	fence Fence // set for a WaitFence entry, which copies nothing
+	ev    *Event
 }
 
 var opsPool = sync.Pool{New: func() any { return new([]CopyOp) }}
@@ -274,6 +275,20 @@ var opsPool = sync.Pool{New: func() any { return new([]CopyOp) }}
 type hostStream struct {
 	arena *hostArena
 	q     *fifo[hostBatch]
+
+	quit      chan struct{} // closed by Close: stop waiting on fences
+	quitOnce  sync.Once
+	abandoned bool // the worker gave up on a fence; owned by the worker
+}
+
+// WaitFence queues a wait on f: the worker runs no later batch before f is
+// done.
+func (s *hostStream) WaitFence(f Fence) error {
+	if f == nil {
+		return fmt.Errorf("%w: nil fence", ErrBadFence)
+	}
+	ev := newEvent()
+	return s.q.push(hostBatch{fence: f, ev: ev}, ev)
 }
 
 func (s *hostStream) CopyD2H(ops []CopyOp) (*Event, error) { return s.enqueue(D2H, ops) }
@@ -298,9 +313,27 @@ func (s *hostStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 
 // run executes one batch on the stream's worker goroutine.
 func (s *hostStream) run(b hostBatch) {
+	if b.fence != nil {
+		if !s.abandoned {
+			select {
+			case <-b.fence.Done():
+			case <-s.quit:
+				s.abandoned = !fenceDone(b.fence)
+			}
+		}
+		if s.abandoned {
+			b.ev.complete(ErrFenceAbandoned)
+		} else {
+			b.ev.complete(nil)
+		}
+		return
+	}
 	a, d, ops := s.arena, s.arena.dev, *b.ops
 	var err error
-	if d.fault != nil {
+	if s.abandoned {
+		err = fmt.Errorf("kvtier: %v batch of %d blocks: %w", b.dir, len(ops), ErrFenceAbandoned)
+	}
+	if err == nil && d.fault != nil {
 		if ferr := d.fault(b.dir, ops); ferr != nil {
 			err = fmt.Errorf("kvtier: %v batch of %d blocks: %w", b.dir, len(ops), ferr)
 		}
@@ -347,8 +380,14 @@ func (s *hostStream) Synchronize(ctx context.Context) error {
 	}
 }
 
-func (s *hostStream) Close() error {
+// stop abandons any fence wait and drains the queue.
+func (s *hostStream) stop() {
+	s.quitOnce.Do(func() { close(s.quit) })
 	s.q.close()
+}
+
+func (s *hostStream) Close() error {
+	s.stop()
 	s.arena.mu.Lock()
 	delete(s.arena.streams, s) // no-op once the arena is freed (nil map)
 	s.arena.mu.Unlock()

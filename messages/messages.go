@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/prefixhash"
 )
 
@@ -167,9 +168,14 @@ type AppendBatchResult struct {
 }
 
 // CommitItem says the first Tokens tokens of sequence Seq hold computed KV.
+// With After set, the KV is computed once After is done: the blocks are hits
+// at once (the engine's later work on the device runs after its own
+// compute), but every copy that reads them to a lower tier waits for the
+// fence on the copy stream.
 type CommitItem struct {
 	Seq    uint64
 	Tokens int
+	After  gpu.Fence
 }
 
 // CommitBatch commits computed tokens of several sequences (one forward pass).

@@ -1,0 +1,90 @@
+package kvtier
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/gpu"
+)
+
+// TestCommitAfterFence: a commit naming a fence makes the blocks hits at
+// once, but the write-through to pinned memory waits for the fence, so it
+// copies what the engine wrote before signalling — here, written after the
+// commit returned. Without the wait, Flush would finish before the signal.
+func TestCommitAfterFence(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, Ingestion: IngestAll})
+	a := toks(7, 2*bt+1)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	f := gpu.NewHostFence()
+	errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: f}})
+	if err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	if lr, err := m.Lookup(ctx, LookupRequest{Tokens: a}); err != nil || lr.GPUTokens != 2*bt {
+		t.Fatalf("committed blocks are not hits before the fence: %+v %v", lr, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := m.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush before the fence is signalled = %v: the write-through did not wait", err)
+	}
+	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != 0 {
+		t.Fatalf("pinned memory holds %d tokens before the fence", p.PinnedTokens)
+	}
+	writeBlocks(t, m, r.Blocks, a, "") // the engine's compute, after its commit
+	f.Signal()
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != 2*bt {
+		t.Fatalf("pinned holds %d tokens after the fence, want %d", p.PinnedTokens, 2*bt)
+	}
+	if err := m.Free(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	evictAll(t, m, 8)
+	r, err = m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := wait(t, r); out.ValidTokens != 2*bt {
+		t.Fatalf("onboard from pinned: %+v", out)
+	}
+	checkBlocks(t, m, r.Blocks, a, "", 2)
+}
+
+// TestCloseWithUnsignalledFence: a fence the engine never signals holds
+// Close's flush only until Close's context ends; Close then returns, and
+// the copy behind the fence is dropped, not made.
+func TestCloseWithUnsignalledFence(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, Ingestion: IngestAll})
+	a := toks(7, 2*bt)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	if errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: gpu.NewHostFence()}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Close(short) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close = %v, want its flush cut short by the deadline", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close hangs on an unsignalled fence")
+	}
+}
