@@ -84,11 +84,11 @@ const (
 
 // GPUActor owns the GPU block pool and device arena. See the package doc.
 type GPUActor struct {
-	cfg     GPUConfig
-	pool    *blockpool.Pool
-	bs      int
-	flags   []uint8
-	hits    []uint16
+	cfg   GPUConfig
+	pool  *blockpool.Pool
+	bs    int
+	flags []uint8
+	hits  []uint16
 	// fence holds, per block, the fence its last commit named: every copy
 	// that reads the block down waits on it. Cleared once seen done.
 	fence   []gpu.Fence
