@@ -108,6 +108,11 @@ func writeHuman(w io.Writer, r *Report) error {
 		p("  copy() reference\t%.2f GB/s\t\n", c.MemmoveGBps)
 		p("  D2H (offload)\t%.2f GB/s\t%.0f%% of copy()\n", c.D2HGBps, 100*c.D2HGBps/c.MemmoveGBps)
 		p("  H2D (onboard)\t%.2f GB/s\t%.0f%% of copy()\n", c.H2DGBps, 100*c.H2DGBps/c.MemmoveGBps)
+		if c.LayerSepSegmentBytes > 0 {
+			p("  layer-separate D2H (gather %d-byte segments)\t%.2f GB/s\t%.0f%% of copy()\n", c.LayerSepSegmentBytes, c.LayerSepD2HGBps, 100*c.LayerSepD2HGBps/c.MemmoveGBps)
+			p("  layer-separate H2D (scatter)\t%.2f GB/s\t%.0f%% of copy()\n", c.LayerSepH2DGBps, 100*c.LayerSepH2DGBps/c.MemmoveGBps)
+			p("  layer-separate / block-contiguous time\t%.2fx\t\n", c.LayerSepTimeRatio)
+		}
 		if d := c.Disk; d != nil {
 			p("disk: %d blocks of %d MiB per round, %d rounds, in %s, store I/O mode %s (reference file the same)\n",
 				d.Blocks, d.BlockBytes>>20, d.Rounds, d.Dir, d.IOMode)
