@@ -21,7 +21,8 @@ type diskDeleteReq struct {
 }
 
 // remove unpublishes every listed hash at once (they leave the index now)
-// and hands the header scrubs to the workers; the query is answered when
+// and hands the header scrubs to the workers; a hash whose write is in
+// flight is removed as the write lands; the query is answered when
 // the last scrub completes, so a block reported deleted stays deleted after
 // a crash. A scrub that fails leaves the block deleted in this process and
 // sets QueryResult.Err.
@@ -29,6 +30,12 @@ func (a *DiskActor) remove(ctx actor.Context, m *messages.DiskQuery) {
 	req := &diskDeleteReq{reply: m.Reply}
 	var removed []uint64
 	for _, h := range m.Hashes {
+		if a.store.Writing(h) { // removed as its write lands (finishWrite)
+			a.doomed[h] = append(a.doomed[h], req)
+			req.deleted++
+			req.pending++
+			continue
+		}
 		op, err := a.store.PlanRemove(h)
 		if err != nil {
 			if !errors.Is(err, disk.ErrNotFound) {
@@ -39,7 +46,7 @@ func (a *DiskActor) remove(ctx actor.Context, m *messages.DiskQuery) {
 		removed = append(removed, h)
 		req.deleted++
 		req.pending++
-		a.workers.submit(&diskJob{remove: op, dreq: req})
+		a.workers.submit(&diskJob{remove: op, dreqs: []*diskDeleteReq{req}})
 	}
 	a.forget(ctx, removed)
 	if req.pending == 0 {
@@ -55,17 +62,17 @@ func (a *DiskActor) finishRemove(j *diskJob) {
 		err = fmt.Errorf("kvtier: actors: disk removal of %016x: %w", j.remove.Meta().Hash, ErrDiskStopped)
 	}
 	a.store.CompleteRemove(j.remove, err)
-	req := j.dreq
-	if err != nil {
-		req.errs = append(req.errs, err)
-		if !j.cancelled {
-			a.stats.failed++
-			a.log.Warn("disk actor: removal not durable", zap.Uint64("hash", j.remove.Meta().Hash), zap.Error(err))
-		}
+	if err != nil && !j.cancelled {
+		a.stats.failed++
+		a.log.Warn("disk actor: removal not durable", zap.Uint64("hash", j.remove.Meta().Hash), zap.Error(err))
 	}
-	req.pending--
-	if req.pending == 0 {
-		a.replyDelete(req)
+	for _, req := range j.dreqs {
+		if err != nil {
+			req.errs = append(req.errs, err)
+		}
+		if req.pending--; req.pending == 0 {
+			a.replyDelete(req)
+		}
 	}
 }
 
@@ -75,4 +82,32 @@ func (a *DiskActor) replyDelete(req *diskDeleteReq) {
 		res.Err = fmt.Errorf("kvtier: actors: %d disk removals may not survive a crash: %w", len(req.errs), errors.Join(req.errs...))
 	}
 	req.reply <- res
+}
+
+// removeLanded ends the deletes that waited on h's write: a write that
+// landed is removed and scrubbed now (it was never announced); one that
+// failed left nothing to remove. It reports whether h was doomed.
+func (a *DiskActor) removeLanded(h uint64, landed bool) bool {
+	reqs, ok := a.doomed[h]
+	if !ok {
+		return false
+	}
+	delete(a.doomed, h)
+	var op *disk.RemoveOp
+	if landed {
+		var err error
+		if op, err = a.store.PlanRemove(h); err != nil {
+			a.log.Error("disk actor: removing a landed write", zap.Uint64("hash", h), zap.Error(err))
+		}
+	}
+	if op != nil { // one scrub answers every delete that waited
+		a.workers.submit(&diskJob{remove: op, dreqs: reqs})
+		return true
+	}
+	for _, req := range reqs {
+		if req.pending--; req.pending == 0 {
+			a.replyDelete(req)
+		}
+	}
+	return true
 }

@@ -20,7 +20,7 @@ type diskJob struct {
 	rjob *diskReadJob
 
 	remove *disk.RemoveOp
-	dreq   *diskDeleteReq
+	dreqs  []*diskDeleteReq // the deletes this scrub answers (one, or several waiting on one write)
 
 	copy *diskCopy // buf is the verified payload it copies from
 

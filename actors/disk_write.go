@@ -95,6 +95,7 @@ func (a *DiskActor) finishWrite(ctx actor.Context, j *diskJob) {
 	req := j.wreq
 	h := j.write.Meta().Hash
 	switch {
+	case a.removeLanded(h, err == nil): // deleted while it was written
 	case err == nil:
 		a.stats.written++
 		req.written = append(req.written, h)

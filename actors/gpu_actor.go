@@ -11,6 +11,7 @@ import (
 	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/prefixhash"
 )
 
 // Ingestion says when GPU blocks are written down to pinned memory (AIBrix's L2
@@ -265,16 +266,43 @@ func (a *GPUActor) query(m *messages.Query) *messages.QueryResult {
 	}
 	res.GPUTokens = hits * a.bs
 	if m.Kind == messages.QueryDelete {
-		for i, h := range m.Keys.Hashes {
-			id, ok := a.pool.Lookup(h)
-			if d, _ := a.pool.BlockDigest(id); ok && d == m.Keys.Digests[i] && a.pool.RefCount(id) == 0 {
-				a.pool.Uncache(id)
-				a.flags[id] = 0
-				res.Deleted++
+		res.Deleted = a.deleteChain(m.Keys)
+	}
+	return res
+}
+
+// deleteChain makes the chain's blocks unfindable: cached ones, held or not
+// (their holders keep using them; they are never cached again), and blocks
+// loads in flight are filling, which become a miss for their sequence instead
+// of being published. Offloads of the chain in flight land below, where the
+// lower tiers' own delete drops them. It returns the cached blocks dropped.
+func (a *GPUActor) deleteChain(k *blockpool.Keys) int {
+	n := 0
+	for i, h := range k.Hashes {
+		id, ok := a.pool.Lookup(h)
+		if d, _ := a.pool.BlockDigest(id); ok && d == k.Digests[i] {
+			a.pool.Uncache(id)
+			a.flags[id] &^= flagBelow
+			a.hits[id] = 0
+			n++
+		}
+	}
+	if len(a.fetches) == 0 {
+		return n
+	}
+	chain := make(map[uint64]prefixhash.Digest, len(k.Hashes))
+	for i, h := range k.Hashes {
+		chain[uint64(h)] = k.Digests[i]
+	}
+	for _, op := range a.fetches {
+		for j, h := range op.hashes {
+			if d, ok := chain[h]; ok && d == op.digests[j] && (!op.deleted || j < op.keep) {
+				op.deleted, op.keep = true, j
+				break
 			}
 		}
 	}
-	return res
+	return n
 }
 
 func (a *GPUActor) maybeFlushed() {

@@ -157,7 +157,7 @@ func (a *GPUActor) offloadCopied(ctx actor.Context, m *copyDone) {
 func (a *GPUActor) releaseOffloadBlock(op *offloadOp, id blockpool.BlockID, below bool) {
 	if !op.evict {
 		a.flags[id] &^= flagMoving
-		if below {
+		if _, cached := a.pool.BlockHash(id); below && cached { // not deleted meanwhile
 			a.flags[id] |= flagBelow
 		}
 	}

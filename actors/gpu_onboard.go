@@ -22,6 +22,10 @@ type fetchOp struct {
 	slots   []int
 	late    bool
 	copied  bool
+	// deleted: a Delete of the chain came while the load was in flight;
+	// only the first keep blocks are published, the rest are a miss.
+	deleted bool
+	keep    int
 	timer   *time.Timer
 	ev      *gpu.Event // the copy, once enqueued
 }
@@ -100,6 +104,9 @@ func (a *GPUActor) fetchCopied(ctx actor.Context, m *copyDone) {
 		a.cfg.Log.Warn("gpu actor: onboard copy failed", zap.Error(m.err))
 		a.missFrom(op, 0, messages.MissFailed)
 	} else {
+		if op.deleted && op.keep < len(op.blocks) {
+			a.missFrom(op, op.keep, messages.MissEvicted)
+		}
 		// The bytes arrived from a record whose digest matched: the blocks
 		// hold computed KV of this prefix, so they are committed.
 		for _, id := range op.blocks {

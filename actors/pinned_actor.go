@@ -63,6 +63,7 @@ type PinnedActor struct {
 	drainKey map[int]uint64 // slot -> hash, while draining
 	readers  map[int]int    // read references on draining slots
 	drained  map[int]bool   // written to disk, freed once its readers are done
+	doomed   map[int]bool   // Filling slots whose chain was deleted: aborted when filled
 	readQ    []pendingRead  // disk reads waiting for slots to drain
 }
 
@@ -70,6 +71,9 @@ type pendingGrant struct {
 	req *messages.OffloadRequest
 	to  *actor.PID
 	ep  uint64
+	// gone marks items whose chain was deleted while the request waited:
+	// they are answered SlotExists-free, as denied, and never stored.
+	gone []bool
 }
 
 type flushWaiter struct {
@@ -83,7 +87,7 @@ func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 		return &PinnedActor{cfg: cfg, pool: cfg.Pool, digests: make([]prefixhash.Digest, cfg.Pool.NumSlots()), stats: messages.TierStats{Tier: messages.Pinned, Extra: map[string]float64{}},
 			draining: map[int]bool{}, reads: map[uint64]*diskFetch{}, hot: map[uint64]uint16{}, written: map[uint64]struct{}{},
 			pending: map[uint64]int{}, fillEp: map[int]uint64{}, drainEp: map[int]uint64{},
-			drainOf: map[uint64]int{}, drainKey: map[int]uint64{}, readers: map[int]int{}, drained: map[int]bool{}}
+			drainOf: map[uint64]int{}, drainKey: map[int]uint64{}, readers: map[int]int{}, drained: map[int]bool{}, doomed: map[int]bool{}}
 	}
 }
 
@@ -135,10 +139,14 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 
 // grant reserves a Filling slot per item, evicting resident slots when the pool is
 // full. Items over the quota, or with no evictable slot, are denied.
-func (a *PinnedActor) grant(ctx actor.Context, m *messages.OffloadRequest) *messages.OffloadGrant {
+func (a *PinnedActor) grant(ctx actor.Context, m *messages.OffloadRequest, gone []bool) *messages.OffloadGrant {
 	g := &messages.OffloadGrant{ID: m.ID, Slots: make([]int, len(m.Items)), Bytes: make([][]byte, len(m.Items))}
 	var evicted []uint64
 	for i, it := range m.Items {
+		if i < len(gone) && gone[i] {
+			g.Slots[i] = messages.SlotDenied
+			continue
+		}
 		if _, ok := a.pool.Lookup(it.Hash); ok {
 			g.Slots[i] = messages.SlotExists
 			continue
@@ -195,7 +203,7 @@ func (a *PinnedActor) serveGrants(ctx actor.Context) {
 				}
 			}
 		}
-		ctx.Send(q.to, a.grant(ctx, q.req))
+		ctx.Send(q.to, a.grant(ctx, q.req, q.gone))
 		a.queue = a.queue[1:]
 		a.end(q.ep)
 	}
@@ -240,6 +248,11 @@ func (a *PinnedActor) finishOffload(ctx actor.Context, m *messages.OffloadDone) 
 		delete(a.fillEp, s)
 	}
 	for i, s := range m.Slots {
+		if a.doomed[s] {
+			delete(a.doomed, s)
+			a.pool.Abort(s)
+			continue
+		}
 		if m.Err == nil {
 			a.pool.Commit(s)
 			added = append(added, m.Hashes[i])
@@ -370,12 +383,7 @@ func (a *PinnedActor) query(ctx actor.Context, m *messages.PinnedQuery) *message
 	res := &messages.QueryResult{}
 	switch m.Kind {
 	case messages.QueryDelete:
-		var removed []uint64
-		for _, h := range m.Hashes {
-			if a.pool.Remove(h) {
-				removed = append(removed, h)
-			}
-		}
+		removed := a.deleteChain(m.Hashes, m.Digests)
 		res.Deleted = len(removed)
 		if len(removed) > 0 {
 			ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
@@ -403,6 +411,60 @@ func (a *PinnedActor) query(ctx actor.Context, m *messages.PinnedQuery) *message
 		}
 	}
 	return res
+}
+
+// deleteChain drops the chain's blocks held here with matching digests:
+// resident ones at once (freed after their last reader), draining ones stop
+// being served (the disk's own delete drops their write), and slots still
+// filling (an offload or a disk read in flight) are aborted when their fill
+// completes instead of becoming resident. It returns the hashes dropped.
+func (a *PinnedActor) deleteChain(hashes []uint64, digests []prefixhash.Digest) []uint64 {
+	var removed []uint64
+	for i, h := range hashes {
+		if i >= len(digests) {
+			break
+		}
+		d := digests[i]
+		if slot, ok := a.pool.Lookup(h); ok && a.digests[slot] == d {
+			a.pool.Remove(h)
+			removed = append(removed, h)
+		} else if slot, ok := a.drainOf[h]; ok && a.digests[slot] == d {
+			delete(a.drainOf, h)
+			removed = append(removed, h)
+		} else if slot, ok := a.pool.Filling(h); ok && a.digests[slot] == d {
+			a.doomed[slot] = true
+		}
+		delete(a.written, h)
+		delete(a.hot, h)
+	}
+	if len(a.queue) == 0 && len(a.readQ) == 0 {
+		return removed
+	}
+	chain := make(map[uint64]prefixhash.Digest, len(hashes))
+	for i, h := range hashes[:min(len(hashes), len(digests))] {
+		chain[h] = digests[i]
+	}
+	for qi := range a.queue { // offloads waiting for slots: never stored
+		q := &a.queue[qi]
+		for i, it := range q.req.Items {
+			if d, ok := chain[it.Hash]; ok && d == it.Digest {
+				if q.gone == nil {
+					q.gone = make([]bool, len(q.req.Items))
+				}
+				q.gone[i] = true
+			}
+		}
+	}
+	for ri := range a.readQ { // disk reads not started: cut before the chain
+		r := &a.readQ[ri]
+		for i, h := range r.hashes {
+			if d, ok := chain[h]; ok && d == r.digests[i] {
+				r.hashes, r.digests, r.f.deleted = r.hashes[:i], r.digests[:i], true
+				break
+			}
+		}
+	}
+	return removed
 }
 
 func (a *PinnedActor) snapshot() messages.TierStats {

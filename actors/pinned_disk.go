@@ -27,6 +27,7 @@ type diskFetch struct {
 	deadline time.Time
 	prefetch chan *messages.QueryResult
 	have     int    // leading blocks already in pinned memory (prefetch)
+	deleted  bool   // a Delete aborted some of its slots
 	ep       uint64 // flush epoch
 }
 
@@ -128,7 +129,9 @@ func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) 
 			continue
 		}
 		k := a.drainKey[s]
-		delete(a.drainOf, k)
+		if a.drainOf[k] == s { // not deleted meanwhile
+			delete(a.drainOf, k)
+		}
 		delete(a.drainKey, s)
 		removed = append(removed, k)
 		if a.readers[s] > 0 {
@@ -180,6 +183,7 @@ func (a *PinnedActor) startRead(ctx actor.Context, f *diskFetch, hashes []uint64
 		if err != nil {
 			break
 		}
+		a.digests[slot] = digests[i] // what the slot will hold if the read verifies
 		f.items = append(f.items, messages.DiskReadItem{Hash: h, Slot: slot, Bytes: a.pool.Bytes(slot), Digest: digests[i]})
 		f.digests = append(f.digests, digests[i])
 	}
@@ -207,8 +211,16 @@ func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
 	delete(a.reads, m.ID)
 	a.cause = f.ep
 	var added []uint64
+	got := make([]bool, len(f.items))
 	for i, it := range f.items {
+		if a.doomed[it.Slot] { // the chain was deleted while it was read
+			delete(a.doomed, it.Slot)
+			a.pool.Abort(it.Slot)
+			f.deleted = true
+			continue
+		}
 		if i < len(m.OK) && m.OK[i] {
+			got[i] = true
 			a.digests[it.Slot] = f.digests[i]
 			a.pool.Commit(it.Slot)
 			added = append(added, it.Hash)
@@ -221,7 +233,7 @@ func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
 	if len(added) > 0 {
 		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Pinned, Added: added})
 	}
-	a.finishFetch(ctx, f, m.OK)
+	a.finishFetch(ctx, f, got)
 	a.maybeFlushed()
 }
 
@@ -246,7 +258,9 @@ func (a *PinnedActor) finishFetch(ctx actor.Context, f *diskFetch, ok []bool) {
 		if i >= len(ok) || !ok[i] {
 			a.stats.Misses += uint64(len(f.items) - i)
 			g.Short = messages.MissFailed
-			if !f.deadline.IsZero() && !time.Now().Before(f.deadline) {
+			if f.deleted {
+				g.Short = messages.MissEvicted
+			} else if !f.deadline.IsZero() && !time.Now().Before(f.deadline) {
 				g.Short = messages.MissLate
 			}
 			break

@@ -86,6 +86,12 @@ func (s *Store) Contains(hash uint64) bool {
 	return ok && s.slots[i].state == slotLive
 }
 
+// Writing reports whether hash has a write planned and not yet completed.
+func (s *Store) Writing(hash uint64) bool {
+	i, ok := s.index[hash]
+	return ok && s.slots[i].state == slotWriting
+}
+
 // Meta returns the metadata of a live block.
 func (s *Store) Meta(hash uint64) (Meta, bool) {
 	i, ok := s.index[hash]

@@ -63,6 +63,17 @@ func (p *Pool) Lookup(k Key) (slot int, ok bool) {
 	return int(i), true
 }
 
+// Filling returns k's slot if k is Filling (reserved, its writer not done).
+// It takes no reference and counts nothing.
+func (p *Pool) Filling(k Key) (slot int, ok bool) {
+	p.mustOpen()
+	i, ok := p.index[k]
+	if !ok || p.slots[i].state != StateFilling {
+		return -1, false
+	}
+	return int(i), true
+}
+
 // Acquire takes a reader reference on k's slot if k is Resident, records
 // the access with the policy and counts a hit; otherwise it counts a miss
 // (a Filling key is a miss). The caller owns the reference and must pass

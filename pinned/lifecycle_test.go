@@ -23,9 +23,15 @@ func TestLifecycle(t *testing.T) {
 	if _, ok := p.Acquire(7); ok {
 		t.Fatal("a Filling key was acquired")
 	}
+	if f, ok := p.Filling(7); !ok || f != slot {
+		t.Fatalf("Filling(7) = %d, %v, want %d", f, ok, slot)
+	}
 	copy(p.Bytes(slot), "block seven")
 	p.Commit(slot)
 	mustCheck(t, p)
+	if _, ok := p.Filling(7); ok {
+		t.Fatal("a Resident key is reported Filling")
+	}
 
 	got, ok := p.Lookup(7)
 	if !ok || got != slot || p.State(slot) != StateResident {
