@@ -1,5 +1,5 @@
 // Package policy holds the eviction policies shared by kvtier's host (pinned)
-// and disk tiers: LRU, FIFO, S3-FIFO ARC and Adaptive.
+// and disk tiers: LRU, FIFO, S3-FIFO, ARC and Adaptive.
 //
 // A policy only orders keys; it owns no memory and does no I/O. The tier that
 // owns the bytes tells the policy what became resident (Add), what was hit
