@@ -53,7 +53,7 @@ type Config struct {
 
 	// PinnedBytes is the pinned host tier's capacity; 0 disables the tier.
 	PinnedBytes int64
-	// PinnedPolicy is the pinned tier's eviction policy (default LRU).
+	// PinnedPolicy is the pinned tier's eviction policy (default policy.Adaptive).
 	PinnedPolicy policy.Kind
 	// PinnedLock asks for mlock'ed memory; refusal is reported in Stats, not an error.
 	PinnedLock bool
@@ -63,7 +63,7 @@ type Config struct {
 	DiskDir string
 	// DiskBytes is the disk tier's capacity (required with DiskDir).
 	DiskBytes int64
-	// DiskPolicy is the disk tier's eviction policy (default LRU).
+	// DiskPolicy is the disk tier's eviction policy (default policy.Adaptive).
 	DiskPolicy policy.Kind
 	// DiskIngestion says when pinned blocks go to disk (default IngestEvict:
 	// the pinned tier's victims, drained ahead of need).
@@ -139,7 +139,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	evictionPolicy := func(field string, k *policy.Kind) {
 		if *k == 0 {
-			*k = policy.LRU
+			*k = policy.Adaptive
 		} else if !k.Valid() {
 			bad(field, *k, "unknown policy")
 		}

@@ -89,7 +89,7 @@ func TestOPTBoundsPolicies(t *testing.T) {
 			if opt.Hits > inf.Hits {
 				t.Fatalf("%s capacity %d: OPT %d hits over infinite %d", name, c, opt.Hits, inf.Hits)
 			}
-			for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC} {
+			for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC, policy.Adaptive} {
 				for _, rev := range []bool{false, true} {
 					r := mustSimulate(t, tr, c, k, Options{ReverseTouch: rev})
 					if r.Hits > opt.Hits {
@@ -118,7 +118,7 @@ func TestOPTBoundsPolicies(t *testing.T) {
 				distinct[id] = true
 			}
 		}
-		for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC} {
+		for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC, policy.Adaptive} {
 			if r := mustSimulate(t, tr, len(distinct), k, Options{}); r != inf {
 				t.Fatalf("%s: %v with room for all %d ids: %+v, infinite %+v", name, k, len(distinct), r, inf)
 			}

@@ -17,6 +17,11 @@ type Options struct {
 	// that the head of the prefix is the most recent. With LRU this keeps a
 	// prefix's head longer than its tail.
 	ReverseTouch bool
+	// BlockTokens is the number of tokens one hash id stands for (0 means
+	// trace.BlockTokens, Mooncake's 512). It only tells which blocks are
+	// partial: a request's last block is partial when its InputLength is
+	// not a multiple of BlockTokens.
+	BlockTokens int
 }
 
 // Simulate replays reqs, in order, against one tier of capacity blocks run by
@@ -24,7 +29,9 @@ type Options struct {
 //
 //  1. hits = the leading run of its ids resident before the request;
 //  2. every id is touched, in request order (or reversed, see Options):
-//     Access if resident, Add if not;
+//     Access if resident, Add if not; a policy.Hinted policy gets AccessHint
+//     and AddHint with the id's position in the request and whether it is
+//     the partial last block;
 //  3. victims are evicted, with no filter, until at most capacity ids are
 //     resident.
 //
@@ -51,26 +58,42 @@ func SimulatePolicy(reqs []trace.Request, capacity int, p policy.Policy, opts Op
 	if p == nil {
 		return Result{}, errors.New("kvtier: cachesim: nil policy")
 	}
+	blockTokens := opts.BlockTokens
+	if blockTokens <= 0 {
+		blockTokens = trace.BlockTokens
+	}
 	resident := func(id int64) bool { return p.Contains(policy.Key(id)) }
-	touch := func(id int64) {
-		if k := policy.Key(id); p.Contains(k) {
+	hinted, _ := p.(policy.Hinted)
+	var r trace.Request // the request being replayed
+	touch := func(j int) {
+		k := policy.Key(r.HashIDs[j])
+		if hinted != nil {
+			h := policy.Hint{Depth: j, Partial: j == len(r.HashIDs)-1 && r.InputLength%blockTokens != 0}
+			if p.Contains(k) {
+				hinted.AccessHint(k, h)
+			} else {
+				hinted.AddHint(k, h)
+			}
+			return
+		}
+		if p.Contains(k) {
 			p.Access(k)
 		} else {
 			p.Add(k)
 		}
 	}
 	var res Result
-	for _, r := range reqs {
+	for _, r = range reqs {
 		res.Requests++
 		res.BlockRefs += int64(len(r.HashIDs))
 		res.Hits += int64(leadingRun(r.HashIDs, resident))
 		if opts.ReverseTouch {
-			for i := len(r.HashIDs) - 1; i >= 0; i-- {
-				touch(r.HashIDs[i])
+			for j := len(r.HashIDs) - 1; j >= 0; j-- {
+				touch(j)
 			}
 		} else {
-			for _, id := range r.HashIDs {
-				touch(id)
+			for j := range r.HashIDs {
+				touch(j)
 			}
 		}
 		for p.Len() > capacity {

@@ -24,7 +24,8 @@ type Config struct {
 	// Fingerprint identifies the model and KV layout. Records written with
 	// another fingerprint are dropped at Open.
 	Fingerprint uint64
-	// Policy picks eviction victims when every slot is in use; default LRU.
+	// Policy picks eviction victims when every slot is in use; default
+	// policy.Adaptive.
 	Policy policy.Kind
 	// Files spreads the slots round-robin over this many files; default 1.
 	Files int
@@ -79,7 +80,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Files %d must be >= 0", ErrInvalidConfig, c.Files)
 	}
 	if c.Policy == 0 {
-		c.Policy = policy.LRU
+		c.Policy = policy.Adaptive
 	}
 	if !c.Policy.Valid() {
 		return c, fmt.Errorf("%w: policy %v", ErrInvalidConfig, c.Policy)

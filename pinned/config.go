@@ -27,7 +27,7 @@ type Config struct {
 	// boundary, so slots are SlotBytes rounded up to the page size apart.
 	SlotBytes int
 	// Policy orders resident slots for eviction. The zero value means
-	// policy.LRU, AIBrix's default.
+	// policy.Adaptive (see package policy).
 	Policy policy.Kind
 	// Lock asks the default allocator to mlock the memory. Failure (for
 	// example RLIMIT_MEMLOCK) is not an error: Locked reports it. Lock is
@@ -62,10 +62,10 @@ func (c *Config) validate(pageSize int) (layout, error) {
 	}
 	kind := c.Policy
 	if kind == 0 {
-		kind = policy.LRU
+		kind = policy.Adaptive
 	}
 	if !kind.Valid() {
-		return layout{}, &ConfigError{"Policy", c.Policy, "must be policy.LRU, policy.FIFO, policy.S3FIFO or policy.ARC"}
+		return layout{}, &ConfigError{"Policy", c.Policy, "must be policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC or policy.Adaptive"}
 	}
 	if c.SlotBytes > math.MaxInt-pageSize {
 		return layout{}, &ConfigError{"SlotBytes", c.SlotBytes, "too large"}

@@ -41,10 +41,10 @@ func TestNewSlotCountHonoursCapacity(t *testing.T) {
 		slots, stride   int
 		defaultedPolicy policy.Kind
 	}{
-		{int64(4 * page), page, 4, page, policy.LRU},
-		{int64(4*page + page - 1), page, 4, page, policy.LRU}, // rounded down
-		{int64(4 * page), page + 1, 2, 2 * page, policy.LRU},  // stride rounds up to a page
-		{int64(3 * page), 100, 3, page, policy.LRU},
+		{int64(4 * page), page, 4, page, policy.Adaptive},
+		{int64(4*page + page - 1), page, 4, page, policy.Adaptive}, // rounded down
+		{int64(4 * page), page + 1, 2, 2 * page, policy.Adaptive},  // stride rounds up to a page
+		{int64(3 * page), 100, 3, page, policy.Adaptive},
 	}
 	for _, tt := range tests {
 		cfg := Config{CapacityBytes: tt.capacity, SlotBytes: tt.slotBytes}

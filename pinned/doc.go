@@ -20,8 +20,8 @@
 //   - Readers: Acquire takes a read reference on a Resident slot and counts a
 //     hit (or a miss); Release drops it. A slot with readers is never evicted;
 //     removing it dooms it until the last reader leaves.
-//   - Eviction: the pool orders Resident slots with a policy.Policy (LRU by
-//     default, FIFO or S3-FIFO). Evict moves victims to Draining so the caller
+//   - Eviction: the pool orders Resident slots with a policy.Policy (Adaptive by
+//     default, or LRU, FIFO, S3-FIFO, ARC). Evict moves victims to Draining so the caller
 //     can copy their bytes to a lower tier before calling Free; EvictOne frees
 //     at once for a tier with nowhere to move them.
 //   - Checks: CheckInvariants walks all state. Building with -tags invariants

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-var benchKinds = []Kind{LRU, FIFO, S3FIFO, ARC}
+var benchKinds = []Kind{LRU, FIFO, S3FIFO, ARC, Adaptive}
 
 // BenchmarkChurn measures one Evict plus one Add of a new key on a full
 // policy: the steady state of a tier under a scan.

@@ -77,6 +77,9 @@ func checkPolicy(t *testing.T, p Policy) []Key {
 		if p.target < 0 || p.target > p.capacity {
 			t.Fatalf("target %d outside 0..%d", p.target, p.capacity)
 		}
+	case *adaptive:
+		checkAdaptive(t, p)
+		return nil
 	default:
 		t.Fatalf("unknown policy type %T", p)
 	}

@@ -1,5 +1,5 @@
 // Package policy holds the eviction policies shared by kvtier's host (pinned)
-// and disk tiers: LRU, FIFO, S3-FIFO and ARC.
+// and disk tiers: LRU, FIFO, S3-FIFO, ARC and Adaptive.
 //
 // A policy only orders keys; it owns no memory and does no I/O. The tier that
 // owns the bytes tells the policy what became resident (Add), what was hit
@@ -24,6 +24,12 @@
 //     blocks (the tails of prompts) are used once and would flush the reused
 //     prefixes out of an LRU; see package cachesim's report for how close it
 //     gets to the clairvoyant optimum.
+//   - Adaptive: the default for the host and disk tiers. It remembers ids
+//     after eviction (LRU-2 needs a block's previous use however long ago),
+//     uses Hints (chain depth, partial last block) where the tier has them,
+//     and picks among a few rankings (AdaptiveConfig.Candidates) the one
+//     whose shadow cache of the tier's size got the most prefix hits
+//     lately: LRU-2-like at small sizes, close to LRU at large ones.
 //   - Pinned keys: Evict takes an evictable filter, so a tier can keep keys
 //     that have readers; those keys are skipped and keep their place.
 //
@@ -39,6 +45,10 @@
 // S3-FIFO). ARC and S3-FIFO also keep ghost keys (no data) in their index:
 // ARC up to 2x capacity per ghost list, S3-FIFO up to capacity. Nodes live
 // in one slice with a free list, so steady-state churn does not allocate.
+// Adaptive costs more: O(log capacity) per operation in the real cache and
+// in each of its seven shadows, and one entry per remembered id (at most
+// max(64 × capacity, 2^20) ids); see kvbench's trace suite for the measured
+// time per operation and bytes per id.
 //
 // # Usage
 //

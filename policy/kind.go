@@ -22,6 +22,11 @@ const (
 	// boundary between them. It keeps reused prefixes from being flushed by
 	// one-use blocks and needs no tuning per trace.
 	ARC
+	// Adaptive ranks keys by their previous use, remembered beyond
+	// eviction, evicts the deeper blocks of a request and partial blocks
+	// first, and tunes its one parameter to the tier's size by scoring
+	// shadow caches. See AdaptiveConfig.
+	Adaptive
 )
 
 // String returns "lru", "fifo", "s3fifo" or "arc", and "Kind(n)" for other values.
@@ -35,13 +40,15 @@ func (k Kind) String() string {
 		return "s3fifo"
 	case ARC:
 		return "arc"
+	case Adaptive:
+		return "adaptive"
 	default:
 		return "Kind(" + strconv.Itoa(int(k)) + ")"
 	}
 }
 
 // Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return k >= LRU && k <= ARC }
+func (k Kind) Valid() bool { return k >= LRU && k <= Adaptive }
 
 // ParseKind returns the Kind named by s. It accepts the String forms in any
 // case, and "s3-fifo" for S3FIFO. An unknown name returns an error wrapping
@@ -56,6 +63,8 @@ func ParseKind(s string) (Kind, error) {
 		return S3FIFO, nil
 	case "arc":
 		return ARC, nil
+	case "adaptive":
+		return Adaptive, nil
 	default:
 		return 0, fmt.Errorf("kvtier: policy: parse %q: %w", s, ErrUnknownKind)
 	}

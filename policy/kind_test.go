@@ -6,13 +6,13 @@ import (
 )
 
 func TestKindStringParseRoundTrip(t *testing.T) {
-	for _, k := range []Kind{LRU, FIFO, S3FIFO, ARC} {
+	for _, k := range []Kind{LRU, FIFO, S3FIFO, ARC, Adaptive} {
 		got, err := ParseKind(k.String())
 		if err != nil || got != k {
 			t.Errorf("ParseKind(%q) = %v, %v; want %v", k.String(), got, err, k)
 		}
 	}
-	for s, want := range map[string]Kind{"LRU": LRU, " Fifo ": FIFO, "S3-FIFO": S3FIFO, " ARC": ARC} {
+	for s, want := range map[string]Kind{"LRU": LRU, " Fifo ": FIFO, "S3-FIFO": S3FIFO, " ARC": ARC, "Adaptive": Adaptive} {
 		if got, err := ParseKind(s); err != nil || got != want {
 			t.Errorf("ParseKind(%q) = %v, %v; want %v", s, got, err, want)
 		}
@@ -37,7 +37,7 @@ func TestNewValidates(t *testing.T) {
 		want     error
 	}{
 		{0, 10, ErrUnknownKind},
-		{ARC + 1, 10, ErrUnknownKind},
+		{Adaptive + 1, 10, ErrUnknownKind},
 		{LRU, 0, ErrBadCapacity},
 		{S3FIFO, -1, ErrBadCapacity},
 	}
@@ -47,7 +47,7 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("New(%v, %d) = %v, %v; want nil, %v", tt.kind, tt.capacity, p, err, tt.want)
 		}
 	}
-	for _, k := range []Kind{LRU, FIFO, S3FIFO, ARC} {
+	for _, k := range []Kind{LRU, FIFO, S3FIFO, ARC, Adaptive} {
 		if p := mustNew(t, k, 1); p.Kind() != k || p.Len() != 0 {
 			t.Errorf("New(%v, 1): Kind %v Len %d", k, p.Kind(), p.Len())
 		}

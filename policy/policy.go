@@ -65,6 +65,8 @@ func New(kind Kind, capacity int) (Policy, error) {
 		return newFIFO(capacity), nil
 	case ARC:
 		return newARC(capacity), nil
+	case Adaptive:
+		return newAdaptive(capacity, DefaultAdaptiveConfig()), nil
 	default:
 		return newS3FIFO(capacity), nil
 	}

@@ -46,6 +46,10 @@ type Options struct {
 	TimeScale float64
 	// Limit stops after this many requests (0: no limit).
 	Limit int
+	// BlockTokens is the number of tokens one hash id stands for in this
+	// file (0 means BlockTokens, Mooncake's 512). Read checks every line's
+	// len(hash_ids) against ceil(input_length / BlockTokens).
+	BlockTokens int
 }
 
 // Report says what Read saw.
@@ -91,6 +95,12 @@ func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	if opts.OnError != Stop && opts.OnError != Skip {
 		return nil, Report{}, fmt.Errorf("trace: OnError %d: %w", opts.OnError, ErrMalformed)
 	}
+	if opts.BlockTokens < 0 {
+		return nil, Report{}, fmt.Errorf("trace: BlockTokens %d must be >= 0", opts.BlockTokens)
+	}
+	if opts.BlockTokens == 0 {
+		opts.BlockTokens = BlockTokens
+	}
 	if opts.TimeScale < 0 {
 		return nil, Report{}, fmt.Errorf("trace: TimeScale %v must be >= 0", opts.TimeScale)
 	}
@@ -109,7 +119,7 @@ func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 			continue
 		}
 		rep.Lines++
-		req, perr := parseLine(line, b)
+		req, perr := parseLine(line, b, opts.BlockTokens)
 		if perr != nil {
 			if opts.OnError == Stop {
 				return nil, rep, perr
@@ -200,7 +210,7 @@ type rawRequest struct {
 	HashIDs      *[]int64     `json:"hash_ids"`
 }
 
-func parseLine(line int, b []byte) (Request, *ParseError) {
+func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 	var raw rawRequest
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -248,9 +258,9 @@ func parseLine(line int, b []byte) (Request, *ParseError) {
 			return Request{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf("id %d at index %d is negative", id, i)}
 		}
 	}
-	if want := (req.InputLength + BlockTokens - 1) / BlockTokens; len(req.HashIDs) != want {
+	if want := (req.InputLength + blockTokens - 1) / blockTokens; len(req.HashIDs) != want {
 		return Request{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf(
-			"%d ids for input_length %d, want ceil(%d/%d) = %d", len(req.HashIDs), req.InputLength, req.InputLength, BlockTokens, want)}
+			"%d ids for input_length %d, want ceil(%d/%d) = %d", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want)}
 	}
 	return req, nil
 }

@@ -156,3 +156,19 @@ func TestAbsoluteTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBlockTokens: a trace written with 16-token blocks is read with
+// BlockTokens 16, and refused with the default 512, as is a negative size.
+func TestReadBlockTokens(t *testing.T) {
+	const line = `{"timestamp": 1700000000000, "input_length": 40, "output_length": 1, "hash_ids": [7, 8, 9]}`
+	reqs, rep, err := Read(strings.NewReader(line), Options{BlockTokens: 16})
+	if err != nil || len(reqs) != 1 || reqs[0].Timestamp != 0 || rep.Base != 1700000000000 {
+		t.Fatalf("BlockTokens 16: %v, %+v, %+v", err, reqs, rep)
+	}
+	if _, _, err := Read(strings.NewReader(line), Options{}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("default block size: err %v, want ErrMalformed", err)
+	}
+	if _, _, err := Read(strings.NewReader(line), Options{BlockTokens: -1}); err == nil {
+		t.Fatal("BlockTokens -1 accepted")
+	}
+}

@@ -10,9 +10,13 @@
 //   - copy: device<->pinned copies of the default gpu backend against a plain
 //     copy() of the same bytes, and the disk tier against plain sequential
 //     pwrite/pread of the same block size in the same directory, interleaved.
-//   - trace: a Mooncake-format trace replayed at several tier capacities through
-//     LRU, FIFO and S3-FIFO, next to the clairvoyant optimum (cachesim.OPT) and an
-//     unbounded cache (cachesim.Infinite).
+//   - trace: a Mooncake-format trace (any block size, -block-tokens; timestamps
+//     relative or absolute) replayed at several tier capacities through LRU,
+//     FIFO, S3-FIFO, ARC and the default Adaptive policy, next to the
+//     clairvoyant optimum (cachesim.OPT) and an unbounded cache
+//     (cachesim.Infinite); per capacity the default's hit ratio, the best
+//     classic's, both over OPT, and the replay time per block reference; and
+//     the heap Adaptive holds per id it tracks.
 //
 // # Output
 //
@@ -56,12 +60,13 @@ var allSuites = []string{suiteAlloc, suiteCopy, suiteTrace}
 
 // options is the parsed command line. It is read-only once parsed.
 type options struct {
-	json       bool
-	quick      bool
-	suites     map[string]bool
-	tracePath  string // "" means the embedded sample
-	capacities []int  // trace suite tier capacities, in blocks
-	dir        string // parent of the disk suite's temp dir; "" means os.TempDir
+	json        bool
+	quick       bool
+	suites      map[string]bool
+	tracePath   string // "" means the embedded sample
+	capacities  []int  // trace suite tier capacities, in blocks
+	blockTokens int    // tokens per hash id in the -trace file
+	dir         string // parent of the disk suite's temp dir; "" means os.TempDir
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -74,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, or all")
 	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace suite (default: the embedded sample)")
 	fs.StringVar(&caps, "capacity", "1024,4096,16384", "comma-separated tier capacities in blocks for the trace suite")
+	fs.IntVar(&o.blockTokens, "block-tokens", 512, "tokens per hash id in the -trace file (Mooncake: 512); tells which last blocks are partial")
 	fs.StringVar(&o.dir, "dir", "", "directory on the file system the disk benchmark uses (a temp dir is made inside; default: $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -101,6 +107,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("-capacity: %q is not a positive block count", f)
 		}
 		o.capacities = append(o.capacities, n)
+	}
+	if o.blockTokens <= 0 {
+		return o, fmt.Errorf("-block-tokens: %d must be > 0", o.blockTokens)
 	}
 	if len(o.capacities) == 0 {
 		return o, errors.New("-capacity: no capacities")
@@ -150,7 +159,7 @@ func runSuites(o options) (*Report, error) {
 		rep.Copy = c
 	}
 	if o.suites[suiteTrace] {
-		t, err := runTrace(o.tracePath, o.capacities)
+		t, err := runTrace(o.tracePath, o.capacities, o.blockTokens)
 		if err != nil {
 			return nil, fmt.Errorf("trace suite: %w", err)
 		}

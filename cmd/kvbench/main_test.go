@@ -109,14 +109,14 @@ func TestParseFlags(t *testing.T) {
 }
 
 // TestHumanTraceOnly checks the human output of one suite: it names OPT and
-// prints a PASS or MISS per capacity.
+// prints a PASS or MISS per capacity for the default policy, and its memory per id.
 func TestHumanTraceOnly(t *testing.T) {
 	var out bytes.Buffer
 	if err := run([]string{"-suite", "trace", "-capacity", "256,100000"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
-	for _, want := range []string{"OPT = Belady's MIN", "best_over_opt@256", "best_over_opt@100000", "machine: "} {
+	for _, want := range []string{"OPT = Belady's MIN", "adaptive_over_opt@256", "adaptive_over_best_classic@100000", "adaptive memory: ", "machine: "} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}

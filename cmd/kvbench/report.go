@@ -65,8 +65,16 @@ func targets(r *Report) []Target {
 	}
 	if t := r.Trace; t != nil {
 		for _, c := range t.Capacities {
-			ts = append(ts, newTarget(fmt.Sprintf("best_over_opt@%d", c.CapacityBlocks),
-				c.BestOverOPT, ">=", 0.95, c.OPTHitRatio > 0))
+			ts = append(ts, newTarget(fmt.Sprintf("adaptive_over_opt@%d", c.CapacityBlocks),
+				c.AdaptiveOverOPT, ">=", 0.95, c.OPTHitRatio > 0))
+			// Issue 16: never below the best classic policy, and 10% above it
+			// where the best classic gets less than half of OPT.
+			limit := 1.0
+			if c.BestOverOPT < 0.5 {
+				limit = 1.1
+			}
+			ts = append(ts, newTarget(fmt.Sprintf("adaptive_over_best_classic@%d", c.CapacityBlocks),
+				c.AdaptiveOverBest, ">=", limit, c.HitRatio[c.BestPolicy] > 0))
 		}
 	}
 	return ts
@@ -124,20 +132,22 @@ func writeHuman(w io.Writer, r *Report) error {
 		p("\n")
 	}
 	if t := r.Trace; t != nil {
-		p("trace: %s, %d requests, %d block refs, chained: %v\n", t.Trace, t.Requests, t.BlockRefs, t.Chained)
+		p("trace: %s, %d requests, %d block refs, %d-token blocks, chained: %v\n", t.Trace, t.Requests, t.BlockRefs, t.BlockTokens, t.Chained)
 		p("  %s\n", optDoc)
 		var hdr []string
 		for _, k := range tracePolicies {
 			hdr = append(hdr, policyName(k))
 		}
-		p("  capacity\t%s\topt\tinfinite\tbest/opt\t\n", strings.Join(hdr, "\t"))
+		p("  capacity\t%s\topt\tinfinite\tbest classic\tbest/opt\tadaptive/opt\tadaptive/best\tns/ref lru, adaptive\t\n", strings.Join(hdr, "\t"))
 		for _, c := range t.Capacities {
 			p("  %d\t", c.CapacityBlocks)
 			for _, k := range tracePolicies {
 				p("%.2f%%\t", 100*c.HitRatio[policyName(k)])
 			}
-			p("%.2f%%\t%.2f%%\t%.3f (%s)\t\n", 100*c.OPTHitRatio, 100*c.InfiniteHitRatio, c.BestOverOPT, c.BestPolicy)
+			p("%.2f%%\t%.2f%%\t%s\t%.3f\t%.3f\t%.3f\t%.0f, %.0f\t\n", 100*c.OPTHitRatio, 100*c.InfiniteHitRatio, c.BestPolicy,
+				c.BestOverOPT, c.AdaptiveOverOPT, c.AdaptiveOverBest, c.NsPerRef["lru"], c.NsPerRef["adaptive"])
 		}
+		p("  adaptive memory: %.0f bytes per tracked id (65,536-block policy after a 1M-id scan)\n", t.AdaptiveBytesPerID)
 		p("\n")
 	}
 	p("targets:\n")

@@ -2,14 +2,21 @@ package main
 
 import (
 	"fmt"
+	"runtime"
+	"time"
 
 	"github.com/kvtier/kvtier/cachesim"
 	"github.com/kvtier/kvtier/policy"
 	"github.com/kvtier/kvtier/trace"
 )
 
-// tracePolicies are the eviction policies the trace suite replays, in report order.
-var tracePolicies = []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC}
+// classicPolicies are the fixed policies the trace suite compares the default
+// against, in report order.
+var classicPolicies = []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC}
+
+// tracePolicies are every policy the trace suite replays: the classics, then
+// the default (Adaptive).
+var tracePolicies = append(append([]policy.Kind(nil), classicPolicies...), policy.Adaptive)
 
 // optDoc says in one line what opt_hit_ratio is (see cachesim's package doc).
 const optDoc = "OPT = Belady's MIN (evict the block whose next use is farthest; descendants before ancestors), " +
@@ -17,71 +24,121 @@ const optDoc = "OPT = Belady's MIN (evict the block whose next use is farthest; 
 
 // TraceResult is the trace suite's outcome.
 type TraceResult struct {
-	Trace     string `json:"trace"`
-	Requests  int    `json:"requests"`
-	BlockRefs int64  `json:"block_refs"`
+	Trace       string `json:"trace"`
+	BlockTokens int    `json:"block_tokens"`
+	Requests    int    `json:"requests"`
+	BlockRefs   int64  `json:"block_refs"`
 	// Chained is true when cachesim.CheckChained accepts the trace, so OPT is the
 	// exact optimum rather than a clairvoyant heuristic.
 	Chained          bool            `json:"chained"`
 	InfiniteHitRatio float64         `json:"infinite_hit_ratio"`
 	Capacities       []TraceCapacity `json:"capacities"`
+	// AdaptiveBytesPerID is the heap an Adaptive policy of 65,536 blocks holds
+	// per id it tracks (resident or remembered), after a scan of 1M ids.
+	AdaptiveBytesPerID float64 `json:"adaptive_bytes_per_id"`
 }
 
 // TraceCapacity is one tier capacity's row. Hit ratios are prefix hits over
 // block references, as cachesim defines them.
 type TraceCapacity struct {
 	CapacityBlocks   int                `json:"capacity_blocks"`
-	HitRatio         map[string]float64 `json:"hit_ratio"` // by policy name: lru, fifo, s3fifo
+	HitRatio         map[string]float64 `json:"hit_ratio"` // by policy name: lru, fifo, s3fifo, arc, adaptive
 	OPTHitRatio      float64            `json:"opt_hit_ratio"`
 	InfiniteHitRatio float64            `json:"infinite_hit_ratio"`
-	BestPolicy       string             `json:"best_policy"`
-	BestOverOPT      float64            `json:"best_over_opt"`
+	// BestPolicy is the classic policy (not Adaptive) with the most hits.
+	BestPolicy  string  `json:"best_policy"`
+	BestOverOPT float64 `json:"best_over_opt"`
+	// AdaptiveOverOPT and AdaptiveOverBest compare the default policy with
+	// OPT and with the best classic policy.
+	AdaptiveOverOPT  float64 `json:"adaptive_over_opt"`
+	AdaptiveOverBest float64 `json:"adaptive_over_best"`
+	// NsPerRef is the replay time per block reference, by policy: one
+	// lookup plus one Add or Access plus the evictions it causes.
+	NsPerRef map[string]float64 `json:"ns_per_ref"`
 }
 
 func policyName(k policy.Kind) string { return k.String() }
 
-func runTrace(path string, capacities []int) (*TraceResult, error) {
+func runTrace(path string, capacities []int, blockTokens int) (*TraceResult, error) {
 	reqs, name := trace.Sample(), trace.SampleName
 	if path != "" {
 		var err error
-		if reqs, _, err = trace.ReadFile(path, trace.Options{}); err != nil {
+		if reqs, _, err = trace.ReadFile(path, trace.Options{BlockTokens: blockTokens}); err != nil {
 			return nil, err
 		}
 		name = path
+	} else {
+		blockTokens = trace.BlockTokens
 	}
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("trace %s has no requests", name)
 	}
 	inf := cachesim.Infinite(reqs)
 	r := &TraceResult{
-		Trace:            name,
-		Requests:         inf.Requests,
-		BlockRefs:        inf.BlockRefs,
-		Chained:          cachesim.CheckChained(reqs) == nil,
-		InfiniteHitRatio: inf.HitRatio,
+		Trace:              name,
+		BlockTokens:        blockTokens,
+		Requests:           inf.Requests,
+		BlockRefs:          inf.BlockRefs,
+		Chained:            cachesim.CheckChained(reqs) == nil,
+		InfiniteHitRatio:   inf.HitRatio,
+		AdaptiveBytesPerID: adaptiveBytesPerID(),
 	}
+	opts := cachesim.Options{BlockTokens: blockTokens}
 	for _, c := range capacities {
 		row := TraceCapacity{
 			CapacityBlocks:   c,
 			HitRatio:         make(map[string]float64, len(tracePolicies)),
+			NsPerRef:         make(map[string]float64, len(tracePolicies)),
 			OPTHitRatio:      cachesim.OPT(reqs, c).HitRatio,
 			InfiniteHitRatio: inf.HitRatio,
 		}
 		best := -1.0
 		for _, k := range tracePolicies {
-			res, err := cachesim.Simulate(reqs, c, k, cachesim.Options{})
+			start := time.Now()
+			res, err := cachesim.Simulate(reqs, c, k, opts)
 			if err != nil {
 				return nil, fmt.Errorf("%v at %d blocks: %w", k, c, err)
 			}
+			row.NsPerRef[policyName(k)] = float64(time.Since(start).Nanoseconds()) / float64(max(res.BlockRefs, 1))
 			row.HitRatio[policyName(k)] = res.HitRatio
-			if res.HitRatio > best {
+			if k != policy.Adaptive && res.HitRatio > best {
 				best, row.BestPolicy = res.HitRatio, policyName(k)
 			}
 		}
+		a := row.HitRatio[policyName(policy.Adaptive)]
 		if row.OPTHitRatio > 0 {
 			row.BestOverOPT = best / row.OPTHitRatio
+			row.AdaptiveOverOPT = a / row.OPTHitRatio
+		}
+		if best > 0 {
+			row.AdaptiveOverBest = a / best
 		}
 		r.Capacities = append(r.Capacities, row)
 	}
 	return r, nil
+}
+
+// adaptiveBytesPerID scans 1M distinct ids through an Adaptive policy of
+// 65,536 blocks and divides the heap it holds by the ids it tracks.
+func adaptiveBytesPerID() float64 {
+	const capacity, ids = 1 << 16, 1 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	p, err := policy.NewAdaptive(capacity, policy.AdaptiveConfig{})
+	if err != nil {
+		panic("kvtier: kvbench: default adaptive config refused: " + err.Error())
+	}
+	for k := range policy.Key(ids) {
+		p.AddHint(k, policy.Hint{Depth: int(k % 16)})
+		for p.Len() > capacity {
+			p.Evict(nil)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	tracked := ids // the default history bound (2^20 ids) keeps them all
+	bytes := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+	runtime.KeepAlive(p)
+	return max(bytes, 1) / float64(tracked)
 }

@@ -1,0 +1,497 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Ranking is how an Adaptive candidate orders resident keys for eviction.
+// Every ranking evicts a partial block seen once before anything else, and
+// among equal ranks the deeper block of a chain first.
+type Ranking int
+
+// The rankings. W is the candidate's Window in touches (Window × capacity);
+// t1 and t2 are a key's last two touch times, counted in touches and
+// remembered after eviction; count is how many times it was touched.
+const (
+	// RankSecondUse ranks by max(t2, t1 - W): LRU-2 where a key seen once
+	// counts as touched W before its last touch. W = 0 is LRU, an infinite
+	// W is LRU-2.
+	RankSecondUse Ranking = iota + 1
+	// RankFrequency ranks by t1 + W × floor(log2(count)): recency, with
+	// each doubling of the use count worth W touches. An infinite W ranks
+	// by count first, recency second.
+	RankFrequency
+	// RankFrequencyNewFirst is RankFrequency, except that keys seen once
+	// go before every other, newest first: it keeps what has proved itself
+	// and lets a stream of new chains pass through one corner of the tier.
+	RankFrequencyNewFirst
+)
+
+// Candidate is one ranking the Adaptive policy may use, scored on a shadow
+// cache of the tier's capacity.
+type Candidate struct {
+	Rank Ranking
+	// Window is W as a multiple of the capacity (math.Inf(1) allowed).
+	Window float64
+}
+
+// AdaptiveConfig holds the parameters of the Adaptive policy. The zero value
+// of a field means its default (DefaultAdaptiveConfig); NewAdaptive never
+// modifies the caller's value.
+type AdaptiveConfig struct {
+	// Candidates are the rankings to choose from, each scored by a
+	// metadata-only shadow cache. With one candidate there are no shadows
+	// and nothing adapts.
+	Candidates []Candidate
+	// Period is how many touches pass between two adaptation steps, as a
+	// multiple of the capacity (at least minPeriod touches). The shadows'
+	// hit counts halve at each step, so recent hits weigh most.
+	Period float64
+	// History bounds the ids remembered (resident or not) to this multiple
+	// of the capacity, but never fewer than MinHistory ids.
+	History float64
+	// MinHistory is the floor of the history bound, in ids.
+	MinHistory int
+}
+
+// DefaultAdaptiveConfig returns the parameters New(Adaptive, ...) uses.
+func DefaultAdaptiveConfig() AdaptiveConfig {
+	inf := math.Inf(1)
+	return AdaptiveConfig{
+		Candidates: []Candidate{
+			{RankSecondUse, 1}, {RankSecondUse, 4}, {RankSecondUse, inf},
+			{RankFrequency, 4}, {RankFrequency, 16},
+			{RankFrequencyNewFirst, 0}, {RankFrequencyNewFirst, 1},
+		},
+		Period:     1,
+		History:    64,
+		MinHistory: 1 << 20,
+	}
+}
+
+// maxLanes bounds the real cache plus one shadow per candidate.
+const maxLanes = 8
+
+// minPeriod is the fewest touches between two adaptation steps.
+const minPeriod = 256
+
+// adaptDecay multiplies the shadows' hit counts at every adaptation step, so
+// a hit counts with weight 0.75^k after k steps: about four periods of
+// memory.
+const adaptDecay = 0.75
+
+// switchMargin is how far a shadow must lead the current choice, as a
+// ratio of decayed hits, before the tier switches to its ranking; it stops
+// the choice flapping between two near-equal candidates.
+const switchMargin = 1.02
+
+func (c AdaptiveConfig) withDefaults() (AdaptiveConfig, error) {
+	d := DefaultAdaptiveConfig()
+	if len(c.Candidates) == 0 {
+		c.Candidates = d.Candidates
+	}
+	c.Candidates = append([]Candidate(nil), c.Candidates...)
+	if len(c.Candidates) >= maxLanes {
+		return c, fmt.Errorf("kvtier: policy: adaptive: %d candidates, at most %d", len(c.Candidates), maxLanes-1)
+	}
+	for _, k := range c.Candidates {
+		if !(k.Window >= 0) || k.Rank < RankSecondUse || k.Rank > RankFrequencyNewFirst {
+			return c, fmt.Errorf("kvtier: policy: adaptive: candidate %+v: unknown ranking or window < 0", k)
+		}
+	}
+	if c.Period == 0 {
+		c.Period = d.Period
+	}
+	if c.History == 0 {
+		c.History = d.History
+	}
+	if c.MinHistory == 0 {
+		c.MinHistory = d.MinHistory
+	}
+	if !(c.Period > 0) || !(c.History >= 1) || c.MinHistory < 0 {
+		return c, fmt.Errorf("kvtier: policy: adaptive: Period %v must be > 0, History %v >= 1, MinHistory %d >= 0",
+			c.Period, c.History, c.MinHistory)
+	}
+	return c, nil
+}
+
+// never is the touch time of an event that did not happen.
+const never = math.MinInt64 / 4
+
+// infWindow stands for an infinite window: larger than any clock difference.
+const infWindow = int64(1) << 50
+
+// entry is what Adaptive remembers about one id, resident or not.
+type entry struct {
+	key    Key
+	t1, t2 int64 // the last two touch times (epochs); t2 is never for an id seen once
+	depth  int32
+	count  int32 // epochs in which the id was touched
+	// partial is the Partial hint of the last touch.
+	partial bool
+	// pos is the id's heap slot in each lane, -1 when not resident there.
+	pos [maxLanes]int32
+}
+
+// lane is one cache over the shared entries: the real one or a shadow.
+type lane struct {
+	id     int
+	rank   Ranking
+	window int64
+	heap   []int32 // entry indices, a min-heap by rank
+	hits   float64 // decayed prefix hits, shadows only
+	broken bool    // a shadow missed earlier in the current epoch's chain
+}
+
+// adaptive is the Adaptive policy. Every key ever touched (up to the history
+// bound) has an entry with its last two touch times, its use count and its
+// last Hint, kept after eviction: 16 bytes of times and count per id plus
+// the index and heap slots. A touch's time is its epoch: hinted touches of
+// increasing Depth share the epoch of the chain's first block, so the blocks
+// of one request tie and the deeper one is evicted first.
+//
+// The real cache and one metadata-only shadow cache per candidate ranking
+// are min-heaps over the same entries. Every touch goes to every shadow,
+// which evicts down to the capacity on its own and counts a hit when the key
+// was resident there and every shallower block of the chain was too (prefix
+// hits, as the tier serves them). Every Period × capacity touches the
+// decayed counts are compared, and the real cache takes the ranking of the
+// leader if it leads the current one by switchMargin; its heap is rebuilt
+// in O(n). Costs: Add and Access O((1 + shadows) log capacity), Evict
+// O(log capacity) plus the keys its filter rejects.
+type adaptive struct {
+	cfg      AdaptiveConfig
+	capacity int
+	entries  []entry
+	free     []int32
+	index    map[Key]int32
+	real     lane
+	shadows  []lane
+	choice   int // the shadow whose window real uses
+
+	clock     int64 // touches so far
+	epoch     int64 // time stamp of the current chain
+	lastDepth int32 // Depth of the previous hinted touch, -1 after an unhinted one
+	period    int64
+	nextAdapt int64
+	histLimit int
+}
+
+func newAdaptive(capacity int, cfg AdaptiveConfig) *adaptive {
+	p := &adaptive{
+		cfg:       cfg,
+		capacity:  capacity,
+		index:     make(map[Key]int32, hint(capacity)),
+		lastDepth: -1,
+		period:    max(minPeriod, int64(cfg.Period*float64(capacity))),
+		histLimit: max(cfg.MinHistory, int(min(cfg.History*float64(capacity), math.MaxInt32/2))),
+	}
+	for i, c := range cfg.Candidates {
+		if len(cfg.Candidates) > 1 {
+			p.shadows = append(p.shadows, lane{id: i + 1, rank: c.Rank, window: windowTouches(c.Window, capacity)})
+		}
+	}
+	// Start with the first candidate.
+	c := cfg.Candidates[0]
+	p.real = lane{id: 0, rank: c.Rank, window: windowTouches(c.Window, capacity)}
+	p.nextAdapt = p.period
+	return p
+}
+
+func windowTouches(w float64, capacity int) int64 {
+	t := w * float64(capacity)
+	if t >= float64(infWindow) {
+		return infWindow
+	}
+	return int64(t)
+}
+
+func (p *adaptive) Kind() Kind { return Adaptive }
+
+func (p *adaptive) Add(k Key)             { p.AddHint(k, Hint{}) }
+func (p *adaptive) Access(k Key)          { p.AccessHint(k, Hint{}) }
+func (p *adaptive) Contains(k Key) bool   { i, ok := p.index[k]; return ok && p.entries[i].pos[0] >= 0 }
+func (p *adaptive) Len() int              { return len(p.real.heap) }
+func (p *adaptive) resident(i int32) bool { return p.entries[i].pos[0] >= 0 }
+
+// AddHint makes k resident, or counts a touch if it already is.
+func (p *adaptive) AddHint(k Key, h Hint) {
+	i := p.touch(k, h)
+	if !p.resident(i) {
+		p.push(&p.real, i)
+	} else {
+		p.fix(&p.real, i)
+	}
+}
+
+// AccessHint counts a touch of a resident k; others are ignored.
+func (p *adaptive) AccessHint(k Key, h Hint) {
+	if i, ok := p.index[k]; ok && p.resident(i) {
+		p.touch(k, h)
+		p.fix(&p.real, i)
+	}
+}
+
+// touch advances the clock, updates k's history and the shadows, and returns
+// k's entry.
+func (p *adaptive) touch(k Key, h Hint) int32 {
+	p.clock++
+	depth := int32(min(h.Depth, math.MaxInt32))
+	if h.Depth <= 0 || depth <= p.lastDepth {
+		p.epoch = p.clock // a new chain starts
+	}
+	p.lastDepth = depth
+	newChain := p.epoch == p.clock
+	i, ok := p.index[k]
+	if !ok {
+		i = p.alloc(k)
+	}
+	e := &p.entries[i]
+	if e.t1 != p.epoch {
+		e.t2, e.t1 = e.t1, p.epoch
+		e.count++
+	}
+	e.depth, e.partial = depth, h.Partial
+	for s := range p.shadows {
+		l := &p.shadows[s]
+		if newChain {
+			l.broken = false
+		}
+		if e.pos[l.id] >= 0 {
+			if !l.broken {
+				l.hits++
+			}
+			p.fix(l, i)
+			continue
+		}
+		l.broken = true
+		p.push(l, i)
+		for len(l.heap) > p.capacity {
+			p.pop(l)
+
+		}
+	}
+	if p.clock >= p.nextAdapt {
+		p.adapt()
+	}
+	return i
+}
+
+func (p *adaptive) alloc(k Key) int32 {
+	if len(p.index) >= p.histLimit {
+		p.forget()
+	}
+	var i int32
+	if n := len(p.free); n > 0 {
+		i = p.free[n-1]
+		p.free = p.free[:n-1]
+	} else {
+		i = int32(len(p.entries))
+		p.entries = append(p.entries, entry{})
+	}
+	e := &p.entries[i]
+	*e = entry{key: k, t1: never, t2: never}
+	for l := range e.pos {
+		e.pos[l] = -1
+	}
+	p.index[k] = i
+	return i
+}
+
+// forget drops the history of ids resident nowhere whose last touch is older
+// than half the history bound, so at most about half the bound survives.
+func (p *adaptive) forget() {
+	cutoff := p.clock - int64(p.histLimit/2)
+	for k, i := range p.index {
+		e := &p.entries[i]
+		if e.t1 >= cutoff {
+			continue
+		}
+		if p.anywhere(i) {
+			continue
+		}
+		delete(p.index, k)
+		p.free = append(p.free, i)
+	}
+}
+
+func (p *adaptive) anywhere(i int32) bool {
+	for _, s := range p.entries[i].pos {
+		if s >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// adapt halves the shadows' hit counts and points real at the window of the
+// shadow with the most, if another one leads.
+func (p *adaptive) adapt() {
+	p.nextAdapt = p.clock + p.period
+	best := p.choice
+	for s := range p.shadows {
+		if p.shadows[s].hits > p.shadows[best].hits && p.shadows[s].hits > switchMargin*p.shadows[p.choice].hits {
+			best = s
+		}
+	}
+	for s := range p.shadows {
+		p.shadows[s].hits *= adaptDecay
+	}
+	if best == p.choice {
+		return
+	}
+	p.choice = best
+	p.real.rank, p.real.window = p.shadows[best].rank, p.shadows[best].window
+	h := p.real.heap
+	for j := len(h)/2 - 1; j >= 0; j-- {
+		p.down(&p.real, j)
+	}
+}
+
+// Remove forgets that k is resident; its history stays.
+func (p *adaptive) Remove(k Key) {
+	if i, ok := p.index[k]; ok && p.resident(i) {
+		p.delete(&p.real, p.entries[i].pos[0])
+	}
+}
+
+// Evict takes the lowest-ranked evictable resident key. Keys the filter
+// rejects are set aside and put back.
+func (p *adaptive) Evict(evictable func(Key) bool) (Key, bool) {
+	if evictable == nil {
+		if len(p.real.heap) == 0 {
+			return 0, false
+		}
+		return p.entries[p.pop(&p.real)].key, true
+	}
+	var rejected []int32
+	defer func() {
+		for _, i := range rejected {
+			p.push(&p.real, i)
+		}
+	}()
+	for len(p.real.heap) > 0 {
+		i := p.pop(&p.real)
+		if k := p.entries[i].key; evictable(k) {
+			return k, true
+		}
+		rejected = append(rejected, i)
+	}
+	return 0, false
+}
+
+// rank is the eviction rank of entry i in l: lower goes first.
+func (p *adaptive) rank(l *lane, i int32) int64 {
+	e := &p.entries[i]
+	if e.partial && e.t2 == never {
+		return e.t1 - 3*infWindow
+	}
+	switch l.rank {
+	case RankSecondUse:
+		return max(e.t2, e.t1-l.window)
+	case RankFrequency:
+		if l.window >= infWindow {
+			return int64(e.count)<<40 + e.t1
+		}
+		return e.t1 + l.window*int64(bits.Len32(uint32(e.count))-1)
+	default: // RankFrequencyNewFirst
+		if e.t2 == never {
+			return -infWindow - e.t1
+		}
+		return e.t1 + l.window*int64(bits.Len32(uint32(e.count))-1)
+	}
+}
+
+// less orders heap slots a, b of l: lower rank first, then deeper first.
+func (p *adaptive) less(l *lane, a, b int32) bool {
+	ra, rb := p.rank(l, a), p.rank(l, b)
+	if ra != rb {
+		return ra < rb
+	}
+	return p.entries[a].depth > p.entries[b].depth
+}
+
+func (p *adaptive) push(l *lane, i int32) {
+	p.entries[i].pos[l.id] = int32(len(l.heap))
+	l.heap = append(l.heap, i)
+	p.up(l, len(l.heap)-1)
+}
+
+func (p *adaptive) pop(l *lane) int32 {
+	i := l.heap[0]
+	p.delete(l, 0)
+	return i
+}
+
+// delete takes the entry in slot j off l.
+func (p *adaptive) delete(l *lane, j int32) {
+	i := l.heap[j]
+	last := int32(len(l.heap) - 1)
+	p.swap(l, int(j), int(last))
+	l.heap = l.heap[:last]
+	p.entries[i].pos[l.id] = -1
+	if j < last {
+		p.fix(l, l.heap[j])
+	}
+}
+
+// fix restores the heap after entry i's rank changed.
+func (p *adaptive) fix(l *lane, i int32) {
+	j := int(p.entries[i].pos[l.id])
+	if !p.down(l, j) {
+		p.up(l, j)
+	}
+}
+
+func (p *adaptive) swap(l *lane, a, b int) {
+	h := l.heap
+	h[a], h[b] = h[b], h[a]
+	p.entries[h[a]].pos[l.id] = int32(a)
+	p.entries[h[b]].pos[l.id] = int32(b)
+}
+
+func (p *adaptive) up(l *lane, j int) {
+	for j > 0 {
+		parent := (j - 1) / 2
+		if !p.less(l, l.heap[j], l.heap[parent]) {
+			return
+		}
+		p.swap(l, j, parent)
+		j = parent
+	}
+}
+
+func (p *adaptive) down(l *lane, j int) bool {
+	start, n := j, len(l.heap)
+	for {
+		c := 2*j + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && p.less(l, l.heap[r], l.heap[c]) {
+			c = r
+		}
+		if !p.less(l, l.heap[c], l.heap[j]) {
+			break
+		}
+		p.swap(l, j, c)
+		j = c
+	}
+	return j > start
+}
+
+// NewAdaptive returns an empty Adaptive policy with explicit parameters.
+// It returns an error wrapping ErrBadCapacity for a capacity below 1, and
+// an error for parameters out of range.
+func NewAdaptive(capacity int, cfg AdaptiveConfig) (Hinted, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("kvtier: policy: new adaptive with capacity %d: %w", capacity, ErrBadCapacity)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newAdaptive(capacity, c), nil
+}

@@ -1,0 +1,329 @@
+package policy
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// checkAdaptive verifies every lane's heap (order and back pointers), the
+// index and the free list of an Adaptive policy.
+func checkAdaptive(t *testing.T, p *adaptive) {
+	t.Helper()
+	lanes := []*lane{&p.real}
+	for s := range p.shadows {
+		lanes = append(lanes, &p.shadows[s])
+	}
+	for _, l := range lanes {
+		if l.id > 0 && len(l.heap) > p.capacity {
+			t.Fatalf("shadow %d holds %d keys, capacity %d", l.id, len(l.heap), p.capacity)
+		}
+		for j, i := range l.heap {
+			if got := p.entries[i].pos[l.id]; got != int32(j) {
+				t.Fatalf("lane %d slot %d: entry says slot %d", l.id, j, got)
+			}
+			if j > 0 && p.less(l, i, l.heap[(j-1)/2]) {
+				t.Fatalf("lane %d slot %d ranks below its parent", l.id, j)
+			}
+		}
+	}
+	if got := len(p.index) + len(p.free); got != len(p.entries) {
+		t.Fatalf("%d indexed + %d free != %d entries", len(p.index), len(p.free), len(p.entries))
+	}
+	for k, i := range p.index {
+		e := &p.entries[i]
+		if e.key != k {
+			t.Fatalf("index %d -> entry of key %d", k, e.key)
+		}
+		for l := len(lanes); l < maxLanes; l++ {
+			if e.pos[l] != -1 {
+				t.Fatalf("key %d has a slot %d in unused lane %d", k, e.pos[l], l)
+			}
+		}
+	}
+}
+
+// refAdaptive models one fixed ranking (no shadows) with maps and a linear
+// scan: the victim is any evictable resident key of least rank, deepest
+// among equals.
+type refAdaptive struct {
+	cand      Candidate
+	window    int64
+	clock     int64
+	epoch     int64
+	lastDepth int
+	hist      map[Key]*refEntry
+	res       map[Key]bool
+}
+
+type refEntry struct {
+	t1, t2  int64
+	count   int64
+	depth   int
+	partial bool
+}
+
+func newRefAdaptive(c Candidate, capacity int) *refAdaptive {
+	return &refAdaptive{cand: c, window: windowTouches(c.Window, capacity), lastDepth: -1,
+		hist: map[Key]*refEntry{}, res: map[Key]bool{}}
+}
+
+func (m *refAdaptive) touch(k Key, h Hint) {
+	m.clock++
+	if h.Depth <= 0 || h.Depth <= m.lastDepth {
+		m.epoch = m.clock
+	}
+	m.lastDepth = h.Depth
+	e := m.hist[k]
+	if e == nil {
+		e = &refEntry{t1: never, t2: never}
+		m.hist[k] = e
+	}
+	if e.t1 != m.epoch {
+		e.t2, e.t1 = e.t1, m.epoch
+		e.count++
+	}
+	e.depth, e.partial = h.Depth, h.Partial
+}
+
+func (m *refAdaptive) add(k Key, h Hint) { m.touch(k, h); m.res[k] = true }
+
+func (m *refAdaptive) access(k Key, h Hint) {
+	if m.res[k] {
+		m.touch(k, h)
+	}
+}
+
+// rank returns a class (lower goes first) and a rank within the class.
+func (m *refAdaptive) rank(k Key) (int, float64) {
+	e := m.hist[k]
+	t1, t2, w := float64(e.t1), float64(e.t2), float64(m.window)
+	if m.cand.Window == math.Inf(1) {
+		w = math.Inf(1)
+	}
+	seenOnce := e.t2 == never
+	switch {
+	case e.partial && seenOnce:
+		return 0, t1
+	case m.cand.Rank == RankSecondUse:
+		if seenOnce {
+			if math.IsInf(w, 1) {
+				return 1, t1
+			}
+			return 2, t1 - w
+		}
+		return 2, max(t2, t1-w)
+	case m.cand.Rank == RankFrequencyNewFirst && seenOnce:
+		return 1, -t1
+	default:
+		doublings := float64(int(math.Log2(float64(e.count))))
+		if math.IsInf(w, 1) {
+			return 2 + int(e.count), t1
+		}
+		return 2, t1 + w*doublings
+	}
+}
+
+// victims returns every evictable resident key the reference may evict.
+func (m *refAdaptive) victims(evictable func(Key) bool) []Key {
+	var best []Key
+	for k := range m.res {
+		if evictable != nil && !evictable(k) {
+			continue
+		}
+		if len(best) == 0 {
+			best = []Key{k}
+			continue
+		}
+		b := best[0]
+		ck, rk := m.rank(k)
+		cb, rb := m.rank(b)
+		switch {
+		case ck < cb || (ck == cb && rk < rb) || (ck == cb && rk == rb && m.hist[k].depth > m.hist[b].depth):
+			best = []Key{k}
+		case ck == cb && rk == rb && m.hist[k].depth == m.hist[b].depth:
+			best = append(best, k)
+		}
+	}
+	return best
+}
+
+func randomHint(rng *rand.Rand) Hint {
+	return Hint{Depth: rng.IntN(4), Partial: rng.IntN(5) == 0}
+}
+
+// TestAdaptiveModel drives a single-ranking Adaptive policy and the
+// reference with the same random hinted operations: victims must be among
+// the reference's, Len and Contains must agree after every step.
+func TestAdaptiveModel(t *testing.T) {
+	const keySpace, steps = 40, 2000
+	cands := []Candidate{
+		{RankSecondUse, 0}, {RankSecondUse, 0.5}, {RankSecondUse, math.Inf(1)},
+		{RankFrequency, 1}, {RankFrequency, math.Inf(1)}, {RankFrequencyNewFirst, 2},
+	}
+	for ci, c := range cands {
+		for seed := range uint64(3) {
+			rng := rand.New(rand.NewPCG(seed, uint64(ci)))
+			capacity := 1 + rng.IntN(20)
+			hp, err := NewAdaptive(capacity, AdaptiveConfig{Candidates: []Candidate{c}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := hp.(*adaptive)
+			ref := newRefAdaptive(c, capacity)
+			for step := range steps {
+				k := Key(rng.IntN(keySpace))
+				switch op := rng.IntN(10); {
+				case op < 4:
+					h := randomHint(rng)
+					p.AddHint(k, h)
+					ref.add(k, h)
+				case op < 6:
+					h := randomHint(rng)
+					p.AccessHint(k, h)
+					ref.access(k, h)
+				case op < 7:
+					p.Remove(k)
+					delete(ref.res, k)
+				default:
+					var ev func(Key) bool
+					if rng.IntN(3) > 0 {
+						mask := rng.Uint64()
+						ev = func(k Key) bool { return mask>>(k%64)&1 == 1 }
+					}
+					want := ref.victims(ev)
+					got, ok := p.Evict(ev)
+					if ok != (len(want) > 0) || (ok && !slices.Contains(want, got)) {
+						t.Fatalf("%+v seed %d step %d: Evict = %d, %v; reference allows %v", c, seed, step, got, ok, want)
+					}
+					if ok {
+						delete(ref.res, got)
+					}
+				}
+				checkAdaptive(t, p)
+				if p.Len() != len(ref.res) {
+					t.Fatalf("%+v seed %d step %d: Len %d, reference %d", c, seed, step, p.Len(), len(ref.res))
+				}
+				for k := range Key(keySpace) {
+					if p.Contains(k) != ref.res[k] {
+						t.Fatalf("%+v seed %d step %d: Contains(%d) = %v", c, seed, step, k, p.Contains(k))
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAdaptiveWithShadows runs the default policy (seven shadows, switching)
+// against a plain set: whatever ranking it uses, residency follows Add,
+// Remove and Evict, victims pass the filter, and every heap stays valid.
+func TestAdaptiveWithShadows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const capacity = 8
+	p := mustNew(t, Adaptive, capacity).(*adaptive)
+	res := map[Key]bool{}
+	for step := range 20000 {
+		k := Key(rng.IntN(200))
+		switch op := rng.IntN(10); {
+		case op < 5:
+			p.AddHint(k, randomHint(rng))
+			res[k] = true
+		case op < 7:
+			p.AccessHint(k, randomHint(rng))
+		case op < 8:
+			p.Remove(k)
+			delete(res, k)
+		default:
+			mask := rng.Uint64()
+			got, ok := p.Evict(func(k Key) bool { return mask>>(k%64)&1 == 1 })
+			if ok && (!res[got] || mask>>(got%64)&1 == 0) {
+				t.Fatalf("step %d: victim %d resident %v, evictable %v", step, got, res[got], mask>>(got%64)&1 == 1)
+			}
+			delete(res, got)
+		}
+		if p.Len() != len(res) || p.Contains(k) != res[k] {
+			t.Fatalf("step %d: Len %d Contains(%d) %v; want %d, %v", step, p.Len(), k, p.Contains(k), len(res), res[k])
+		}
+		if step%97 == 0 {
+			checkAdaptive(t, p)
+		}
+	}
+	checkAdaptive(t, p)
+}
+
+// TestAdaptiveChainOrder: within one request the partial last block goes
+// first, then the deeper blocks before their ancestors; a block seen in an
+// earlier request (remembered after its eviction) outlives them all.
+func TestAdaptiveChainOrder(t *testing.T) {
+	hp, err := NewAdaptive(16, AdaptiveConfig{Candidates: []Candidate{{RankSecondUse, math.Inf(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp.AddHint(1, Hint{Depth: 0})
+	hp.AddHint(9, Hint{Depth: 1, Partial: true})
+	if k, _ := hp.Evict(nil); k != 9 {
+		t.Fatalf("first victim %d, want the partial block 9", k)
+	}
+	if k, _ := hp.Evict(nil); k != 1 {
+		t.Fatalf("second victim %d, want 1", k)
+	}
+	// 1 is gone but remembered: its second use ranks it above new blocks.
+	for d, k := range []Key{1, 2, 3, 4} {
+		hp.AddHint(k, Hint{Depth: d, Partial: k == 4})
+	}
+	var got []Key
+	for {
+		k, ok := hp.Evict(nil)
+		if !ok {
+			break
+		}
+		got = append(got, k)
+	}
+	if want := []Key{4, 3, 2, 1}; !slices.Equal(got, want) {
+		t.Fatalf("victims %v, want %v", got, want)
+	}
+}
+
+// TestAdaptiveHistoryBound: ids resident nowhere are forgotten once the
+// history holds MinHistory ids, so memory stays bounded under a scan.
+func TestAdaptiveHistoryBound(t *testing.T) {
+	const capacity, bound = 4, 64
+	hp, err := NewAdaptive(capacity, AdaptiveConfig{History: 1, MinHistory: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hp.(*adaptive)
+	for k := range Key(10000) {
+		p.Add(k)
+		for p.Len() > capacity {
+			p.Evict(nil)
+		}
+	}
+	if n := len(p.index); n > bound || len(p.entries) > bound+1 {
+		t.Fatalf("history holds %d ids in %d entries, bound %d", n, len(p.entries), bound)
+	}
+	checkAdaptive(t, p)
+}
+
+func TestNewAdaptiveValidates(t *testing.T) {
+	bad := []AdaptiveConfig{
+		{Candidates: []Candidate{{Rank: 0}}},
+		{Candidates: []Candidate{{RankSecondUse, -1}}},
+		{Candidates: make([]Candidate, maxLanes)},
+		{Period: -1},
+		{History: 0.5},
+	}
+	for _, c := range bad {
+		if _, err := NewAdaptive(10, c); err == nil {
+			t.Errorf("NewAdaptive(10, %+v) accepted", c)
+		}
+	}
+	if _, err := NewAdaptive(0, AdaptiveConfig{}); err == nil {
+		t.Error("NewAdaptive(0) accepted")
+	}
+	c := AdaptiveConfig{Candidates: []Candidate{{RankFrequency, 2}}}
+	if _, err := NewAdaptive(10, c); err != nil || c.Period != 0 {
+		t.Fatalf("NewAdaptive: %v; caller's Period now %v", err, c.Period)
+	}
+}

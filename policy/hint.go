@@ -1,0 +1,29 @@
+package policy
+
+// Hint is what a tier knows about a block when it admits or touches it,
+// beyond its key. The zero Hint says nothing: a root block, full.
+type Hint struct {
+	// Depth is the block's position in its request's chain of blocks: 0 for
+	// the first block, n for the block after n others. A prefix is only
+	// useful from its root, so a policy that reads hints evicts the deeper
+	// blocks of one request first.
+	Depth int
+	// Partial marks a block that holds fewer tokens than a full block: the
+	// last block of a prompt whose length is not a multiple of the block
+	// size. The next turn of a conversation extends the prompt, so such a
+	// block is rarely asked for again; only an identical prompt hits it.
+	Partial bool
+}
+
+// Hinted is implemented by policies that use Hints (Adaptive). A tier that
+// knows a block's chain position calls AddHint and AccessHint in place of
+// Add and Access; callers that know nothing keep calling Add and Access,
+// which mean the zero Hint. Policies that ignore hints do not implement it:
+// test with a type assertion.
+type Hinted interface {
+	Policy
+	// AddHint is Add with what the tier knows about k.
+	AddHint(k Key, h Hint)
+	// AccessHint is Access with what the tier knows about k.
+	AccessHint(k Key, h Hint)
+}
