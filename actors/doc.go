@@ -9,17 +9,17 @@
 //
 // An actor is a struct with Receive and a type switch; it decodes a message, calls
 // its plain type (the pools, the store and the policies are tested without
-// actors), and replies. Copies run on the device's stream workers and disk I/O on
+// actors), and replies. The GPU actor is the thinnest: its tier's logic is the
+// state machine of package gpu/tier, and the actor only turns messages into
+// events and carries out the Ready each event leaves (copies, sends, timers,
+// replies); the disk actor does the same over disk.Store's Plan/Complete ops. Copies run on the device's stream workers and disk I/O on
 // the disk actor's workers; a completion comes back as a message, so no actor
 // blocks on I/O or on a future. Mailboxes are protoactor's default unbounded
 // queues: nothing is dropped. Each actor runs on its own goroutine (Dedicated).
 //
 // # Files
 //
-//	gpu_actor.go      the GPU actor: state, Receive, flush, stop, stats
-//	gpu_alloc.go      allocations, appends, frees and steps, in batches
-//	gpu_offload.go    writing blocks down to pinned memory
-//	gpu_onboard.go    loading blocks up, deadlines
+//	gpu_actor.go      the GPU actor: messages to gpu/tier events, Ready executed
 //	pinned_actor.go   the pinned actor: grants, fetches, flush epochs
 //	pinned_disk.go    draining victims to disk, write-through, reads from disk
 //	disk_*.go         the disk actor and its I/O workers

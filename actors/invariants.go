@@ -2,39 +2,7 @@ package actors
 
 import (
 	"fmt"
-
-	"github.com/kvtier/kvtier/blockpool"
 )
-
-// checkGPU is the GPU actor's consistency walk: the pool's own invariants, plus
-// every block the actor believes a copy is moving is pinned, and every pinned
-// block belongs to a copy in flight.
-func (a *GPUActor) checkGPU() error {
-	if err := a.pool.CheckInvariants(); err != nil {
-		return err
-	}
-	copies := map[blockpool.BlockID]int{}
-	for _, op := range a.offload {
-		for _, id := range op.blocks {
-			copies[id]++
-		}
-	}
-	for _, op := range a.fetches {
-		for _, id := range op.blocks {
-			copies[id]++
-		}
-	}
-	for id, f := range a.flags {
-		b := blockpool.BlockID(id)
-		if f&flagMoving != 0 && a.pool.Pinned(b) == 0 {
-			return fmt.Errorf("gpu actor: block %d is moving but not pinned", id)
-		}
-		if n := a.pool.Pinned(b); n != copies[b] {
-			return fmt.Errorf("gpu actor: block %d has %d pins, %d copies in flight", id, n, copies[b])
-		}
-	}
-	return nil
-}
 
 // checkPinned is the pinned actor's consistency walk: the pool's invariants, and
 // the actor's books on slots in flight agree with the pool.

@@ -1,11 +1,10 @@
-package actors
+package tier
 
 import (
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/blockpool"
@@ -29,9 +28,10 @@ type batchReply struct {
 	ready  bool // every request not parked is decided
 }
 
-func (b *batchReply) maybeSend() {
+func (b *batchReply) maybeSend(t *Tier) {
 	if b.ready && b.parked == 0 && b.send != nil {
-		b.send(b.res)
+		send, res := b.send, b.res
+		t.reply(func() { send(res) })
 		b.send = nil
 	}
 }
@@ -40,7 +40,7 @@ func (b *batchReply) maybeSend() {
 // about the rest, in one Lookup for the whole batch.
 // It reports whether allocations wait for the index: the caller then leaves the
 // offload ahead of need to lookupDone, as it would pin blocks they are about to take.
-func (a *GPUActor) allocateBatch(ctx actor.Context, reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) (waiting bool) {
+func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) (waiting bool) {
 	res := &messages.AllocateBatchResult{Results: make([]messages.AllocResult, len(reqs))}
 	b := &batchReply{send: send, res: res}
 	var pend *pendingAlloc
@@ -58,22 +58,22 @@ func (a *GPUActor) allocateBatch(ctx actor.Context, reqs []messages.AllocRequest
 			r.Tokens = r.Tokens[:r.MaxSeqLen]
 		}
 		k := keys[i]
-		if k == nil || len(k.Hashes) != len(r.Tokens)/a.bs {
+		if k == nil || len(k.Hashes) != len(r.Tokens)/t.bs {
 			out.Err = fmt.Errorf("%w: request %d carries no keys for its %d tokens", blockpool.ErrBadArgument, r.Seq, len(r.Tokens))
 			continue
 		}
-		if !a.lower() || len(r.Tokens) < a.bs {
-			a.allocate(ctx, r, k, out, 0, nil, b)
+		if !t.lower() || len(r.Tokens) < t.bs {
+			t.allocate(r, k, out, 0, nil, b)
 			continue
 		}
-		hits, err := a.pool.CachedBlocks(r.Tokens, k)
+		hits, err := t.pool.CachedBlocks(r.Tokens, k)
 		if err != nil {
 			out.Err = err
 			continue
 		}
 		hashes := k.Hashes
 		if hits == len(hashes) {
-			a.allocate(ctx, r, k, out, 0, nil, b)
+			t.allocate(r, k, out, 0, nil, b)
 			continue
 		}
 		if pend == nil {
@@ -89,46 +89,46 @@ func (a *GPUActor) allocateBatch(ctx actor.Context, reqs []messages.AllocRequest
 	}
 	if pend == nil {
 		b.ready = true
-		b.maybeSend()
+		b.maybeSend(t)
 		return false
 	}
-	id := a.newID()
-	a.lookups[id] = pend
-	ctx.Request(a.cfg.Index, &messages.Lookup{ID: id, Chains: chains})
+	id := t.newID()
+	t.lookups[id] = pend
+	t.toIndex(&messages.Lookup{ID: id, Chains: chains})
 	return true
 }
 
-func (a *GPUActor) lookupDone(ctx actor.Context, m *messages.LookupResult) {
-	pend, ok := a.lookups[m.ID]
+func (t *Tier) lookupDone(m *messages.LookupResult) {
+	pend, ok := t.lookups[m.ID]
 	if !ok {
-		a.cfg.Log.Warn("gpu actor: lookup result for an unknown batch", zap.Uint64("id", m.ID))
+		t.cfg.Log.Warn("gpu tier: lookup result for an unknown batch", zap.Uint64("id", m.ID))
 		return
 	}
-	delete(a.lookups, m.ID)
+	delete(t.lookups, m.ID)
 	for k, i := range pend.waiting {
 		r := &pend.reqs[i]
-		a.allocate(ctx, r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
+		t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
 	}
-	a.afterBatch(ctx)
+	t.afterBatch()
 	pend.b.ready = true
-	pend.b.maybeSend()
+	pend.b.maybeSend(t)
 }
 
 // allocate allocates one request; below lists the tiers of the blocks after the
 // first gpuAt blocks that lower tiers hold.
-func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
-	nb := a.blocksFor(len(r.Tokens))
-	if len(below) > 0 && (len(below) < a.cfg.DoubleGetMinBlocks || float64(len(below)) < a.cfg.DoubleGetMinRatio*float64(nb)) {
-		a.stats.DoubleGetSkips += uint64(len(below))
+func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
+	nb := t.blocksFor(len(r.Tokens))
+	if len(below) > 0 && (len(below) < t.cfg.DoubleGetMinBlocks || float64(len(below)) < t.cfg.DoubleGetMinRatio*float64(nb)) {
+		t.stats.DoubleGetSkips += uint64(len(below))
 		below = nil
 	}
-	alloc, err := a.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead})
-	if a.parkable(err) {
+	alloc, err := t.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead})
+	if t.parkable(err) {
 		b.parked++
-		a.parked = append(a.parked, func(ctx actor.Context) {
+		t.parked = append(t.parked, func() {
 			b.parked--
-			a.allocate(ctx, r, k, out, gpuAt, below, b)
-			b.maybeSend()
+			t.allocate(r, k, out, gpuAt, below, b)
+			b.maybeSend(t)
 		})
 		return
 	}
@@ -138,28 +138,28 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, k *bloc
 	}
 	out.Blocks = alloc.Blocks
 	out.GPUTokens = alloc.CachedTokens
-	a.stats.Hits += uint64(alloc.HitBlocks)
-	a.stats.Misses += uint64(nb - alloc.HitBlocks)
+	t.stats.Hits += uint64(alloc.HitBlocks)
+	t.stats.Misses += uint64(nb - alloc.HitBlocks)
 	w := &waiter{seq: blockpool.SeqID(r.Seq), c: messages.NewCompletion(), pending: 1}
 	w.out.ValidTokens = alloc.CachedTokens
 	out.Ready = w.c
-	evictOp := a.offloadEvicted(ctx, w) // before the reused blocks' flags are reset
+	evictOp := t.offloadEvicted(w) // before the reused blocks' flags are reset
 	for _, id := range alloc.Blocks[alloc.HitBlocks:] {
-		a.flags[id], a.hits[id] = 0, 0
+		t.flags[id], t.hits[id] = 0, 0
 	}
 	// Hits are committed blocks only (the pool finds nothing else), so hot
 	// ones hold computed KV and may be written down.
-	if a.cfg.Ingestion == IngestHot {
+	if t.cfg.Ingestion == IngestHot {
 		var hot []blockpool.BlockID
 		for _, id := range alloc.Blocks[:alloc.HitBlocks] {
-			if a.hits[id] < 1<<15 {
-				a.hits[id]++
+			if t.hits[id] < 1<<15 {
+				t.hits[id]++
 			}
-			if int(a.hits[id]) >= a.cfg.HotHits && a.flags[id]&(flagBelow|flagMoving) == 0 {
+			if int(t.hits[id]) >= t.cfg.HotHits && t.flags[id]&(flagBelow|flagMoving) == 0 {
 				hot = append(hot, id)
 			}
 		}
-		a.offloadResident(ctx, hot)
+		t.offloadResident(hot)
 	}
 	// Blocks the lower tiers hold, contiguous after the GPU hits.
 	start := alloc.HitBlocks
@@ -169,67 +169,67 @@ func (a *GPUActor) allocate(ctx actor.Context, r *messages.AllocRequest, k *bloc
 		for j := range load {
 			id := alloc.Blocks[start+j]
 			// Filled but not findable until its bytes arrive, verified.
-			a.pool.Pin(id)
+			t.pool.Pin(id)
 			op.blocks = append(op.blocks, id)
 			op.hashes = append(op.hashes, uint64(k.Hashes[start+j]))
 			op.digests = append(op.digests, k.Digests[start+j])
 			if load[j] == messages.Disk {
-				out.DiskTokens += a.bs
+				out.DiskTokens += t.bs
 			} else {
-				out.PinnedTokens += a.bs
+				out.PinnedTokens += t.bs
 			}
 		}
 		w.pending++
 		w.loading = true
-		a.notReady[w.seq]++
-		id := a.newID()
-		a.fetches[id] = op
-		tokens := len(op.blocks) * a.bs
+		t.notReady[w.seq]++
+		id := t.newID()
+		t.fetches[id] = op
+		tokens := len(op.blocks) * t.bs
 		var deadline time.Time
-		if a.cfg.ReadPerToken > 0 || a.cfg.ReadBase > 0 {
-			d := a.cfg.ReadBase + time.Duration(tokens)*a.cfg.ReadPerToken
-			deadline = time.Now().Add(d)
-			self, sys := ctx.Self(), ctx.ActorSystem()
-			op.timer = time.AfterFunc(d, func() { sys.Root.Send(self, &fetchTimeout{id: id}) })
+		if t.cfg.ReadPerToken > 0 || t.cfg.ReadBase > 0 {
+			d := t.cfg.ReadBase + time.Duration(tokens)*t.cfg.ReadPerToken
+			deadline = t.now.Add(d)
+			op.timed = true
+			t.timer(id, deadline)
 		}
 		req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: deadline}
 		if evictOp != nil {
 			// The loads land in blocks whose old bytes are still being copied out.
-			evictOp.then = append(evictOp.then, func(ctx actor.Context) { ctx.Request(a.cfg.Pinned, req) })
+			evictOp.then = append(evictOp.then, func() { t.toPinned(req) })
 		} else {
-			ctx.Request(a.cfg.Pinned, req)
+			t.toPinned(req)
 		}
 	}
-	w.done(a)
+	w.done(t)
 }
 
 // appendBatch appends and answers once the evicted bytes of any block the
 // appends took are copied out, since the caller writes those blocks next.
-func (a *GPUActor) appendBatch(ctx actor.Context, items []messages.AppendItem, send func(*messages.AppendBatchResult)) {
+func (t *Tier) appendBatch(items []messages.AppendItem, send func(*messages.AppendBatchResult)) {
 	res := &messages.AppendBatchResult{Errs: make([]error, len(items)), Blocks: make([][]blockpool.BlockID, len(items))}
 	w := &waiter{pending: 1, onDone: func() { send(res) }}
 	for i, it := range items {
-		res.Errs[i] = a.appendOne(ctx, it, &res.Errs[i], &res.Blocks[i], w)
-		a.offloadEvicted(ctx, w)
+		res.Errs[i] = t.appendOne(it, &res.Errs[i], &res.Blocks[i], w)
+		t.offloadEvicted(w)
 	}
-	w.done(a)
+	w.done(t)
 }
 
 // appendOne appends it, parking it (w waits) while offloads ahead of need pin
 // the blocks it needs. The blocks it took go to *took.
-func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *error, took *[]blockpool.BlockID, w *waiter) error {
+func (t *Tier) appendOne(it messages.AppendItem, errp *error, took *[]blockpool.BlockID, w *waiter) error {
 	seq := blockpool.SeqID(it.Seq)
-	ids, err := a.pool.AppendTokens(seq, it.Tokens, it.Lookahead, nil)
+	ids, err := t.pool.AppendTokens(seq, it.Tokens, it.Lookahead, nil)
 	// Blocks the append took start with no copy below and no hits.
 	for _, id := range ids {
-		a.flags[id], a.hits[id] = 0, 0
+		t.flags[id], t.hits[id] = 0, 0
 	}
-	if a.parkable(err) {
+	if t.parkable(err) {
 		w.pending++
-		a.parked = append(a.parked, func(ctx actor.Context) {
-			*errp = a.appendOne(ctx, it, errp, took, w)
-			a.offloadEvicted(ctx, w)
-			w.done(a)
+		t.parked = append(t.parked, func() {
+			*errp = t.appendOne(it, errp, took, w)
+			t.offloadEvicted(w)
+			w.done(t)
 		})
 		return nil
 	}
@@ -239,42 +239,42 @@ func (a *GPUActor) appendOne(ctx actor.Context, it messages.AppendItem, errp *er
 
 // commitBatch commits what the caller computed. Under IngestAll the blocks a
 // commit makes findable are written through at once.
-func (a *GPUActor) commitBatch(ctx actor.Context, items []messages.CommitItem) *messages.CommitBatchResult {
+func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchResult {
 	res := &messages.CommitBatchResult{Errs: make([]error, len(items))}
-	published := a.scratch[:0]
+	published := t.scratch[:0]
 	for i, it := range items {
 		seq := blockpool.SeqID(it.Seq)
-		if a.notReady[seq] > 0 {
+		if t.notReady[seq] > 0 {
 			res.Errs[i] = fmt.Errorf("%w: sequence %d", ErrNotReady, it.Seq)
 			continue
 		}
 		from := len(published)
-		published, res.Errs[i] = a.pool.Commit(seq, it.Tokens, published)
+		published, res.Errs[i] = t.pool.Commit(seq, it.Tokens, published)
 		for _, id := range published[from:] {
-			a.fence[id] = it.After
+			t.fence[id] = it.After
 		}
 	}
-	a.scratch = published[:0]
-	if a.cfg.Ingestion == IngestAll {
-		a.offloadResident(ctx, published)
+	t.scratch = published[:0]
+	if t.cfg.Ingestion == IngestAll {
+		t.offloadResident(published)
 	}
 	return res
 }
 
 // parkable says whether err is a lack of blocks that offloads ahead of need
 // will end: the blocks their copies pin come free when the copies are out.
-func (a *GPUActor) parkable(err error) bool {
+func (t *Tier) parkable(err error) bool {
 	var ns *blockpool.NoSpaceError
 	if !errors.As(err, &ns) {
 		return false
 	}
 	releasable := 0
-	for _, op := range a.offload {
+	for _, op := range t.offload {
 		if op.evict {
 			continue
 		}
 		for _, id := range op.blocks {
-			if a.pool.RefCount(id) == a.pool.Pinned(id) {
+			if t.pool.RefCount(id) == t.pool.Pinned(id) {
 				releasable++
 			}
 		}
@@ -283,24 +283,24 @@ func (a *GPUActor) parkable(err error) bool {
 }
 
 // retryParked runs the parked requests again, in order.
-func (a *GPUActor) retryParked(ctx actor.Context) {
-	list := a.parked
-	a.parked = nil
+func (t *Tier) retryParked() {
+	list := t.parked
+	t.parked = nil
 	for _, f := range list {
-		f(ctx)
+		f()
 	}
 }
 
 // sealedBlocks appends seq's committed blocks not yet written down. Blocks
 // never committed (a prefill cut short, an abort) hold no KV worth keeping and
 // are left out.
-func (a *GPUActor) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID) []blockpool.BlockID {
-	table, err := a.pool.Table(nil, seq)
+func (t *Tier) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID) []blockpool.BlockID {
+	table, err := t.pool.Table(nil, seq)
 	if err != nil {
 		return dst
 	}
 	for _, id := range table {
-		if _, cached := a.pool.BlockHash(id); cached && a.flags[id]&(flagBelow|flagMoving) == 0 {
+		if _, cached := t.pool.BlockHash(id); cached && t.flags[id]&(flagBelow|flagMoving) == 0 {
 			dst = append(dst, id)
 		}
 	}
@@ -309,55 +309,55 @@ func (a *GPUActor) sealedBlocks(dst []blockpool.BlockID, seq blockpool.SeqID) []
 
 // freeBatch frees seqs; with swap their committed blocks that have no copy
 // below yet are written down first.
-func (a *GPUActor) freeBatch(ctx actor.Context, seqs []uint64, swap bool, send func(*messages.FreeBatchResult)) {
+func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatchResult)) {
 	res := &messages.FreeBatchResult{Errs: make([]error, len(seqs))}
 	var all []blockpool.BlockID
 	for i, s := range seqs {
 		if swap { // IngestAll wrote committed blocks through at commit
-			all = a.sealedBlocks(all, blockpool.SeqID(s))
+			all = t.sealedBlocks(all, blockpool.SeqID(s))
 		}
-		res.Errs[i] = a.pool.Deallocate(blockpool.SeqID(s))
+		res.Errs[i] = t.pool.Deallocate(blockpool.SeqID(s))
 	}
-	a.offloadResident(ctx, all)
-	send(res)
+	t.offloadResident(all)
+	t.reply(func() { send(res) })
 }
 
 // step runs one scheduler step in one message: commits, frees, then appends,
 // then allocations, answering once all are decided.
-func (a *GPUActor) step(ctx actor.Context, m *messages.StepBatch) {
-	res := &messages.StepResult{Commit: a.commitBatch(ctx, m.Commit)}
+func (t *Tier) step(m *messages.StepBatch) {
+	res := &messages.StepResult{Commit: t.commitBatch(m.Commit)}
 	parts := 3
 	done := func() {
 		if parts--; parts == 0 {
 			m.Reply <- res
 		}
 	}
-	a.freeBatch(ctx, m.Free, false /* swap */, func(r *messages.FreeBatchResult) { res.Free = r; done() })
-	a.appendBatch(ctx, m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
-	if !a.allocateBatch(ctx, m.Allocate, m.Keys, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
-		a.afterBatch(ctx)
+	t.freeBatch(m.Free, false /* swap */, func(r *messages.FreeBatchResult) { res.Free = r; done() })
+	t.appendBatch(m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
+	if !t.allocateBatch(m.Allocate, m.Keys, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
+		t.afterBatch()
 	}
 }
 
 // afterBatch offloads free cached blocks ahead of need when the GPU holds data in
 // more than OffloadThreshold of its blocks, starting with the next to be evicted.
-func (a *GPUActor) afterBatch(ctx actor.Context) {
-	if !a.lower() || a.cfg.Ingestion != IngestEvict || a.cfg.OffloadAhead <= 0 {
+func (t *Tier) afterBatch() {
+	if !t.lower() || t.cfg.Ingestion != IngestEvict || t.cfg.OffloadAhead <= 0 {
 		return
 	}
-	st := a.pool.Stats()
-	if float64(st.Used+st.FreeCached) < a.cfg.OffloadThreshold*float64(st.NumBlocks) {
+	st := t.pool.Stats()
+	if float64(st.Used+st.FreeCached) < t.cfg.OffloadThreshold*float64(st.NumBlocks) {
 		return
 	}
 	var ids []blockpool.BlockID
-	a.pool.FreeCached(func(id blockpool.BlockID, _ prefixhash.Hash) bool {
-		if a.flags[id]&(flagBelow|flagMoving) == 0 {
+	t.pool.FreeCached(func(id blockpool.BlockID, _ prefixhash.Hash) bool {
+		if t.flags[id]&(flagBelow|flagMoving) == 0 {
 			ids = append(ids, id)
 		}
-		return len(ids) < a.cfg.OffloadAhead
+		return len(ids) < t.cfg.OffloadAhead
 	})
-	a.offloadResident(ctx, ids)
+	t.offloadResident(ids)
 }
 
 // blocksFor is the number of blocks tokens tokens take.
-func (a *GPUActor) blocksFor(tokens int) int { return (tokens + a.bs - 1) / a.bs }
+func (t *Tier) blocksFor(tokens int) int { return (tokens + t.bs - 1) / t.bs }

@@ -1,0 +1,39 @@
+package tier
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/blockpool"
+)
+
+// CheckInvariants is the Tier's consistency walk: the pool's own invariants,
+// plus every block the Tier believes a copy is moving is pinned, and every
+// pinned block belongs to a copy in flight. The invariants build runs it
+// after every event. After Stop the books of copies in flight are dropped
+// on purpose, and only the pool is checked.
+func (t *Tier) CheckInvariants() error {
+	if err := t.pool.CheckInvariants(); err != nil || t.stopped {
+		return err
+	}
+	copies := map[blockpool.BlockID]int{}
+	for _, op := range t.offload {
+		for _, id := range op.blocks {
+			copies[id]++
+		}
+	}
+	for _, op := range t.fetches {
+		for _, id := range op.blocks {
+			copies[id]++
+		}
+	}
+	for id, f := range t.flags {
+		b := blockpool.BlockID(id)
+		if f&flagMoving != 0 && t.pool.Pinned(b) == 0 {
+			return fmt.Errorf("gpu tier: block %d is moving but not pinned", id)
+		}
+		if n := t.pool.Pinned(b); n != copies[b] {
+			return fmt.Errorf("gpu tier: block %d has %d pins, %d copies in flight", id, n, copies[b])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package tier
+
+import (
+	"reflect"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// offloadOp writes blocks down; waiters are allocations that reuse evicted
+// blocks and must not write them before the copy is out.
+type offloadOp struct {
+	blocks  []blockpool.BlockID
+	items   []messages.OffloadItem
+	evict   bool // the blocks were evicted: their flags are not theirs any more
+	waiters []*waiter
+	// then runs once the copy is enqueued (or found unnecessary): a load into
+	// the same blocks is enqueued after it, so stream order puts it behind.
+	then   []func()
+	slots  []int
+	hashes []uint64
+}
+
+// offloadEvicted writes down evicted blocks whose contents are nowhere below yet;
+// w (the allocation that reuses them) waits for the copy.
+// It returns the offload, or nil when nothing needs copying.
+func (t *Tier) offloadEvicted(w *waiter) *offloadOp {
+	t.evicted = t.pool.DrainEvicted(t.evicted[:0])
+	if len(t.evicted) == 0 {
+		return nil
+	}
+	t.stats.Evictions += uint64(len(t.evicted))
+	if !t.lower() || t.cfg.Ingestion != IngestEvict {
+		return nil
+	}
+	op := &offloadOp{evict: true}
+	for _, e := range t.evicted {
+		if t.flags[e.Block]&flagBelow != 0 {
+			continue // already written down
+		}
+		op.blocks = append(op.blocks, e.Block)
+		op.items = append(op.items, messages.OffloadItem{Hash: uint64(e.Hash), Digest: e.Digest, Tokens: t.bs})
+	}
+	if len(op.blocks) == 0 {
+		return nil
+	}
+	op.waiters = append(op.waiters, w)
+	w.pending++
+	t.startOffload(op)
+	return op
+}
+
+// offloadResident writes down blocks still in the pool (free cached or held),
+// pinning them for the copy.
+func (t *Tier) offloadResident(ids []blockpool.BlockID) {
+	if !t.lower() || len(ids) == 0 {
+		return
+	}
+	op := &offloadOp{}
+	for _, id := range ids {
+		// Only committed blocks (cached) hold computed KV to write down.
+		h, cached := t.pool.BlockHash(id)
+		if !cached || t.flags[id]&(flagBelow|flagMoving) != 0 {
+			continue
+		}
+		d, _ := t.pool.BlockDigest(id)
+		t.pool.Pin(id)
+		t.flags[id] |= flagMoving
+		op.blocks = append(op.blocks, id)
+		op.items = append(op.items, messages.OffloadItem{Hash: uint64(h), Digest: d, Tokens: t.bs})
+	}
+	if len(op.blocks) > 0 {
+		t.startOffload(op)
+	}
+}
+
+func (t *Tier) startOffload(op *offloadOp) {
+	if op.evict {
+		for _, id := range op.blocks {
+			t.pool.Pin(id)
+		}
+	}
+	id := t.newID()
+	t.offload[id] = op
+	t.toPinned(&messages.OffloadRequest{ID: id, Items: op.items})
+}
+
+// offloadGranted starts the device-to-host copy of the granted blocks.
+func (t *Tier) offloadGranted(g *messages.OffloadGrant) {
+	op, ok := t.offload[g.ID]
+	if !ok {
+		t.cfg.Log.Error("gpu tier: grant for an unknown offload", zap.Uint64("id", g.ID))
+		return
+	}
+	var ops []gpu.CopyOp
+	keep := op.blocks[:0]
+	for i, slot := range g.Slots {
+		id := op.blocks[i]
+		switch slot {
+		case messages.SlotDenied:
+			t.stats.Denied++
+			t.releaseOffloadBlock(op, id, false)
+		case messages.SlotExists:
+			t.releaseOffloadBlock(op, id, true)
+		default:
+			ops = append(ops, gpu.CopyOp{Block: int(id), Host: g.Bytes[i]})
+			op.slots = append(op.slots, slot)
+			op.hashes = append(op.hashes, op.items[i].Hash)
+			keep = append(keep, id)
+		}
+	}
+	op.blocks = keep
+	if len(ops) > 0 {
+		t.copy(g.ID, false, gpu.D2H, ops, t.pendingFences(op.blocks))
+	}
+	for _, f := range op.then {
+		f()
+	}
+	op.then = nil
+	if len(ops) == 0 {
+		t.finishOffload(g.ID, op)
+	}
+}
+
+func (t *Tier) offloadCopied(id uint64, err error) {
+	op, ok := t.offload[id]
+	if !ok {
+		t.cfg.Log.Error("gpu tier: copy done for an unknown offload", zap.Uint64("id", id))
+		return
+	}
+	t.toPinned(&messages.OffloadDone{Slots: op.slots, Hashes: op.hashes, Err: err})
+	if err != nil {
+		t.stats.Failed += uint64(len(op.blocks))
+		t.cfg.Log.Warn("gpu tier: offload copy failed", zap.Error(err))
+	} else {
+		t.stats.Offloaded += uint64(len(op.blocks))
+	}
+	for _, b := range op.blocks {
+		t.releaseOffloadBlock(op, b, err == nil)
+	}
+	t.finishOffload(id, op)
+}
+
+// releaseOffloadBlock ends a block's part in an offload: flags (for blocks that
+// still hold what was copied) and the copy's pin.
+func (t *Tier) releaseOffloadBlock(op *offloadOp, id blockpool.BlockID, below bool) {
+	if !op.evict {
+		t.flags[id] &^= flagMoving
+		if _, cached := t.pool.BlockHash(id); below && cached { // not deleted meanwhile
+			t.flags[id] |= flagBelow
+		}
+	}
+	t.pool.Unpin(id)
+}
+
+func (t *Tier) finishOffload(id uint64, op *offloadOp) {
+	delete(t.offload, id)
+	for _, w := range op.waiters {
+		w.done(t)
+	}
+	if !op.evict && len(t.parked) > 0 {
+		t.retryParked()
+	}
+	t.maybeFlushed()
+}
+
+// pendingFences returns the fences of the blocks' commits that are not done
+// yet, each once: the copy that reads the blocks down waits on them, so it
+// reads the KV the engine finished computing.
+func (t *Tier) pendingFences(blocks []blockpool.BlockID) []gpu.Fence {
+	var waited []gpu.Fence
+	for _, id := range blocks {
+		f := t.fence[id]
+		if f == nil {
+			continue
+		}
+		if gpu.FenceDone(f) {
+			t.fence[id] = nil
+			continue
+		}
+		if !slices.ContainsFunc(waited, func(w gpu.Fence) bool { return sameFence(w, f) }) {
+			waited = append(waited, f)
+		}
+	}
+	return waited
+}
+
+// sameFence reports whether a and b are one fence, without the panic that
+// == gives on a fence type that is not comparable.
+func sameFence(a, b gpu.Fence) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}

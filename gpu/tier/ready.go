@@ -1,0 +1,156 @@
+package tier
+
+import (
+	"github.com/kvtier/kvtier/blockpool"
+	"time"
+
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// Ready is what the Tier asks its executor to do after an event, in this
+// order: enqueue Copies on the stream (each after its Fences), send ToPinned
+// and ToIndex (with the executor as the sender, so answers come back as
+// events), arm and cancel Timers, run Replies, and wait off the state
+// machine for Stopped. The executor takes it with Ready and must carry it
+// out in full before the next event; the Tier keeps no reference to it.
+type Ready struct {
+	Copies       []Copy
+	ToPinned     []any // *messages.OffloadRequest, FetchRequest, OffloadDone, FetchRelease
+	ToIndex      []any // *messages.Lookup
+	Timers       []Timer
+	CancelTimers []uint64 // timers of loads that ended before their deadline
+	// Replies answer callers: each sends on a reply channel or completes a
+	// Completion. They run after everything above.
+	Replies []func()
+	Stopped []StoppedWait
+}
+
+// Copy is one batch of block copies. The executor reports its end with
+// CopyDone(ID, Fetch, err). With Err set the batch must not be enqueued: it
+// failed before reaching the stream, and is reported as it is.
+type Copy struct {
+	CopyID
+	Dir    gpu.Direction
+	Ops    []gpu.CopyOp
+	Fences []gpu.Fence // the stream waits on each (Stream.WaitFence) before the batch
+	Err    error
+}
+
+// CopyID names a copy batch: the id of its load (Fetch) or offload.
+type CopyID struct {
+	ID    uint64
+	Fetch bool
+}
+
+// Timer asks for Deadline(ID) at At, on the Tier's clock.
+type Timer struct {
+	ID uint64
+	At time.Time
+}
+
+// StoppedWait is a caller answered after Stop once the copies it waits on
+// have left the stream: Complete runs then, off the state machine.
+type StoppedWait struct {
+	Copies   []CopyID
+	Complete func()
+}
+
+// Ready returns the work the events so far asked for and clears it.
+func (t *Tier) Ready() Ready {
+	r := t.out
+	t.out = Ready{}
+	return r
+}
+
+// HasReady reports whether Ready holds work.
+func (t *Tier) HasReady() bool {
+	o := &t.out
+	return len(o.Copies)+len(o.ToPinned)+len(o.ToIndex)+len(o.Timers)+len(o.CancelTimers)+len(o.Replies)+len(o.Stopped) > 0
+}
+
+// SetNow advances the Tier's clock; deadlines are computed from it. The
+// executor sets it before each event it feeds.
+func (t *Tier) SetNow(now time.Time) { t.now = now }
+
+func (t *Tier) reply(f func())   { t.out.Replies = append(t.out.Replies, f) }
+func (t *Tier) toPinned(msg any) { t.out.ToPinned = append(t.out.ToPinned, msg) }
+func (t *Tier) toIndex(msg any)  { t.out.ToIndex = append(t.out.ToIndex, msg) }
+func (t *Tier) timer(id uint64, at time.Time) {
+	t.out.Timers = append(t.out.Timers, Timer{ID: id, At: at})
+}
+
+// copy asks for a copy batch after the fences.
+func (t *Tier) copy(id uint64, fetch bool, dir gpu.Direction, ops []gpu.CopyOp, fences []gpu.Fence) {
+	t.out.Copies = append(t.out.Copies, Copy{CopyID: CopyID{ID: id, Fetch: fetch}, Dir: dir, Ops: ops, Fences: fences})
+}
+
+// failCopy reports a batch that failed before it reached the stream.
+func (t *Tier) failCopy(id uint64, fetch bool, err error) {
+	t.out.Copies = append(t.out.Copies, Copy{CopyID: CopyID{ID: id, Fetch: fetch}, Err: err})
+}
+
+// Events. Each is one message the Tier's actor received; the Tier decides
+// and queues its work in Ready.
+
+// AllocateBatch allocates reqs (keys computed by the caller, one per
+// request) and answers through send once every request is decided.
+func (t *Tier) AllocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) {
+	if !t.allocateBatch(reqs, keys, send) {
+		t.afterBatch()
+	}
+}
+
+// Step runs one scheduler step: commits, frees, appends, allocations.
+func (t *Tier) Step(m *messages.StepBatch) { t.step(m) }
+
+// CommitBatch commits what the caller computed and answers at once.
+func (t *Tier) CommitBatch(items []messages.CommitItem, send func(*messages.CommitBatchResult)) {
+	r := t.commitBatch(items)
+	t.reply(func() { send(r) })
+}
+
+// AppendBatch appends tokens to sequences.
+func (t *Tier) AppendBatch(items []messages.AppendItem, send func(*messages.AppendBatchResult)) {
+	t.appendBatch(items, send)
+	t.afterBatch()
+}
+
+// FreeBatch frees sequences; with swap their committed blocks go down first.
+func (t *Tier) FreeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatchResult)) {
+	t.freeBatch(seqs, swap, send)
+	t.afterBatch()
+}
+
+// Query answers an Exists or Delete for a chain.
+func (t *Tier) Query(m *messages.Query) {
+	r := t.query(m)
+	t.reply(func() { m.Reply <- r })
+}
+
+// Flush answers on reply once every operation in flight now has finished.
+func (t *Tier) Flush(reply chan error) {
+	t.flushes = append(t.flushes, gpuFlush{reply: reply, upto: t.nextID})
+	t.maybeFlushed()
+}
+
+// LookupDone is the prefix index's answer to a Lookup.
+func (t *Tier) LookupDone(m *messages.LookupResult) { t.lookupDone(m) }
+
+// FetchGranted is the pinned tier's answer to a FetchRequest.
+func (t *Tier) FetchGranted(g *messages.FetchGrant) { t.fetchGranted(g) }
+
+// OffloadGranted is the pinned tier's answer to an OffloadRequest.
+func (t *Tier) OffloadGranted(g *messages.OffloadGrant) { t.offloadGranted(g) }
+
+// CopyDone reports the end of a copy batch from Ready.Copies.
+func (t *Tier) CopyDone(c CopyID, err error) {
+	if c.Fetch {
+		t.fetchCopied(c.ID, err)
+	} else {
+		t.offloadCopied(c.ID, err)
+	}
+}
+
+// Deadline reports that the timer of a load fired.
+func (t *Tier) Deadline(id uint64) { t.fetchLate(id) }

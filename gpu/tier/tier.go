@@ -1,0 +1,306 @@
+package tier
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/prefixhash"
+)
+
+// Ingestion says when GPU blocks are written down to pinned memory (AIBrix's L2
+// ingestion policies).
+type Ingestion int
+
+const (
+	// IngestEvict writes a cached block down when it is about to be reused, and
+	// ahead of need once the GPU is fuller than the offload threshold.
+	IngestEvict Ingestion = iota + 1
+	// IngestAll writes every full, hashed block through once its sequence has
+	// moved past it (Append) or ended (Free).
+	IngestAll
+	// IngestHot writes a block down once it has been hit HotHits times.
+	IngestHot
+)
+
+func (i Ingestion) String() string {
+	switch i {
+	case IngestEvict:
+		return "evict"
+	case IngestAll:
+		return "all"
+	case IngestHot:
+		return "hot"
+	}
+	return fmt.Sprintf("Ingestion(%d)", int(i))
+}
+
+// ErrTooLong rejects a prompt longer than the request's MaxSeqLen when it may
+// not be truncated.
+var ErrTooLong = errors.New("kvtier: sequence longer than MaxSeqLen")
+
+// ErrStopped answers work still waiting when a tier actor stops.
+var ErrStopped = errors.New("kvtier: tier actor stopped")
+
+// ErrNotReady rejects a commit for a sequence whose Ready has not completed:
+// its blocks may still be loading, and the caller has computed nothing yet.
+var ErrNotReady = errors.New("kvtier: commit before the allocation's Ready completed")
+
+// Config configures a Tier. The Tier owns Pool from now on.
+type Config struct {
+	Pool *blockpool.Pool
+	// BlockBytes is the size of one block in the arena (for Stats).
+	BlockBytes int
+	// Lower says a pinned tier (and the prefix index) lie below: offloads
+	// and loads are planned only then.
+	Lower bool
+
+	Ingestion        Ingestion
+	HotHits          int
+	OffloadThreshold float64 // fraction of blocks holding data above which free cached blocks are offloaded ahead of need
+	OffloadAhead     int     // blocks offloaded ahead of need per batch
+
+	// Double get: ask the lower tiers only when they hold at least
+	// DoubleGetMinBlocks blocks of the chain and that is at least
+	// DoubleGetMinRatio of the prompt's blocks.
+	DoubleGetMinBlocks int
+	DoubleGetMinRatio  float64
+
+	// A load from a lower tier must finish within ReadBase + tokens*ReadPerToken
+	// on the Tier's clock; a late load becomes a miss. Zero ReadPerToken and
+	// ReadBase: no deadline.
+	ReadBase, ReadPerToken time.Duration
+
+	Log *zap.Logger
+}
+
+const (
+	flagBelow  uint8 = 1 << iota // a copy of the block's contents is in pinned memory
+	flagMoving                   // an offload of the block is in flight
+)
+
+// Tier is the GPU tier's state machine. See the package doc.
+type Tier struct {
+	cfg   Config
+	pool  *blockpool.Pool
+	bs    int
+	now   time.Time
+	out   Ready
+	flags []uint8
+	hits  []uint16
+	// fence holds, per block, the fence its last commit named: every copy
+	// that reads the block down waits on it. Cleared once seen done.
+	fence   []gpu.Fence
+	nextID  uint64
+	lookups map[uint64]*pendingAlloc
+	fetches map[uint64]*fetchOp
+	offload map[uint64]*offloadOp
+	flushes []gpuFlush
+	// parked are allocations and appends short of blocks only because offloads
+	// ahead of need pin them; they retry as those copies finish.
+	parked  []func()
+	stats   messages.TierStats
+	evicted []blockpool.Evicted
+	scratch []blockpool.BlockID
+	// notReady counts, per sequence, allocations whose loads from lower
+	// tiers have not completed: commits wait for them, since a finishing
+	// load publishes its blocks.
+	notReady map[blockpool.SeqID]int
+	stopped  bool
+}
+
+// New returns a Tier over cfg.Pool.
+func New(cfg Config) *Tier {
+	n := cfg.Pool.Config().NumBlocks
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &Tier{
+		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
+		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
+		lookups: map[uint64]*pendingAlloc{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
+		notReady: map[blockpool.SeqID]int{},
+		stats:    messages.TierStats{Tier: messages.GPU},
+	}
+}
+
+// waiter gathers what one allocation waits on before its Completion fires.
+type waiter struct {
+	seq     blockpool.SeqID
+	c       *messages.Completion
+	onDone  func() // instead of c, for a batch reply that waits
+	pending int
+	loading bool // blocks are loading from a lower tier: commits wait
+	out     messages.OnboardOutcome
+}
+
+// done ends one thing w waits on; the last queues its answer.
+func (w *waiter) done(t *Tier) {
+	w.pending--
+	if w.pending > 0 {
+		return
+	}
+	if w.loading {
+		if t.notReady[w.seq]--; t.notReady[w.seq] <= 0 {
+			delete(t.notReady, w.seq)
+		}
+	}
+	t.reply(w.complete)
+}
+
+func (w *waiter) complete() {
+	if w.onDone != nil {
+		w.onDone()
+	} else {
+		w.c.Complete(w.out)
+	}
+}
+
+// gpuFlush waits for the operations with ids up to upto (those in flight when the
+// Flush arrived, and the ones they started), not for later ones.
+type gpuFlush struct {
+	reply chan error
+	upto  uint64
+}
+
+func (t *Tier) lower() bool { return t.cfg.Lower }
+
+func (t *Tier) newID() uint64 {
+	t.nextID++
+	return t.nextID
+}
+
+func (t *Tier) query(m *messages.Query) *messages.QueryResult {
+	res := &messages.QueryResult{}
+	hits, err := t.pool.CachedBlocks(m.Tokens, m.Keys)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	res.GPUTokens = hits * t.bs
+	if m.Kind == messages.QueryDelete {
+		res.Deleted = t.deleteChain(m.Keys)
+	}
+	return res
+}
+
+// deleteChain makes the chain's blocks unfindable: cached ones, held or not
+// (their holders keep using them; they are never cached again), and blocks
+// loads in flight are filling, which become a miss for their sequence instead
+// of being published. Offloads of the chain in flight land below, where the
+// lower tiers' own delete drops them. It returns the cached blocks dropped.
+func (t *Tier) deleteChain(k *blockpool.Keys) int {
+	n := 0
+	for i, h := range k.Hashes {
+		id, ok := t.pool.Lookup(h)
+		if d, _ := t.pool.BlockDigest(id); ok && d == k.Digests[i] {
+			t.pool.Uncache(id)
+			t.flags[id] &^= flagBelow
+			t.hits[id] = 0
+			n++
+		}
+	}
+	if len(t.fetches) == 0 {
+		return n
+	}
+	chain := make(map[uint64]prefixhash.Digest, len(k.Hashes))
+	for i, h := range k.Hashes {
+		chain[uint64(h)] = k.Digests[i]
+	}
+	for _, op := range t.fetches {
+		for j, h := range op.hashes {
+			if d, ok := chain[h]; ok && d == op.digests[j] && (!op.deleted || j < op.keep) {
+				op.deleted, op.keep = true, j
+				break
+			}
+		}
+	}
+	return n
+}
+
+func (t *Tier) maybeFlushed() {
+	if len(t.flushes) == 0 {
+		return
+	}
+	oldest := t.nextID + 1 // the oldest operation still in flight
+	for id := range t.lookups {
+		oldest = min(oldest, id)
+	}
+	for id := range t.fetches {
+		oldest = min(oldest, id)
+	}
+	for id := range t.offload {
+		oldest = min(oldest, id)
+	}
+	keep := t.flushes[:0]
+	for _, f := range t.flushes {
+		if f.upto < oldest {
+			t.reply(func() { f.reply <- nil })
+		} else {
+			keep = append(keep, f)
+		}
+	}
+	t.flushes = keep
+}
+
+// Stop ends everything a caller may still wait on: allocations waiting for a
+// lookup get ErrStopped, pending loads complete as failed misses, waiting
+// appends answer, flushes get ErrStopped. A waiter whose blocks a copy still
+// touches is answered only after that copy: Ready.Stopped lists them with
+// the copies they wait for, which the executor waits for off the state
+// machine. The Tier takes no event after Stop.
+func (t *Tier) Stop() {
+	t.stopped = true
+	for _, p := range t.lookups {
+		for _, i := range p.waiting {
+			p.b.res.Results[i].Err = ErrStopped
+		}
+		p.b.ready = true
+		p.b.maybeSend(t)
+	}
+	t.lookups = map[uint64]*pendingAlloc{}
+	waits := map[*waiter][]CopyID{}
+	t.notReady = map[blockpool.SeqID]int{}
+	for id, op := range t.fetches {
+		t.out.CancelTimers = append(t.out.CancelTimers, id)
+		if !op.late {
+			op.w.out.Failed += len(op.blocks)
+			waits[op.w] = append(waits[op.w], CopyID{ID: id, Fetch: true})
+		}
+	}
+	t.fetches = map[uint64]*fetchOp{}
+	for id, op := range t.offload {
+		for _, w := range op.waiters {
+			waits[w] = append(waits[w], CopyID{ID: id})
+		}
+	}
+	t.offload = map[uint64]*offloadOp{}
+	for w, ids := range waits {
+		w.loading = false
+		t.out.Stopped = append(t.out.Stopped, StoppedWait{Copies: ids, Complete: w.complete})
+	}
+	for _, f := range t.flushes {
+		t.reply(func() { f.reply <- ErrStopped })
+	}
+	t.flushes = nil
+}
+
+// Stats returns the tier's counters and occupancy.
+func (t *Tier) Stats() messages.TierStats {
+	s := t.stats
+	ps := t.pool.Stats()
+	s.Blocks = ps.NumBlocks
+	s.UsedBlocks = ps.Used + ps.FreeCached
+	s.BytesUsed = int64(s.UsedBlocks) * int64(t.cfg.BlockBytes)
+	s.InFlight = len(t.offload) + len(t.fetches)
+	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived)}
+	return s
+}
+
+// CheckPool runs the owned pool's invariant walk; for the invariants build and tests.
+func (t *Tier) CheckPool() error { return t.pool.CheckInvariants() }

@@ -1,0 +1,251 @@
+package tier
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/messages"
+)
+
+const bs = 4
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTier(t *testing.T, blocks int, cfg Config) *Tier {
+	t.Helper()
+	pool, err := blockpool.New(blockpool.Config{NumBlocks: blocks, BlockSize: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pool, cfg.BlockBytes = pool, 64
+	if cfg.Ingestion == 0 {
+		cfg.Ingestion = IngestEvict
+	}
+	cfg.DoubleGetMinBlocks = max(cfg.DoubleGetMinBlocks, 1)
+	tr := New(cfg)
+	tr.SetNow(t0)
+	return tr
+}
+
+func prompt(base, n int) []int64 {
+	p := make([]int64, n)
+	for i := range p {
+		p[i] = int64(base + i)
+	}
+	return p
+}
+
+// drain takes the Ready, runs its replies and checks the invariants.
+func drain(t *testing.T, tr *Tier) Ready {
+	t.Helper()
+	r := tr.Ready()
+	for _, f := range r.Replies {
+		f()
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// allocate runs one allocation up to its answer; below, when not nil, is the
+// index's answer for the blocks the GPU misses.
+func allocate(t *testing.T, tr *Tier, seq uint64, tokens []int64, below []messages.Tier) (messages.AllocResult, Ready) {
+	t.Helper()
+	var res *messages.AllocateBatchResult
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: seq, Tokens: tokens}},
+		[]*blockpool.Keys{blockpool.ComputeKeys("", tokens, bs)}, func(r *messages.AllocateBatchResult) { res = r })
+	r := drain(t, tr)
+	if len(r.ToIndex) == 1 {
+		lk := r.ToIndex[0].(*messages.Lookup)
+		tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: [][]messages.Tier{below}})
+		r = drain(t, tr)
+	}
+	if res == nil {
+		t.Fatal("the allocation was not answered")
+	}
+	return res.Results[0], r
+}
+
+func fetchRequest(t *testing.T, r Ready) *messages.FetchRequest {
+	t.Helper()
+	for _, m := range r.ToPinned {
+		if f, ok := m.(*messages.FetchRequest); ok {
+			return f
+		}
+	}
+	t.Fatalf("no FetchRequest in %+v", r.ToPinned)
+	return nil
+}
+
+// TestLoadDeadlineOnInjectedClock: the deadline of a load is computed on the
+// Tier's clock; when it fires before the grant, the load is a miss with a
+// fresh block table, and the late grant is given straight back.
+func TestLoadDeadlineOnInjectedClock(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
+	p := prompt(1, 3*bs)
+	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned, messages.Pinned})
+	if res.Err != nil || res.PinnedTokens != 3*bs {
+		t.Fatalf("allocation %+v", res)
+	}
+	req := fetchRequest(t, r)
+	want := t0.Add(10*time.Millisecond + 3*bs*time.Millisecond)
+	if len(r.Timers) != 1 || !r.Timers[0].At.Equal(want) || !req.Deadline.Equal(want) || r.Timers[0].ID != req.ID {
+		t.Fatalf("timers %+v, request deadline %v, want one at %v", r.Timers, req.Deadline, want)
+	}
+	tr.SetNow(want)
+	tr.Deadline(req.ID)
+	drain(t, tr)
+	select {
+	case <-res.Ready.Done():
+	default:
+		t.Fatal("Ready did not complete at the deadline")
+	}
+	out := res.Ready.Outcome()
+	if out.ValidTokens != 0 || out.Late != 3 || len(out.Blocks) != 3 {
+		t.Fatalf("outcome %+v, want 3 late blocks and a fresh table", out)
+	}
+	for i, b := range out.Blocks {
+		if b == res.Blocks[i] {
+			t.Fatal("a late block was not replaced")
+		}
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{5, 6, 7}, Bytes: make([][]byte, 3)})
+	r = drain(t, tr)
+	if len(r.ToPinned) != 1 || len(r.Copies) != 0 {
+		t.Fatalf("a late grant: %+v, want the slots released and no copy", r)
+	}
+	if rel, ok := r.ToPinned[0].(*messages.FetchRelease); !ok || len(rel.Slots) != 3 {
+		t.Fatalf("a late grant: %+v", r.ToPinned[0])
+	}
+	if st := tr.Stats(); st.Timeouts != 3 || st.InFlight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestLoadCopyFailureIsMiss: a failed copy up turns the load into a miss
+// counted as failed; nothing is published.
+func TestLoadCopyFailureIsMiss(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true})
+	p := prompt(1, 2*bs)
+	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned})
+	req := fetchRequest(t, r)
+	if len(r.Timers) != 0 {
+		t.Fatalf("no deadline configured, yet timers %+v", r.Timers)
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1}, Bytes: [][]byte{nil, nil}})
+	r = drain(t, tr)
+	if len(r.Copies) != 1 || r.Copies[0].Dir != gpu.H2D || !r.Copies[0].Fetch || len(r.Copies[0].Ops) != 2 {
+		t.Fatalf("copies %+v, want one H2D batch of 2", r.Copies)
+	}
+	tr.CopyDone(r.Copies[0].CopyID, errors.New("injected"))
+	r = drain(t, tr)
+	out := res.Ready.Outcome()
+	if out.ValidTokens != 0 || out.Failed != 2 {
+		t.Fatalf("outcome %+v, want 2 failed", out)
+	}
+	if _, ok := r.ToPinned[0].(*messages.FetchRelease); !ok {
+		t.Fatalf("the slots were not released: %+v", r.ToPinned)
+	}
+	if n, err := tr.pool.CachedBlocks(p, blockpool.ComputeKeys("", p, bs)); err != nil || n != 0 {
+		t.Fatalf("%d blocks of a failed load are findable (%v)", n, err)
+	}
+}
+
+// TestCommitBeforeOffloadAndFences: under IngestAll nothing is offered down
+// before its commit; the commit offers its blocks, and their copy waits on
+// the commit's fence while it is not done.
+func TestCommitBeforeOffloadAndFences(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true, Ingestion: IngestAll})
+	p := prompt(1, 2*bs+1)
+	res, r := allocate(t, tr, 1, p, []messages.Tier{})
+	if res.Err != nil || len(r.ToPinned) != 0 {
+		t.Fatalf("allocation %+v, to pinned %+v", res, r.ToPinned)
+	}
+	f := gpu.NewHostFence()
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs, After: f}}, func(*messages.CommitBatchResult) {})
+	r = drain(t, tr)
+	if len(r.ToPinned) != 1 {
+		t.Fatalf("commit sent %+v, want one OffloadRequest", r.ToPinned)
+	}
+	off := r.ToPinned[0].(*messages.OffloadRequest)
+	if len(off.Items) != 2 {
+		t.Fatalf("offload of %d blocks, want the 2 committed", len(off.Items))
+	}
+	tr.OffloadGranted(&messages.OffloadGrant{ID: off.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	r = drain(t, tr)
+	if len(r.Copies) != 1 || r.Copies[0].Dir != gpu.D2H || len(r.Copies[0].Fences) != 1 {
+		t.Fatalf("copies %+v, want one D2H behind the commit's fence", r.Copies)
+	}
+	tr.CopyDone(r.Copies[0].CopyID, nil)
+	r = drain(t, tr)
+	if done, ok := r.ToPinned[0].(*messages.OffloadDone); !ok || done.Err != nil || len(done.Slots) != 2 {
+		t.Fatalf("after the copy: %+v", r.ToPinned)
+	}
+	// Free without a further commit: the partial block holds nothing
+	// computed and is never offered; the written-down blocks are not again.
+	tr.FreeBatch([]uint64{1}, true, func(*messages.FreeBatchResult) {})
+	if r = drain(t, tr); len(r.ToPinned) != 0 {
+		t.Fatalf("a swap after the write-through offered %+v", r.ToPinned)
+	}
+}
+
+// TestAbortOffersNothing: a sequence freed (or swapped) before any commit
+// leaves nothing findable and offers nothing down.
+func TestAbortOffersNothing(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true, Ingestion: IngestAll})
+	p := prompt(1, 3*bs)
+	if res, _ := allocate(t, tr, 1, p, []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.FreeBatch([]uint64{1}, true, func(*messages.FreeBatchResult) {})
+	if r := drain(t, tr); len(r.ToPinned) != 0 || len(r.Copies) != 0 {
+		t.Fatalf("an aborted sequence offered %+v", r)
+	}
+	if n, _ := tr.pool.CachedBlocks(p, blockpool.ComputeKeys("", p, bs)); n != 0 {
+		t.Fatalf("%d blocks of an aborted sequence are hits", n)
+	}
+}
+
+// TestStopAnswersEveryone: Stop answers a pending lookup with ErrStopped,
+// fails loads in flight, answers flushes, and leaves callers whose blocks a
+// copy touches to be answered after that copy.
+func TestStopAnswersEveryone(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true})
+	p := prompt(1, 2*bs)
+	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned})
+	req := fetchRequest(t, r)
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	drain(t, tr)
+	var pending *messages.AllocateBatchResult
+	q := prompt(100, 2*bs)
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 2, Tokens: q}}, []*blockpool.Keys{blockpool.ComputeKeys("", q, bs)},
+		func(r *messages.AllocateBatchResult) { pending = r })
+	drain(t, tr) // waits for the index
+	flush := make(chan error, 1)
+	tr.Flush(flush)
+	drain(t, tr)
+	tr.Stop()
+	r = drain(t, tr)
+	if pending == nil || !errors.Is(pending.Results[0].Err, ErrStopped) {
+		t.Fatalf("the allocation waiting for the index: %+v", pending)
+	}
+	if err := <-flush; !errors.Is(err, ErrStopped) {
+		t.Fatalf("flush: %v", err)
+	}
+	if len(r.Stopped) != 1 || len(r.Stopped[0].Copies) != 1 || !r.Stopped[0].Copies[0].Fetch {
+		t.Fatalf("stopped waits %+v, want the load's caller behind its copy", r.Stopped)
+	}
+	select {
+	case <-res.Ready.Done():
+		t.Fatal("Ready completed while its copy was on the stream")
+	default:
+	}
+	r.Stopped[0].Complete()
+	if out := res.Ready.Outcome(); out.Failed != 2 {
+		t.Fatalf("outcome after Stop %+v", out)
+	}
+}
