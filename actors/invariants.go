@@ -20,8 +20,15 @@ func (a *PinnedActor) checkPinned() error {
 	if drains := a.drainingCount() + len(a.drained); drains != st.Draining {
 		return fmt.Errorf("pinned actor: %d slots draining or awaiting readers by its books, pool says %d", drains, st.Draining)
 	}
-	if len(a.drainOf) != len(a.drainKey) || len(a.drainKey) != a.drainingCount() {
+	// A draining block whose chain was deleted keeps its slot key but is no
+	// longer served (it leaves drainOf).
+	if len(a.drainOf) > len(a.drainKey) || len(a.drainKey) != a.drainingCount() {
 		return fmt.Errorf("pinned actor: %d draining hashes, %d draining slot keys, %d draining slots", len(a.drainOf), len(a.drainKey), a.drainingCount())
+	}
+	for h, s := range a.drainOf {
+		if a.drainKey[s] != h {
+			return fmt.Errorf("pinned actor: draining hash %016x points at slot %d, which drains %016x", h, s, a.drainKey[s])
+		}
 	}
 	for s := range a.drained {
 		if a.readers[s] == 0 {
