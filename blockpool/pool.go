@@ -101,6 +101,10 @@ type Request struct {
 	// caller may write before it appends their tokens, e.g. speculative
 	// drafts).
 	Lookahead int
+	// MaxHits, when > 0, caps the leading blocks reused from the cache;
+	// < 0 reuses none. Blocks past the cap are allocated fresh, to be
+	// computed (a tensor-parallel group agreeing on a shorter hit).
+	MaxHits int
 }
 
 // Allocation is the result of Allocate. Blocks belongs to the caller.
@@ -213,8 +217,20 @@ func (p *Pool) keys(tokens []int64, ns string, k *Keys) (*Keys, error) {
 // digest and tokens all match: the digest binds the whole prefix and namespace,
 // so a forged 64-bit hash collision is never a hit.
 func (p *Pool) plan(tokens []int64, k *Keys) (hits, revive int) {
+	return p.planLimit(tokens, k, 0)
+}
+
+// planLimit is plan with at most limit hits (limit > 0), or none (limit < 0).
+func (p *Pool) planLimit(tokens []int64, k *Keys, limit int) (hits, revive int) {
 	bs := p.cfg.BlockSize
-	for i, h := range k.Hashes {
+	hashes := k.Hashes
+	switch {
+	case limit < 0:
+		return 0, 0
+	case limit > 0 && limit < len(hashes):
+		hashes = hashes[:limit]
+	}
+	for i, h := range hashes {
 		id, ok := p.byHash.get(h)
 		if !ok || p.digests[id] != k.Digests[i] || !slices.Equal(p.blocks[id].tokens, tokens[i*bs:(i+1)*bs]) {
 			break
@@ -283,7 +299,7 @@ func (p *Pool) AllocateRequest(r Request) (Allocation, error) {
 	if err != nil {
 		return Allocation{}, err
 	}
-	hits, revive := p.plan(tokens, k)
+	hits, revive := p.planLimit(tokens, k, r.MaxHits)
 	nb := p.numBlocksFor(len(tokens) + r.Lookahead)
 	resv := p.resv[seq]
 	if need := nb - hits + revive; need > p.free.n+len(resv) {

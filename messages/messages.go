@@ -68,6 +68,12 @@ type AllocRequest struct {
 	// MaxSeqLen tokens when Truncate is set and denied (ErrTooLong) otherwise.
 	MaxSeqLen int
 	Truncate  bool
+	// MaxHitTokens, when > 0, caps the leading tokens served from any tier
+	// (GPU hits plus loads), rounded down to whole blocks; < 0 serves none.
+	// Blocks past the cap are fresh, for the caller to compute. A
+	// tensor-parallel group uses it so that every rank starts from the
+	// hit the group agreed on.
+	MaxHitTokens int
 }
 
 // AllocResult answers one AllocRequest.

@@ -122,7 +122,13 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		t.stats.DoubleGetSkips += uint64(len(below))
 		below = nil
 	}
-	alloc, err := t.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead})
+	maxHits := 0 // blocks: 0 no cap, < 0 none
+	if r.MaxHitTokens < 0 || (r.MaxHitTokens > 0 && r.MaxHitTokens < t.bs) {
+		maxHits = -1
+	} else if r.MaxHitTokens > 0 {
+		maxHits = r.MaxHitTokens / t.bs
+	}
+	alloc, err := t.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead, MaxHits: maxHits})
 	if t.parkable(err) {
 		b.parked++
 		t.parked = append(t.parked, func() {
@@ -163,6 +169,11 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	}
 	// Blocks the lower tiers hold, contiguous after the GPU hits.
 	start := alloc.HitBlocks
+	if maxHits < 0 {
+		below = nil
+	} else if maxHits > 0 && gpuAt+len(below) > maxHits {
+		below = below[:max(maxHits-gpuAt, 0)]
+	}
 	if skip := start - gpuAt; skip >= 0 && skip < len(below) {
 		load := below[skip:]
 		op := &fetchOp{w: w, first: start}

@@ -249,3 +249,44 @@ func TestStopAnswersEveryone(t *testing.T) {
 		t.Fatalf("outcome after Stop %+v", out)
 	}
 }
+
+// TestMaxHitTokensCapsEveryTier: a request's MaxHitTokens caps GPU hits and
+// loads together; past the cap blocks are fresh, and < 0 serves nothing.
+func TestMaxHitTokensCapsEveryTier(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true})
+	p := prompt(1, 4*bs+1)
+	if res, _ := allocate(t, tr, 1, p, []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
+	drain(t, tr)
+	below := []messages.Tier{messages.Pinned, messages.Pinned}
+	for _, c := range []struct{ cap, gpu, pinned int }{
+		{0, 2 * bs, 2 * bs},        // no cap: 2 GPU hits, 2 loads
+		{3*bs + 2, 2 * bs, 1 * bs}, // rounded down to 3 blocks: 1 load
+		{bs, bs, 0},                // 1 GPU hit, the second is recomputed
+		{bs - 1, 0, 0},             // under one block: nothing
+		{-1, 0, 0},                 // none
+	} {
+		var res *messages.AllocateBatchResult
+		tr.AllocateBatch([]messages.AllocRequest{{Seq: 2, Tokens: p, MaxHitTokens: c.cap}},
+			[]*blockpool.Keys{blockpool.ComputeKeys("", p, bs)}, func(r *messages.AllocateBatchResult) { res = r })
+		r := drain(t, tr)
+		if len(r.ToIndex) == 1 {
+			tr.LookupDone(&messages.LookupResult{ID: r.ToIndex[0].(*messages.Lookup).ID, Tiers: [][]messages.Tier{below}})
+			r = drain(t, tr)
+		}
+		got := res.Results[0]
+		if got.Err != nil || got.GPUTokens != c.gpu || got.PinnedTokens != c.pinned {
+			t.Fatalf("cap %d: %d GPU and %d pinned tokens (%v), want %d and %d", c.cap, got.GPUTokens, got.PinnedTokens, got.Err, c.gpu, c.pinned)
+		}
+		if c.pinned > 0 {
+			req := fetchRequest(t, r)
+			tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Short: messages.MissEvicted}) // nothing left below
+			drain(t, tr)
+		}
+		tr.FreeBatch([]uint64{2}, false, func(*messages.FreeBatchResult) {})
+		drain(t, tr)
+	}
+}
