@@ -86,6 +86,13 @@ type Config struct {
 	OffloadAhead int
 	// WriteQuota bounds block writes in flight to the lower tier (default 256).
 	WriteQuota int
+	// MaxPendingCalls bounds the calls in flight at once across all callers
+	// (default 4096): each holds one message in an actor's mailbox. A caller
+	// past the bound waits for a slot under its context; when the context
+	// ends first, the call has no effect and its error wraps ErrCanceled.
+	// This keeps the mailboxes, and the memory they hold, bounded under any
+	// flood of calls.
+	MaxPendingCalls int
 
 	// Double get: lower tiers are asked only when they hold at least
 	// DoubleGetMinBlocks blocks of a prompt (default 1) and at least
@@ -198,6 +205,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	count("OffloadAhead", &c.OffloadAhead, 64, "must be >= 0")
 	count("WriteQuota", &c.WriteQuota, 256, "must be >= 1")
+	count("MaxPendingCalls", &c.MaxPendingCalls, 4096, "must be >= 1")
 	count("DoubleGetMinBlocks", &c.DoubleGetMinBlocks, 1, "must be >= 1")
 	if !(c.DoubleGetMinRatio >= 0 && c.DoubleGetMinRatio <= 1) { // NaN too
 		bad("DoubleGetMinRatio", c.DoubleGetMinRatio, "must be in [0, 1]")

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/gpu"
 )
 
 // TestNilContext: every call that takes a context refuses a nil one with
@@ -66,5 +69,48 @@ func TestDiskSettingsValidatedWithoutDiskDir(t *testing.T) {
 		if _, err := New(c); !errors.As(err, &ce) || ce.Field != field || !errors.Is(err, ErrBadConfig) {
 			t.Errorf("%+v: %v, want a ConfigError naming %s", c, err, field)
 		}
+	}
+}
+
+// TestBackPressure: with MaxPendingCalls slots taken, a further call waits
+// for one under its context; when the context ends first it has no effect
+// and says so (ErrCanceled), and it goes through once a slot frees.
+func TestBackPressure(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, Ingestion: IngestAll, MaxPendingCalls: 1})
+	a := toks(7, 2*bt)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	f := gpu.NewHostFence() // holds the write-through, so a Flush holds the only slot
+	if errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: f}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- m.Flush(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); len(m.calls) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Flush never took the slot")
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = m.Allocate(short, AllocRequest{Seq: 2, Tokens: toks(100, bt)})
+	select {
+	case err := <-flushed:
+		t.Fatalf("Flush returned (%v) before its fence was signalled", err)
+	default:
+	}
+	if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call past MaxPendingCalls = %v, want ErrCanceled wrapping the deadline", err)
+	}
+	f.Signal()
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(100, bt)}); err != nil {
+		t.Fatalf("sequence 2 after its cancelled call: %v (the cancelled call took effect?)", err)
 	}
 }

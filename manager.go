@@ -80,6 +80,7 @@ type Manager struct {
 	layoutFP string // the layout part of every namespace
 	done     chan struct{}
 	closeMu  chan struct{} // one Close at a time
+	calls    chan struct{} // a slot per call in flight (Config.MaxPendingCalls)
 }
 
 // New validates cfg, allocates the tiers and starts the actors.
@@ -96,7 +97,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), closeMu: make(chan struct{}, 1),
+	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
 		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
 	if m.device = c.Device; m.device == nil {
 		if m.device, err = gpu.Default(); err != nil {
@@ -204,6 +205,14 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 	if err := ctx.Err(); err != nil {
 		return zero, cancelErr(err, call != nil)
 	}
+	select { // back-pressure: a slot per call in flight
+	case m.calls <- struct{}{}:
+	case <-ctx.Done():
+		return zero, cancelErr(ctx.Err(), call != nil)
+	case <-m.done:
+		return zero, ErrClosed
+	}
+	defer func() { <-m.calls }()
 	m.system.Root.Send(pid, msg)
 	select {
 	case r := <-reply:
