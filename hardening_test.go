@@ -114,3 +114,25 @@ func TestBackPressure(t *testing.T) {
 		t.Fatalf("sequence 2 after its cancelled call: %v (the cancelled call took effect?)", err)
 	}
 }
+
+// TestUnallocatableSizesAreErrors: sizes the machine cannot back fail New
+// with an error wrapping gpu.ErrOutOfMemory, never a fatal "out of memory"
+// from make: GPU blocks, tokens per block, pinned bytes.
+func TestUnallocatableSizesAreErrors(t *testing.T) {
+	mem, ok := gpu.SystemMemory()
+	if !ok {
+		t.Skip("the machine's memory is unknown on this platform")
+	}
+	huge := int(min(mem/64, 1<<31-1)) // blocks: metadata and arena beyond RAM + swap
+	for name, c := range map[string]Config{
+		"GPUBlocks":   {GPUBlocks: huge},
+		"BlockTokens": {GPUBlocks: 1 << 16, BlockTokens: int(min(mem/(1<<16)/8+1, 1<<40))},
+	} {
+		if _, err := New(c); !errors.Is(err, gpu.ErrOutOfMemory) {
+			t.Errorf("%s: New = %v, want an error wrapping gpu.ErrOutOfMemory", name, err)
+		}
+	}
+	if _, err := New(Config{GPUBlocks: 4, PinnedBytes: int64(mem) * 2}); err == nil || !errors.Is(err, ErrBadConfig) {
+		t.Errorf("PinnedBytes beyond the machine: %v, want ErrBadConfig saying what failed", err)
+	}
+}

@@ -93,9 +93,12 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, &ConfigError{"Model", c.Model, err.Error()}
 	}
-	pool, err := blockpool.New(blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	pcfg := blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize}
+	// The pool's slices are made with make, whose failure kills the process:
+	// refuse sizes no machine of this memory backs, with an error.
+	if mem, ok := gpu.SystemMemory(); ok && uint64(blockpool.MetadataBytes(pcfg)) > mem {
+		return nil, fmt.Errorf("%w: %w: the block pool's metadata for %d blocks of %d tokens needs %d bytes, the machine has %d (RAM + swap)",
+			ErrBadConfig, gpu.ErrOutOfMemory, c.GPUBlocks, c.BlockTokens, blockpool.MetadataBytes(pcfg), mem)
 	}
 	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
 		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
@@ -111,6 +114,12 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if m.arena, err = m.device.NewKVArena(layout, c.GPUBlocks); err != nil {
 		return fail(fmt.Errorf("kvtier: GPU arena of %d x %d bytes: %w", c.GPUBlocks, layout.BlockBytes(), err))
+	}
+	// After the arena, which is larger and fails with an error when it
+	// cannot be had.
+	pool, err := blockpool.New(pcfg)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
 	}
 	stream, err := m.device.NewStream(m.arena)
 	if err != nil {

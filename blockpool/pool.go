@@ -3,6 +3,7 @@ package blockpool
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/kvtier/kvtier/prefixhash"
 )
@@ -152,6 +153,14 @@ type Pool struct {
 	reserved  int
 	freeCache int
 	stats     Stats
+}
+
+// MetadataBytes estimates the host memory a pool of cfg takes: per block its
+// metadata, digest, token ids and hash-table entry. Callers check it before
+// New, whose allocations cannot fail gracefully.
+func MetadataBytes(cfg Config) int64 {
+	perBlock := int64(unsafe.Sizeof(block{})) + int64(len(prefixhash.Digest{})) + 8*int64(cfg.BlockSize) + 16
+	return int64(cfg.NumBlocks) * perBlock
 }
 
 // New returns a pool of cfg.NumBlocks free blocks. It never changes cfg.

@@ -17,3 +17,7 @@ func systemMemoryLimit() (uint64, bool) {
 	}
 	return (uint64(si.Totalram) + uint64(si.Totalswap)) * unit, true
 }
+
+// SystemMemory returns the machine's RAM plus swap in bytes (false where it
+// is unknown): no allocation larger than that can ever be backed.
+func SystemMemory() (uint64, bool) { return systemMemoryLimit() }
