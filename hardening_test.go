@@ -136,3 +136,42 @@ func TestUnallocatableSizesAreErrors(t *testing.T) {
 		t.Errorf("PinnedBytes beyond the machine: %v, want ErrBadConfig saying what failed", err)
 	}
 }
+
+// TestLoadOutcomeAccountsForEveryBlock: with a 16-slot pinned tier and
+// write-through to disk (where loads race evictions), every load that
+// yields fewer valid tokens than were loading says why: ValidTokens plus
+// the Late, Failed, Evicted and Mismatch blocks cover what was loading.
+func TestLoadOutcomeAccountsForEveryBlock(t *testing.T) {
+	ctx := context.Background()
+	cfg := diskConfig(t, t.TempDir())
+	cfg.GPUBlocks, cfg.PinnedBytes = 16, 16*4096
+	cfg.Ingestion, cfg.DiskIngestion = IngestAll, IngestAll
+	m := newManager(t, cfg)
+	loads, short := 0, 0
+	for i := range 120 {
+		a := toks(1000*(i%10), 6*bt)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(i + 1), Tokens: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := wait(t, r)
+		loading := r.PinnedTokens + r.DiskTokens
+		if loading > 0 {
+			loads++
+		}
+		if out.ValidTokens < r.GPUTokens+loading {
+			short++
+		}
+		if got := out.ValidTokens + (out.Late+out.Failed+out.Evicted+out.Mismatch)*bt; got < r.GPUTokens+loading {
+			t.Fatalf("request %d: %d GPU + %d loading tokens, outcome %+v accounts for %d", i, r.GPUTokens, loading, out, got)
+		}
+		writeBlocks(t, m, r.Blocks[out.ValidTokens/bt:], a[out.ValidTokens/bt*bt:], "")
+		if err := commitFree(ctx, m, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loads == 0 {
+		t.Fatal("no request loaded from a lower tier: the test proves nothing")
+	}
+	t.Logf("%d loads, %d short", loads, short)
+}
