@@ -35,6 +35,10 @@ var (
 	// ErrClosed is returned by every call after Close, and by calls in flight
 	// when Close stops the actors.
 	ErrClosed = errors.New("kvtier: manager closed")
+	// ErrStopped is wrapped by every tier's answer to work that was still
+	// waiting when Close stopped it (a flush, an allocation waiting for the
+	// index, a disk write): one error for every tier.
+	ErrStopped = messages.ErrStopped
 	// ErrTooLong rejects a prompt longer than its MaxSeqLen without Truncate.
 	ErrTooLong = actors.ErrTooLong
 	// ErrNoSpace (errors.Is) reports too few free GPU blocks; see *blockpool.NoSpaceError.

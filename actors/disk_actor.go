@@ -26,7 +26,7 @@ var (
 	ErrDiskConfig = errors.New("kvtier: actors: invalid disk config")
 	// ErrDiskStopped answers requests that reach the disk actor after it
 	// began to stop.
-	ErrDiskStopped = errors.New("kvtier: actors: disk actor stopped")
+	ErrDiskStopped = fmt.Errorf("kvtier: disk tier: %w", messages.ErrStopped)
 )
 
 // DiskConfig configures the disk tier actor.

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -11,6 +12,8 @@ import (
 	"github.com/kvtier/kvtier/pinned"
 	"github.com/kvtier/kvtier/prefixhash"
 )
+
+var errPinnedStopped = fmt.Errorf("kvtier: pinned tier: %w", messages.ErrStopped)
 
 // PinnedConfig configures the pinned pool actor.
 type PinnedConfig struct {
@@ -129,7 +132,7 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 	case *actor.Started, *actor.Stopping, *actor.Restarting:
 	case *actor.Stopped:
 		for _, f := range a.flushers {
-			f.reply <- errors.New("kvtier: pinned actor stopped")
+			f.reply <- errPinnedStopped
 		}
 		a.flushers = nil
 	default:

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,10 @@ import (
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/prefixhash"
 )
+
+// ErrStopped answers work still waiting when a tier's actor stops; every
+// tier's stop error wraps it.
+var ErrStopped = errors.New("kvtier: tier stopped")
 
 // Call is embedded in every request a caller may give up on. The caller and
 // the actor race for it once: Take (the actor, before applying the request)

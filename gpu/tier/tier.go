@@ -44,8 +44,8 @@ func (i Ingestion) String() string {
 // not be truncated.
 var ErrTooLong = errors.New("kvtier: sequence longer than MaxSeqLen")
 
-// ErrStopped answers work still waiting when a tier actor stops.
-var ErrStopped = errors.New("kvtier: tier actor stopped")
+// ErrStopped answers work still waiting when the tier stops.
+var ErrStopped = fmt.Errorf("kvtier: gpu tier: %w", messages.ErrStopped)
 
 // ErrNotReady rejects a commit for a sequence whose Ready has not completed:
 // its blocks may still be loading, and the caller has computed nothing yet.
