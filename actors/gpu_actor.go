@@ -218,9 +218,6 @@ func (a *GPUActor) execute(ctx actor.Context) {
 
 // enqueue puts one batch on the stream behind its fences.
 func (a *GPUActor) enqueue(c tier.Copy) (*gpu.Event, error) {
-	if c.Err != nil {
-		return nil, c.Err
-	}
 	for _, f := range c.Fences {
 		if err := a.cfg.Stream.WaitFence(f); err != nil {
 			return nil, fmt.Errorf("kvtier: copy waiting on a commit's fence: %w", err)

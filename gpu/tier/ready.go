@@ -27,14 +27,12 @@ type Ready struct {
 }
 
 // Copy is one batch of block copies. The executor reports its end with
-// CopyDone(ID, Fetch, err). With Err set the batch must not be enqueued: it
-// failed before reaching the stream, and is reported as it is.
+// CopyDone(ID, Fetch, err), also when the batch could not be enqueued.
 type Copy struct {
 	CopyID
 	Dir    gpu.Direction
 	Ops    []gpu.CopyOp
 	Fences []gpu.Fence // the stream waits on each (Stream.WaitFence) before the batch
-	Err    error
 }
 
 // CopyID names a copy batch: the id of its load (Fetch) or offload.
@@ -83,11 +81,6 @@ func (t *Tier) timer(id uint64, at time.Time) {
 // copy asks for a copy batch after the fences.
 func (t *Tier) copy(id uint64, fetch bool, dir gpu.Direction, ops []gpu.CopyOp, fences []gpu.Fence) {
 	t.out.Copies = append(t.out.Copies, Copy{CopyID: CopyID{ID: id, Fetch: fetch}, Dir: dir, Ops: ops, Fences: fences})
-}
-
-// failCopy reports a batch that failed before it reached the stream.
-func (t *Tier) failCopy(id uint64, fetch bool, err error) {
-	t.out.Copies = append(t.out.Copies, Copy{CopyID: CopyID{ID: id, Fetch: fetch}, Err: err})
 }
 
 // Events. Each is one message the Tier's actor received; the Tier decides
