@@ -1,0 +1,373 @@
+package remote
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors callers branch on.
+var (
+	// ErrBadConfig: a Config field is invalid; the detail names it.
+	ErrBadConfig = errors.New("kvtier: remote: bad config")
+	// ErrCorrupt: a stored record or chunk failed verification. Readers
+	// see it as a miss (Corrupt), never as data.
+	ErrCorrupt = errors.New("kvtier: remote: corrupt record")
+	// ErrUnavailable: Redis could not be reached or answered an error.
+	ErrUnavailable = errors.New("kvtier: remote: server unavailable")
+)
+
+// Config configures a Store.
+type Config struct {
+	// Addrs are the server addresses ("host:port"). One address is a
+	// standalone server unless Cluster is set; several are a Redis Cluster.
+	Addrs    []string
+	Cluster  bool
+	Username string
+	Password string
+	TLS      *tls.Config // nil: plain TCP
+	// Prefix starts every key (default "kvtier"), so that several
+	// deployments can share one server.
+	Prefix string
+	// TTL bounds how long a block stays (default 1h); Redis's maxmemory
+	// policy may evict it sooner. Chunks live a minute longer than their
+	// commit record, so a record never outlives its chunks by expiry.
+	TTL time.Duration
+	// ChunkBytes is the size of each value a payload is cut into (default
+	// 1 MiB): chunks spread a block over the cluster's slots.
+	ChunkBytes int
+	// PayloadBytes is the size of every block (required).
+	PayloadBytes int
+	// Fingerprint names the block format (model shape, block size, hash
+	// scheme, model id): it is in every key and record, so stores of
+	// another format never meet.
+	Fingerprint uint64
+	// DialTimeout bounds connecting (default 1s). Reads and writes are
+	// bounded by the callers' contexts.
+	DialTimeout time.Duration
+}
+
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(f string, v any, why string) {
+		errs = append(errs, fmt.Errorf("%w: %s %v: %s", ErrBadConfig, f, v, why))
+	}
+	if len(c.Addrs) == 0 {
+		bad("Addrs", c.Addrs, "at least one server address is required")
+	}
+	if c.Prefix == "" {
+		c.Prefix = "kvtier"
+	}
+	if c.TTL == 0 {
+		c.TTL = time.Hour
+	} else if c.TTL < time.Second {
+		bad("TTL", c.TTL, "must be >= 1s")
+	}
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = 1 << 20
+	} else if c.ChunkBytes < 0 || c.ChunkBytes > 512<<20 {
+		bad("ChunkBytes", c.ChunkBytes, "must be in [1, 512 MiB]")
+	}
+	if c.PayloadBytes <= 0 {
+		bad("PayloadBytes", c.PayloadBytes, "must be >= 1")
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = time.Second
+	} else if c.DialTimeout < 0 {
+		bad("DialTimeout", c.DialTimeout, "must be >= 0")
+	}
+	return c, errors.Join(errs...)
+}
+
+// Store is a remote tier on Redis, standalone or cluster. Its methods are
+// synchronous, safe for concurrent use (the client is), and bounded by
+// their contexts: a slow or absent server makes them fail with the
+// context's error or ErrUnavailable, never hang. A Store keeps no state of
+// its own: Redis is the index, and what it loses (eviction, FLUSHALL, a
+// node gone) is a miss.
+type Store struct {
+	cfg    Config
+	c      redis.UniversalClient
+	chunks int // per block
+	ns     string
+}
+
+// Open connects and checks the server answers within the dial timeout.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cl := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: c.Addrs, IsClusterMode: c.Cluster, Username: c.Username, Password: c.Password, TLSConfig: c.TLS,
+		DialTimeout: c.DialTimeout, ContextTimeoutEnabled: true, MaxRetries: 1,
+	})
+	pctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
+	defer cancel()
+	if err := cl.Ping(pctx).Err(); err != nil {
+		_ = cl.Close()
+		return nil, fmt.Errorf("%w: ping %v: %w", ErrUnavailable, c.Addrs, err)
+	}
+	return &Store{cfg: c, c: cl, chunks: (c.PayloadBytes + c.ChunkBytes - 1) / c.ChunkBytes,
+		ns: fmt.Sprintf("%s:%016x:", c.Prefix, c.Fingerprint)}, nil
+}
+
+// Close closes the connections.
+func (s *Store) Close() error { return s.c.Close() }
+
+// Config returns the Store's configuration, defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+// Key names a block: its namespace id and prefix digest (which covers the
+// namespace and every token of the prefix).
+type Key struct {
+	Namespace uint64
+	Digest    [32]byte
+}
+
+func (s *Store) recordKey(k Key) string {
+	return s.ns + strconv.FormatUint(k.Namespace, 16) + ":r:" + hex.EncodeToString(k.Digest[:])
+}
+
+// chunkKey spreads a block's chunks over cluster slots: no hash tag.
+func (s *Store) chunkKey(k Key, i int) string {
+	return s.ns + strconv.FormatUint(k.Namespace, 16) + ":c:" + hex.EncodeToString(k.Digest[:]) + ":" + strconv.Itoa(i)
+}
+
+// Block is one block to store.
+type Block struct {
+	Key
+	Hash    uint64
+	Tokens  int
+	Payload []byte // PayloadBytes long; read only during Put
+}
+
+// Put stores blocks: every chunk of every block in one pipelined round
+// trip, then the commit records of the blocks whose chunks all landed in a
+// second. It returns one error per block (nil: stored). A block whose
+// chunks did not all land has no record and is never served; its chunks
+// expire.
+func (s *Store) Put(ctx context.Context, blocks []Block) []error {
+	errs := make([]error, len(blocks))
+	cb := s.cfg.ChunkBytes
+	pipe := s.c.Pipeline()
+	cmds := make([][]*redis.StatusCmd, len(blocks))
+	recs := make([][]byte, len(blocks))
+	for i, b := range blocks {
+		if len(b.Payload) != s.cfg.PayloadBytes {
+			errs[i] = fmt.Errorf("%w: payload of %d bytes, blocks are %d", ErrBadConfig, len(b.Payload), s.cfg.PayloadBytes)
+			continue
+		}
+		r := record{Fingerprint: s.cfg.Fingerprint, Namespace: b.Namespace, Digest: b.Digest, Hash: b.Hash,
+			Tokens: uint32(b.Tokens), ChunkBytes: uint32(cb), PayloadLen: uint64(len(b.Payload)), Sums: make([]uint64, s.chunks)}
+		for c := range s.chunks {
+			part := b.Payload[c*cb : min((c+1)*cb, len(b.Payload))]
+			r.Sums[c] = xxhash.Sum64(part)
+			cmds[i] = append(cmds[i], pipe.Set(ctx, s.chunkKey(b.Key, c), part, s.cfg.TTL+time.Minute))
+		}
+		recs[i] = r.encode()
+	}
+	if pipe.Len() == 0 {
+		return errs
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+	rp := s.c.Pipeline()
+	rcmds := make([]*redis.StatusCmd, len(blocks))
+	for i, b := range blocks {
+		if errs[i] != nil {
+			continue
+		}
+		for _, c := range cmds[i] {
+			if err := c.Err(); err != nil {
+				errs[i] = unavailable(err)
+				break
+			}
+		}
+		if errs[i] == nil {
+			rcmds[i] = rp.Set(ctx, s.recordKey(b.Key), recs[i], s.cfg.TTL)
+		}
+	}
+	if rp.Len() > 0 {
+		_, _ = rp.Exec(ctx)
+	}
+	for i, c := range rcmds {
+		if c != nil && c.Err() != nil {
+			errs[i] = unavailable(c.Err())
+		}
+	}
+	return errs
+}
+
+// Lookup returns how many leading keys of a chain have a commit record, in
+// one pipelined round trip. A record found here may still fail
+// verification in Get.
+func (s *Store) Lookup(ctx context.Context, keys []Key) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Exists(ctx, s.recordKey(k))
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, c := range cmds {
+		n, err := c.Result()
+		if err != nil {
+			return i, unavailable(err)
+		}
+		if n == 0 {
+			return i, nil
+		}
+	}
+	return len(keys), nil
+}
+
+// Outcome is what Get found for one block.
+type Outcome int
+
+const (
+	Hit     Outcome = iota + 1 // verified and copied into Dst
+	Missing                    // no commit record: never stored, expired, evicted or deleted
+	Corrupt                    // a record or chunk failed verification (counted, cleaned up)
+	Failed                     // the server failed or the context ended
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Hit:
+		return "hit"
+	case Missing:
+		return "missing"
+	case Corrupt:
+		return "corrupt"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// GetItem asks for one block into Dst (PayloadBytes long).
+type GetItem struct {
+	Key
+	Hash uint64
+	Dst  []byte
+}
+
+// Get reads blocks in two pipelined round trips (commit records, then the
+// chunks of the records that verified) and copies each verified payload
+// into its Dst. Dst is written only for a Hit; other bytes of a missed
+// block may have been written and must not be used. Corrupt blocks are
+// deleted, so the next lookup misses at once.
+func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
+	out := make([]Outcome, len(items))
+	if len(items) == 0 {
+		return out
+	}
+	pipe := s.c.Pipeline()
+	rcmds := make([]*redis.StringCmd, len(items))
+	for i, it := range items {
+		rcmds[i] = pipe.Get(ctx, s.recordKey(it.Key))
+	}
+	_, _ = pipe.Exec(ctx)
+	recs := make([]record, len(items))
+	cp := s.c.Pipeline()
+	ccmds := make([][]*redis.StringCmd, len(items))
+	var bad []Key
+	for i, it := range items {
+		b, err := rcmds[i].Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+			out[i] = Missing
+			continue
+		case err != nil:
+			out[i] = Failed
+			continue
+		}
+		r, err := decodeRecord(b)
+		if err == nil && (r.Fingerprint != s.cfg.Fingerprint || r.Namespace != it.Namespace || r.Digest != it.Digest ||
+			r.Hash != it.Hash || r.PayloadLen != uint64(len(it.Dst)) || len(r.Sums) != s.chunks) {
+			err = fmt.Errorf("%w: record names another block", ErrCorrupt)
+		}
+		if err != nil {
+			out[i] = Corrupt
+			bad = append(bad, it.Key)
+			continue
+		}
+		recs[i] = r
+		for c := range r.Sums {
+			ccmds[i] = append(ccmds[i], cp.Get(ctx, s.chunkKey(it.Key, c)))
+		}
+	}
+	if cp.Len() > 0 {
+		_, _ = cp.Exec(ctx)
+	}
+	for i, it := range items {
+		if out[i] != 0 {
+			continue
+		}
+		out[i] = Hit
+		cb := int(recs[i].ChunkBytes)
+		for c, cmd := range ccmds[i] {
+			b, err := cmd.Bytes()
+			want := it.Dst[c*cb : min((c+1)*cb, len(it.Dst))]
+			switch {
+			case errors.Is(err, redis.Nil) || (err == nil && (len(b) != len(want) || xxhash.Sum64(b) != recs[i].Sums[c])):
+				out[i] = Corrupt // a chunk evicted, expired or overwritten under its record
+			case err != nil:
+				out[i] = Failed
+			default:
+				copy(want, b)
+				continue
+			}
+			break
+		}
+		if out[i] == Corrupt {
+			bad = append(bad, it.Key)
+		}
+	}
+	if len(bad) > 0 && ctx.Err() == nil {
+		_, _ = s.Delete(ctx, bad) // best effort: a failure leaves the same miss for the next reader
+	}
+	return out
+}
+
+// Delete removes blocks (their records first, then their chunks) in one
+// pipelined round trip and returns how many records existed.
+func (s *Store) Delete(ctx context.Context, keys []Key) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Del(ctx, s.recordKey(k))
+		for c := range s.chunks {
+			pipe.Del(ctx, s.chunkKey(k, c))
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+	n := 0
+	for _, c := range cmds {
+		d, err := c.Result()
+		if err != nil {
+			return n, unavailable(err)
+		}
+		n += int(d)
+	}
+	return n, nil
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}

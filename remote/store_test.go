@@ -1,0 +1,277 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// servers returns the configurations the tests run against: the standalone
+// server in $KVTIER_REDIS and the cluster in $KVTIER_REDIS_CLUSTER, started
+// by .ci/redis.sh. A test with neither skips, saying how to start them.
+func servers(t *testing.T) map[string]Config {
+	t.Helper()
+	out := map[string]Config{}
+	if a := os.Getenv("KVTIER_REDIS"); a != "" {
+		out["standalone"] = Config{Addrs: []string{a}}
+	}
+	if a := os.Getenv("KVTIER_REDIS_CLUSTER"); a != "" {
+		out["cluster"] = Config{Addrs: strings.Split(a, ","), Cluster: true}
+	}
+	if len(out) == 0 && os.Getenv("KVTIER_REQUIRE_REDIS") != "" {
+		t.Fatal("KVTIER_REQUIRE_REDIS is set (CI) but no Redis address is: .ci/redis.sh did not run")
+	}
+	if len(out) == 0 {
+		t.Skip(`no Redis: run eval "$(.ci/redis.sh start)" first (CI does)`)
+	}
+	return out
+}
+
+const payload = 10 << 10 // 2.5 chunks of 4 KiB
+
+func open(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = fmt.Sprintf("test-%s-%d", t.Name(), rand.Uint64())
+	}
+	cfg.PayloadBytes, cfg.ChunkBytes = payload, 4<<10
+	if cfg.Fingerprint == 0 {
+		cfg.Fingerprint = 0xF00D
+	}
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func blocks(ns uint64, n int, seed uint64) []Block {
+	r := rand.New(rand.NewPCG(seed, ns))
+	out := make([]Block, n)
+	for i := range out {
+		out[i].Namespace = ns
+		for j := range out[i].Digest {
+			out[i].Digest[j] = byte(r.Uint32())
+		}
+		out[i].Hash, out[i].Tokens = r.Uint64(), 16
+		out[i].Payload = make([]byte, payload)
+		for j := range out[i].Payload {
+			out[i].Payload[j] = byte(r.Uint32())
+		}
+	}
+	return out
+}
+
+func keys(bs []Block) []Key {
+	out := make([]Key, len(bs))
+	for i, b := range bs {
+		out[i] = b.Key
+	}
+	return out
+}
+
+func get(t *testing.T, s *Store, bs []Block) ([]Outcome, [][]byte) {
+	t.Helper()
+	items := make([]GetItem, len(bs))
+	dst := make([][]byte, len(bs))
+	for i, b := range bs {
+		dst[i] = make([]byte, payload)
+		items[i] = GetItem{Key: b.Key, Hash: b.Hash, Dst: dst[i]}
+	}
+	return s.Get(context.Background(), items), dst
+}
+
+func put(t *testing.T, s *Store, bs []Block) {
+	t.Helper()
+	for i, err := range s.Put(context.Background(), bs) {
+		if err != nil {
+			t.Fatalf("Put block %d: %v", i, err)
+		}
+	}
+}
+
+// TestRoundTrip: stored blocks are found by Lookup and read back
+// byte-exact; another namespace or another block format finds nothing.
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			bs := blocks(1, 6, 1)
+			put(t, s, bs[:4])
+			if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 4 {
+				t.Fatalf("Lookup = %d, %v; want the 4 stored", n, err)
+			}
+			out, dst := get(t, s, bs)
+			for i := range bs {
+				want := Hit
+				if i >= 4 {
+					want = Missing
+				}
+				if out[i] != want || (want == Hit && !bytes.Equal(dst[i], bs[i].Payload)) {
+					t.Fatalf("block %d: %v (exact: %v), want %v", i, out[i], bytes.Equal(dst[i], bs[i].Payload), want)
+				}
+			}
+			other := blocks(2, 1, 1) // same digest bytes? no: another namespace id and stream
+			other[0].Digest = bs[0].Digest
+			if out, _ := get(t, s, other); out[0] != Missing {
+				t.Fatalf("another namespace with the same digest: %v", out[0])
+			}
+			c2 := cfg
+			c2.Prefix, c2.Fingerprint = s.Config().Prefix, 0xBEEF
+			s2 := open(t, c2)
+			if n, _ := s2.Lookup(ctx, keys(bs)); n != 0 {
+				t.Fatalf("another block format sees %d blocks", n)
+			}
+			if n, err := s.Delete(ctx, keys(bs)); err != nil || n != 4 {
+				t.Fatalf("Delete = %d, %v", n, err)
+			}
+			if n, _ := s.Lookup(ctx, keys(bs)); n != 0 {
+				t.Fatalf("after Delete Lookup finds %d", n)
+			}
+		})
+	}
+}
+
+// client opens a raw client on the same servers, to damage them by hand.
+func client(cfg Config) redis.UniversalClient {
+	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: cfg.Addrs, IsClusterMode: cfg.Cluster})
+}
+
+// TestDamageIsAMiss: a chunk overwritten by hand (SETRANGE), a chunk
+// evicted under its record, a garbage record and a record of another block
+// are each a Corrupt miss, never data, and are cleaned up: the next Lookup
+// misses at once.
+func TestDamageIsAMiss(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			raw := client(cfg)
+			defer raw.Close()
+			bs := blocks(7, 4, 3)
+			put(t, s, bs)
+			must := func(err error) {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(raw.SetRange(ctx, s.chunkKey(bs[0].Key, 1), 100, "x").Err())
+			must(raw.Del(ctx, s.chunkKey(bs[1].Key, 2)).Err())
+			must(raw.Set(ctx, s.recordKey(bs[2].Key), "garbage", 0).Err())
+			rec, err := raw.Get(ctx, s.recordKey(bs[0].Key)).Bytes()
+			must(err)
+			must(raw.Set(ctx, s.recordKey(bs[3].Key), rec, 0).Err()) // block 0's record under block 3's key
+			out, dst := get(t, s, bs)
+			for i := range bs {
+				if out[i] != Corrupt {
+					t.Fatalf("damaged block %d: %v, want corrupt", i, out[i])
+				}
+				if bytes.Equal(dst[i], bs[i].Payload) && i == 3 {
+					t.Fatal("block 0's bytes served for block 3")
+				}
+			}
+			if n, _ := s.Lookup(ctx, keys(bs)); n != 0 {
+				t.Fatalf("damaged blocks were not cleaned up: Lookup finds %d", n)
+			}
+		})
+	}
+}
+
+// TestFlushAllIsAMiss: a server emptied under the tier gives misses.
+func TestFlushAllIsAMiss(t *testing.T) {
+	cfg, ok := servers(t)["standalone"]
+	if !ok {
+		t.Skip("needs the standalone server ($KVTIER_REDIS)")
+	}
+	s := open(t, cfg)
+	bs := blocks(9, 3, 4)
+	put(t, s, bs)
+	raw := client(cfg)
+	defer raw.Close()
+	if err := raw.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := get(t, s, bs); out[0] != Missing || out[1] != Missing || out[2] != Missing {
+		t.Fatalf("after FLUSHALL: %v", out)
+	}
+}
+
+// TestStallIsBoundedByContext: a server that stalls (DEBUG SLEEP) turns a
+// read into Failed within the caller's deadline, never a hang, and the
+// Store works again once the server answers.
+func TestStallIsBoundedByContext(t *testing.T) {
+	cfg, ok := servers(t)["standalone"]
+	if !ok {
+		t.Skip("needs the standalone server ($KVTIER_REDIS)")
+	}
+	s := open(t, cfg)
+	bs := blocks(11, 2, 5)
+	put(t, s, bs)
+	raw := client(cfg)
+	defer raw.Close()
+	stalled := make(chan error, 1)
+	go func() { stalled <- raw.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
+	time.Sleep(100 * time.Millisecond) // the SLEEP is on the server before the read (a hang guard bounds the rest)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	items := []GetItem{{Key: bs[0].Key, Hash: bs[0].Hash, Dst: make([]byte, payload)}}
+	if out := s.Get(ctx, items); out[0] != Failed {
+		t.Fatalf("a read from a stalled server: %v, want failed", out[0])
+	}
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Fatalf("the read took %v past its 200ms deadline: it waited for the stall", d)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatal(err)
+	}
+	if out, dst := get(t, s, bs); out[0] != Hit || !bytes.Equal(dst[0], bs[0].Payload) {
+		t.Fatalf("after the stall: %v", out[0])
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []Config{
+		{PayloadBytes: 1},
+		{Addrs: []string{"x:1"}},
+		{Addrs: []string{"x:1"}, PayloadBytes: 1, TTL: time.Millisecond},
+		{Addrs: []string{"x:1"}, PayloadBytes: 1, ChunkBytes: -1},
+	} {
+		if _, err := Open(context.Background(), c); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v, want ErrBadConfig", c, err)
+		}
+	}
+	if _, err := Open(context.Background(), Config{Addrs: []string{"127.0.0.1:1"}, PayloadBytes: 1, DialTimeout: 100 * time.Millisecond}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("no server: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestRecordRoundTripAndDamage(t *testing.T) {
+	r := record{Fingerprint: 1, Namespace: 2, Hash: 3, Tokens: 16, ChunkBytes: 4, PayloadLen: 10, Sums: []uint64{7, 8, 9}}
+	r.Digest[0] = 0xAA
+	b := r.encode()
+	got, err := decodeRecord(b)
+	if err != nil || got.Digest != r.Digest || got.PayloadLen != 10 || len(got.Sums) != 3 || got.Sums[2] != 9 {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for i := range b {
+		d := bytes.Clone(b)
+		d[i] ^= 1
+		if _, err := decodeRecord(d); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a flipped bit at byte %d was accepted", i)
+		}
+	}
+	if _, err := decodeRecord(b[:len(b)-1]); !errors.Is(err, ErrCorrupt) {
+		t.Fatal("a short record was accepted")
+	}
+}
