@@ -1,6 +1,7 @@
 package kvtier
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -24,6 +25,27 @@ const (
 	IngestAll   = actors.IngestAll
 	IngestHot   = actors.IngestHot
 )
+
+// RemoteConfig configures the shared tier on Redis (package remote).
+type RemoteConfig struct {
+	// Addrs: one address is a standalone server unless Cluster is set;
+	// several are a Redis Cluster.
+	Addrs              []string
+	Cluster            bool
+	Username, Password string
+	TLS                *tls.Config
+	// Prefix starts every key (default "kvtier"); TTL bounds a block's life
+	// (default 1h); ChunkBytes is the size of each value (default 1 MiB).
+	Prefix     string
+	TTL        time.Duration
+	ChunkBytes int
+	// WriteQuotaBytes bounds writes in flight (default 256 MiB): over it a
+	// write is denied and counted. ReadTimeout bounds a lookup and a read
+	// without a load deadline of its own (default 1s): a slow server is a
+	// miss, never a hang.
+	WriteQuotaBytes int64
+	ReadTimeout     time.Duration
+}
 
 // Config configures a Manager. New validates it and never modifies it; zero
 // fields take the defaults documented on each.
@@ -50,6 +72,11 @@ type Config struct {
 	// records use the block's host form under either kind, so a disk
 	// directory written under one kind serves the other.
 	Layout gpu.LayoutKind
+
+	// Remote, when set, adds the shared tier on Redis below the node's own
+	// tiers (it needs a pinned tier): blocks leaving host memory are also
+	// written there, and a prefix no local tier holds is looked up there.
+	Remote *RemoteConfig
 
 	// PinnedBytes is the pinned host tier's capacity; 0 disables the tier.
 	PinnedBytes int64
@@ -187,6 +214,12 @@ func (c Config) withDefaults() (Config, error) {
 	evictionPolicy("DiskPolicy", &c.DiskPolicy)
 	ingestion("DiskIngestion", &c.DiskIngestion)
 	count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
+	if c.Remote != nil && c.PinnedBytes == 0 {
+		bad("Remote", c.Remote.Addrs, "the remote tier needs a pinned tier above it (PinnedBytes > 0)")
+	}
+	if c.Remote != nil && len(c.Remote.Addrs) == 0 {
+		bad("Remote", c.Remote.Addrs, "needs at least one server address")
+	}
 	if c.DiskDir != "" {
 		if c.PinnedBytes == 0 {
 			bad("DiskDir", c.DiskDir, "the disk tier needs a pinned tier above it (PinnedBytes > 0)")

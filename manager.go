@@ -18,6 +18,7 @@ import (
 	"github.com/kvtier/kvtier/messages"
 	"github.com/kvtier/kvtier/pinned"
 	"github.com/kvtier/kvtier/prefixhash"
+	"github.com/kvtier/kvtier/remote"
 )
 
 // Request and result types, shared with the actors.
@@ -79,6 +80,9 @@ type Manager struct {
 	pinPID   *actor.PID
 	idxPID   *actor.PID
 	diskPID  *actor.PID
+	remPID   *actor.PID    // the shared remote tier's actor, when configured
+	lowPID   *actor.PID    // fans the pinned tier's writes and reads out to disk and remote
+	remote   *remote.Store // for Delete and Lookup, called on the caller's goroutine (it is stateless)
 	disps    []*actors.Dedicated
 	layout   gpu.Layout
 	layoutFP string // the layout part of every namespace
@@ -159,8 +163,21 @@ func New(cfg Config) (*Manager, error) {
 		ReadBase: c.ReadDeadlineBase, ReadPerToken: c.ReadDeadlinePerToken,
 		Log: c.Logger.Named("gpu"),
 	}
+	if c.Remote != nil {
+		r := c.Remote
+		m.remote, err = remote.New(remote.Config{Addrs: r.Addrs, Cluster: r.Cluster, Username: r.Username, Password: r.Password, TLS: r.TLS,
+			Prefix: r.Prefix, TTL: r.TTL, ChunkBytes: r.ChunkBytes, PayloadBytes: layout.BlockBytes(), Fingerprint: fingerprint(c, layout)})
+		if err != nil {
+			return fail(fmt.Errorf("%w: remote tier: %w", ErrBadConfig, err))
+		}
+		if perr := m.remote.Ping(context.Background()); perr != nil { // not fatal: misses until it answers
+			c.Logger.Warn("kvtier remote tier: server not answering yet", zap.Error(perr))
+		}
+		m.remPID = root.Spawn(m.props(actors.NewRemoteActor(actors.RemoteConfig{Store: m.remote,
+			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote")})))
+	}
 	if m.pinned != nil {
-		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"))))
+		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID)))
 		pcfg := actors.PinnedConfig{
 			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"),
 			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: max(c.OffloadAhead, m.pinned.NumSlots()/16),
@@ -173,6 +190,13 @@ func New(cfg Config) (*Manager, error) {
 			m.diskPID = root.Spawn(m.props(prod))
 			m.store = nil // the actor owns it now
 			pcfg.Disk = m.diskPID
+		}
+		switch {
+		case m.diskPID != nil && m.remPID != nil:
+			m.lowPID = root.Spawn(m.props(actors.NewLowerActor(m.diskPID, m.remPID, c.Logger.Named("lower"))))
+			pcfg.Disk = m.lowPID
+		case m.remPID != nil:
+			pcfg.Disk = m.remPID
 		}
 		m.pinPID = root.Spawn(m.props(actors.NewPinnedActor(pcfg)))
 		gcfg.Pinned, gcfg.Index = m.pinPID, m.idxPID
@@ -588,6 +612,29 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 			return n, fmt.Errorf("%w: %w", ErrNotDurable, dr.Err)
 		}
 	}
+	if m.remPID != nil {
+		// Writes of the chain already on their way (drains the pinned tier
+		// started before its delete) land first: through the fan-out, then
+		// at the remote actor; then the chain goes.
+		for _, pid := range []*actor.PID{m.lowPID, m.remPID} {
+			if pid == nil {
+				continue
+			}
+			f := &messages.Flush{Reply: make(chan error, 1)}
+			if _, err := ask(ctx, m, pid, nil, f, f.Reply); err != nil {
+				return n, err
+			}
+		}
+		keys := make([]remote.Key, len(k.Digests))
+		for i, d := range k.Digests {
+			keys[i] = remote.Key{Digest: d}
+		}
+		rn, err := m.remote.Delete(ctx, keys)
+		n += rn
+		if err != nil {
+			return n, fmt.Errorf("kvtier: remote tier delete: %w", err)
+		}
+	}
 	return n, nil
 }
 
@@ -609,7 +656,7 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 // Flush waits until every write in flight when it was called has finished, tier
 // by tier from the GPU down.
 func (m *Manager) Flush(ctx context.Context) error {
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.diskPID} {
+	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.diskPID, m.remPID} {
 		if pid == nil {
 			continue
 		}
@@ -628,7 +675,8 @@ func (m *Manager) Flush(ctx context.Context) error {
 // Stats are the Manager's per-tier counters.
 type Stats struct {
 	GPU, Pinned, Disk TierStats
-	IndexBlocks       int // blocks the prefix index knows below the GPU
+	Remote            TierStats // the shared tier, when configured
+	IndexBlocks       int       // blocks the prefix index knows below the GPU
 	// DiskOpen is what opening the disk tier found (records, dropped, time).
 	DiskOpen disk.OpenReport
 }
@@ -661,6 +709,12 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 		}
 		s.DiskOpen = m.diskRep
 	}
+	if m.remPID != nil {
+		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		if s.Remote, err = ask(ctx, m, m.remPID, nil, req, req.Reply); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
 }
 
@@ -684,7 +738,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	flushErr := m.Flush(ctx)
 	close(m.done)
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.diskPID, m.idxPID} {
+	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.lowPID, m.diskPID, m.remPID, m.idxPID} {
 		if pid != nil {
 			if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
 				m.cfg.Logger.Warn("kvtier: stopping an actor", zap.Error(err))
@@ -715,6 +769,9 @@ func (m *Manager) release() error {
 	}
 	if m.store != nil { // opened, never handed to an actor
 		errs = append(errs, m.store.Close())
+	}
+	if m.remote != nil && m.remPID == nil { // made, never handed to an actor
+		errs = append(errs, m.remote.Close())
 	}
 	if m.ownDev && m.device != nil {
 		errs = append(errs, m.device.Close())

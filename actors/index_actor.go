@@ -13,12 +13,23 @@ type IndexActor struct {
 	log       *zap.Logger
 	residency map[uint64]messages.Tier
 	lookups   uint64
+	// remote, when set, is the shared tier's actor: the part of a chain no
+	// local tier holds is looked up there (one round trip per Lookup).
+	remote  *actor.PID
+	nextID  uint64
+	pending map[uint64]*remotePending
 }
 
-// NewIndexActor returns the actor's producer.
-func NewIndexActor(log *zap.Logger) actor.Producer {
+type remotePending struct {
+	to     *actor.PID
+	res    *messages.LookupResult
+	chains []int // indexes of res.Tiers asked about, in RemoteLookup order
+}
+
+// NewIndexActor returns the actor's producer; remote may be nil.
+func NewIndexActor(log *zap.Logger, remote *actor.PID) actor.Producer {
 	return func() actor.Actor {
-		return &IndexActor{log: log, residency: make(map[uint64]messages.Tier)}
+		return &IndexActor{log: log, residency: make(map[uint64]messages.Tier), remote: remote, pending: map[uint64]*remotePending{}}
 	}
 }
 
@@ -39,10 +50,41 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	case *messages.Lookup:
 		a.lookups++
 		res := &messages.LookupResult{ID: m.ID, Tiers: make([][]messages.Tier, len(m.Chains))}
+		var ask *messages.RemoteLookup
+		var p *remotePending
 		for i, chain := range m.Chains {
 			res.Tiers[i] = a.leadingRun(chain)
+			if n := len(res.Tiers[i]); a.remote != nil && n < len(chain) && i < len(m.Digests) && len(m.Digests[i]) == len(chain) {
+				if ask == nil {
+					a.nextID++
+					ask = &messages.RemoteLookup{ID: a.nextID}
+					p = &remotePending{to: ctx.Sender(), res: res}
+				}
+				ask.Digests = append(ask.Digests, m.Digests[i][n:])
+				p.chains = append(p.chains, i)
+			}
 		}
-		ctx.Respond(res)
+		if ask == nil {
+			ctx.Respond(res)
+			return
+		}
+		a.pending[ask.ID] = p
+		ctx.Request(a.remote, ask)
+	case *messages.RemoteLookupResult:
+		p, ok := a.pending[m.ID]
+		if !ok {
+			a.log.Error("index actor: remote lookup result for an unknown request", zap.Uint64("id", m.ID))
+			return
+		}
+		delete(a.pending, m.ID)
+		for j, i := range p.chains {
+			if j < len(m.Found) {
+				for range m.Found[j] {
+					p.res.Tiers[i] = append(p.res.Tiers[i], messages.Remote)
+				}
+			}
+		}
+		ctx.Send(p.to, p.res)
 	case *messages.StatsRequest:
 		m.Reply <- messages.TierStats{UsedBlocks: len(a.residency), Extra: map[string]float64{"lookups": float64(a.lookups)}}
 	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:

@@ -40,6 +40,8 @@ const (
 	Pinned
 	// Disk is the local disk tier.
 	Disk
+	// Remote is the shared tier (Redis) many nodes read and write.
+	Remote
 )
 
 func (t Tier) String() string {
@@ -47,7 +49,7 @@ func (t Tier) String() string {
 	for _, x := range []struct {
 		t Tier
 		n string
-	}{{GPU, "gpu"}, {Pinned, "pinned"}, {Disk, "disk"}} {
+	}{{GPU, "gpu"}, {Pinned, "pinned"}, {Disk, "disk"}, {Remote, "remote"}} {
 		if t&x.t != 0 {
 			parts = append(parts, x.n)
 		}
@@ -88,9 +90,11 @@ type AllocResult struct {
 	Blocks []blockpool.BlockID // the block table; belongs to the caller
 	// GPUTokens leading tokens were on the GPU and are ready now.
 	GPUTokens int
-	// PinnedTokens and DiskTokens follow, being copied in from those tiers.
+	// PinnedTokens, DiskTokens and RemoteTokens follow, being copied in
+	// from those tiers.
 	PinnedTokens int
 	DiskTokens   int
+	RemoteTokens int
 	// Truncated is how many prompt tokens MaxSeqLen cut off.
 	Truncated int
 	// Ready completes when every copy this allocation waits on is done:
@@ -307,6 +311,25 @@ func (s TierStats) String() string {
 type Lookup struct {
 	ID     uint64
 	Chains [][]uint64
+	// Digests are each chain's prefix digests, parallel to Chains: the
+	// index asks the shared remote tier, keyed by digest, for the part of
+	// a chain no local tier holds.
+	Digests [][]prefixhash.Digest
+}
+
+// RemoteLookup asks the remote tier's actor how many leading blocks of
+// each chain (keys by prefix digest) it holds; answered with
+// RemoteLookupResult to the sender.
+type RemoteLookup struct {
+	ID      uint64
+	Digests [][]prefixhash.Digest
+}
+
+// RemoteLookupResult answers RemoteLookup: Found[i] leading blocks of chain
+// i have a commit record (a read may still fail verification: a miss).
+type RemoteLookupResult struct {
+	ID    uint64
+	Found []int
 }
 
 // LookupResult answers Lookup: for each chain, the tier of each hash in its

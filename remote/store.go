@@ -99,8 +99,9 @@ type Store struct {
 	ns     string
 }
 
-// Open connects and checks the server answers within the dial timeout.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
+// New validates cfg and returns a Store that connects on first use: a
+// server that is down now is a miss for every call until it is back.
+func New(cfg Config) (*Store, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -109,14 +110,31 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		Addrs: c.Addrs, IsClusterMode: c.Cluster, Username: c.Username, Password: c.Password, TLSConfig: c.TLS,
 		DialTimeout: c.DialTimeout, ContextTimeoutEnabled: true, MaxRetries: 1,
 	})
-	pctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
-	defer cancel()
-	if err := cl.Ping(pctx).Err(); err != nil {
-		_ = cl.Close()
-		return nil, fmt.Errorf("%w: ping %v: %w", ErrUnavailable, c.Addrs, err)
-	}
 	return &Store{cfg: c, c: cl, chunks: (c.PayloadBytes + c.ChunkBytes - 1) / c.ChunkBytes,
 		ns: fmt.Sprintf("%s:%016x:", c.Prefix, c.Fingerprint)}, nil
+}
+
+// Open is New, then checks the server answers within the dial timeout.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Ping(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping checks the server answers within the dial timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	if err := s.c.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("%w: ping %v: %w", ErrUnavailable, s.cfg.Addrs, err)
+	}
+	return nil
 }
 
 // Close closes the connections.
@@ -370,4 +388,35 @@ func unavailable(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// LookupChains is Lookup for several chains in one pipelined round trip:
+// Found[i] is how many leading keys of chains[i] have a commit record.
+func (s *Store) LookupChains(ctx context.Context, chains [][]Key) ([]int, error) {
+	found := make([]int, len(chains))
+	pipe := s.c.Pipeline()
+	cmds := make([][]*redis.IntCmd, len(chains))
+	for i, ks := range chains {
+		for _, k := range ks {
+			cmds[i] = append(cmds[i], pipe.Exists(ctx, s.recordKey(k)))
+		}
+	}
+	if pipe.Len() == 0 {
+		return found, nil
+	}
+	_, _ = pipe.Exec(ctx)
+	var first error
+	for i, cs := range cmds {
+		for _, c := range cs {
+			n, err := c.Result()
+			if err != nil && first == nil {
+				first = unavailable(err)
+			}
+			if err != nil || n == 0 {
+				break
+			}
+			found[i]++
+		}
+	}
+	return found, first
 }

@@ -45,6 +45,7 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 	b := &batchReply{send: send, res: res}
 	var pend *pendingAlloc
 	var chains [][]uint64
+	var digests [][]prefixhash.Digest
 	for i := range reqs {
 		r := &reqs[i]
 		out := &res.Results[i]
@@ -86,6 +87,7 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 			chain[j] = uint64(h)
 		}
 		chains = append(chains, chain)
+		digests = append(digests, k.Digests[hits:])
 	}
 	if pend == nil {
 		b.ready = true
@@ -94,7 +96,7 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 	}
 	id := t.newID()
 	t.lookups[id] = pend
-	t.toIndex(&messages.Lookup{ID: id, Chains: chains})
+	t.toIndex(&messages.Lookup{ID: id, Chains: chains, Digests: digests})
 	return true
 }
 
@@ -184,10 +186,13 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 			op.blocks = append(op.blocks, id)
 			op.hashes = append(op.hashes, uint64(k.Hashes[start+j]))
 			op.digests = append(op.digests, k.Digests[start+j])
-			if load[j] == messages.Disk {
-				out.DiskTokens += t.bs
-			} else {
+			switch load[j] {
+			case messages.Pinned:
 				out.PinnedTokens += t.bs
+			case messages.Disk:
+				out.DiskTokens += t.bs
+			default:
+				out.RemoteTokens += t.bs
 			}
 		}
 		w.pending++

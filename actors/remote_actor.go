@@ -1,0 +1,275 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/remote"
+)
+
+// ErrRemoteStopped answers flushes still waiting when the remote actor stops.
+var ErrRemoteStopped = fmt.Errorf("kvtier: remote tier: %w", messages.ErrStopped)
+
+// RemoteConfig configures the remote (shared) tier's actor.
+type RemoteConfig struct {
+	Store *remote.Store // owned by the actor from now on
+	// WriteQuotaBytes bounds the bytes of writes in flight; a write over it
+	// is denied and counted, never queued (default 256 MiB).
+	WriteQuotaBytes int64
+	// WriteTimeout bounds one write batch (default 5s); ReadTimeout bounds a
+	// read without a deadline of its own and a lookup (default 1s).
+	WriteTimeout, ReadTimeout time.Duration
+	Log                       *zap.Logger
+}
+
+// RemoteActor is the thin actor over remote.Store. It speaks the disk
+// tier's protocol to the pinned actor above it (DiskWrite/DiskWriteDone,
+// DiskRead/DiskReadDone: a block leaving host memory is written, a block no
+// local tier holds is read into a pinned slot) and answers the index's
+// RemoteLookup. Every Redis call runs on its own goroutine under a context
+// with a deadline and reports back by message; the actor keeps the quota,
+// the flush barrier and the counters. Blocks it holds are not announced to
+// the index: the remote tier is shared, so only a lookup can say what it
+// holds now.
+type RemoteActor struct {
+	cfg      RemoteConfig
+	store    *remote.Store
+	base     context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // calls in flight: Stopping waits, they touch pinned slots
+	inFlight int64          // bytes of writes in flight
+	seq      uint64         // writes started
+	pending  map[uint64]bool
+	flushers []diskFlusher
+	stats    messages.TierStats
+}
+
+// NewRemoteActor returns the actor's producer.
+func NewRemoteActor(cfg RemoteConfig) actor.Producer {
+	if cfg.WriteQuotaBytes <= 0 {
+		cfg.WriteQuotaBytes = 256 << 20
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return func() actor.Actor {
+		ctx, cancel := context.WithCancel(context.Background())
+		return &RemoteActor{cfg: cfg, store: cfg.Store, base: ctx, cancel: cancel, pending: map[uint64]bool{},
+			stats: messages.TierStats{Tier: messages.Remote, Extra: map[string]float64{}}}
+	}
+}
+
+type remoteWritten struct {
+	seq    uint64
+	to     *actor.PID
+	slots  []int    // every item's slot, returned in DiskWriteDone
+	hashes []uint64 // the blocks put, parallel to errs
+	bytes  int64
+	errs   []error
+}
+
+type remoteRead struct {
+	to   *actor.PID
+	id   uint64
+	out  []remote.Outcome
+	late bool
+}
+
+type remoteFound struct {
+	to  *actor.PID
+	res *messages.RemoteLookupResult
+	err error
+}
+
+// Receive implements actor.Actor.
+func (a *RemoteActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.DiskWrite:
+		a.write(ctx, m)
+	case *remoteWritten:
+		a.written(ctx, m)
+	case *messages.DiskRead:
+		a.read(ctx, m)
+	case *remoteRead:
+		a.readDone(ctx, m)
+	case *messages.RemoteLookup:
+		a.lookup(ctx, m)
+	case *remoteFound:
+		if m.err != nil {
+			a.stats.Failed++
+		}
+		ctx.Send(m.to, m.res)
+	case *messages.Flush:
+		a.flushers = append(a.flushers, diskFlusher{barrier: a.seq, reply: m.Reply})
+		a.answerFlushers()
+	case *messages.StatsRequest:
+		s := a.stats
+		s.InFlight = len(a.pending)
+		s.Extra = map[string]float64{"write_bytes_in_flight": float64(a.inFlight)}
+		m.Reply <- s
+	case *actor.Stopping:
+		// Calls in flight read or write pinned slots: end them before the
+		// Manager frees that memory.
+		a.cancel()
+		a.wg.Wait()
+	case *actor.Stopped:
+		_ = a.store.Close()
+		for _, f := range a.flushers {
+			f.reply <- ErrRemoteStopped
+		}
+		a.flushers = nil
+	case *actor.Started, *actor.Restarting:
+	default:
+		a.cfg.Log.Warn("remote actor: unexpected message", zap.String("type", typeName(m)))
+	}
+}
+
+// write starts one Put for the items under the byte quota; the rest are
+// denied. The pinned actor gets every slot back once the Put is done. Keys
+// are by prefix digest alone (namespace id 0): the digest covers tenant,
+// model, LoRA, layout and the whole prefix.
+func (a *RemoteActor) write(ctx actor.Context, m *messages.DiskWrite) {
+	w := &remoteWritten{seq: a.seq, to: ctx.Sender(), slots: make([]int, len(m.Items))}
+	a.seq++
+	var blocks []remote.Block
+	for i, it := range m.Items {
+		w.slots[i] = it.Slot
+		n := int64(len(it.Bytes))
+		if a.inFlight+w.bytes+n > a.cfg.WriteQuotaBytes {
+			a.stats.Denied++
+			continue
+		}
+		w.bytes += n
+		w.hashes = append(w.hashes, it.Hash)
+		blocks = append(blocks, remote.Block{Key: remote.Key{Digest: it.Digest}, Hash: it.Hash, Tokens: it.Tokens, Payload: it.Bytes})
+	}
+	if len(blocks) == 0 {
+		ctx.Send(w.to, &messages.DiskWriteDone{Slots: w.slots})
+		return
+	}
+	a.inFlight += w.bytes
+	a.pending[w.seq] = true
+	self, sys := ctx.Self(), ctx.ActorSystem()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		c, cancel := context.WithTimeout(a.base, a.cfg.WriteTimeout)
+		w.errs = a.store.Put(c, blocks)
+		cancel()
+		sys.Root.Send(self, w)
+	}()
+}
+
+// written returns a finished Put's slots and releases its quota.
+func (a *RemoteActor) written(ctx actor.Context, w *remoteWritten) {
+	a.inFlight -= w.bytes
+	delete(a.pending, w.seq)
+	var ok []uint64
+	for i, err := range w.errs {
+		if err == nil {
+			ok = append(ok, w.hashes[i])
+		} else {
+			a.stats.Failed++
+		}
+	}
+	a.stats.Offloaded += uint64(len(ok))
+	ctx.Send(w.to, &messages.DiskWriteDone{Slots: w.slots, Written: ok})
+	a.answerFlushers()
+}
+
+func (a *RemoteActor) answerFlushers() {
+	keep := a.flushers[:0]
+	for _, f := range a.flushers {
+		done := true
+		for s := range a.pending {
+			if s < f.barrier {
+				done = false
+				break
+			}
+		}
+		if done {
+			f.reply <- nil
+		} else {
+			keep = append(keep, f)
+		}
+	}
+	a.flushers = keep
+}
+
+// read starts one Get into the pinned slots, under the request's deadline
+// (or ReadTimeout).
+func (a *RemoteActor) read(ctx actor.Context, m *messages.DiskRead) {
+	items := make([]remote.GetItem, len(m.Items))
+	for i, it := range m.Items {
+		items[i] = remote.GetItem{Key: remote.Key{Digest: it.Digest}, Hash: it.Hash, Dst: it.Bytes}
+	}
+	deadline := m.Deadline
+	if deadline.IsZero() {
+		deadline = time.Now().Add(a.cfg.ReadTimeout)
+	}
+	self, sys, to := ctx.Self(), ctx.ActorSystem(), ctx.Sender()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		c, cancel := context.WithDeadline(a.base, deadline)
+		out := a.store.Get(c, items)
+		late := c.Err() != nil
+		cancel()
+		sys.Root.Send(self, &remoteRead{to: to, id: m.ID, out: out, late: late})
+	}()
+}
+
+func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
+	ok := make([]bool, len(r.out))
+	for i, o := range r.out {
+		switch o {
+		case remote.Hit:
+			ok[i] = true
+			a.stats.Hits++
+		case remote.Missing:
+			a.stats.Misses++
+		case remote.Corrupt:
+			a.stats.Mismatches++
+			a.stats.Misses++
+		default:
+			if r.late {
+				a.stats.Timeouts++
+			} else {
+				a.stats.Failed++
+			}
+		}
+	}
+	ctx.Send(r.to, &messages.DiskReadDone{ID: r.id, OK: ok})
+}
+
+// lookup asks how much of each chain the remote tier holds, in one round
+// trip, off the actor.
+func (a *RemoteActor) lookup(ctx actor.Context, m *messages.RemoteLookup) {
+	chains := make([][]remote.Key, len(m.Digests))
+	for i, ds := range m.Digests {
+		for _, d := range ds {
+			chains[i] = append(chains[i], remote.Key{Digest: d})
+		}
+	}
+	self, sys, to := ctx.Self(), ctx.ActorSystem(), ctx.Sender()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		c, cancel := context.WithTimeout(a.base, a.cfg.ReadTimeout)
+		found, err := a.store.LookupChains(c, chains)
+		cancel()
+		sys.Root.Send(self, &remoteFound{to: to, res: &messages.RemoteLookupResult{ID: m.ID, Found: found}, err: err})
+	}()
+}
