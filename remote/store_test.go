@@ -275,3 +275,64 @@ func TestRecordRoundTripAndDamage(t *testing.T) {
 		t.Fatal("a short record was accepted")
 	}
 }
+
+// handshake says whether cmd belongs to a new connection's setup (HELLO,
+// CLIENT SETINFO), which the client sends on its own.
+func handshake(cmd redis.Cmder) bool { n := cmd.Name(); return n == "hello" || n == "client" }
+
+// roundTrips counts pipelines and single commands sent, handshakes aside.
+type roundTrips struct{ n int }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !handshake(cmd) {
+			r.n++
+		}
+		return next(ctx, cmd)
+	}
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && !handshake(cmds[0]) {
+			r.n++
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRoundTripsPerCall: a prefix lookup of a long chain is one round trip;
+// a batch write and a batch read are two each, however many blocks.
+func TestRoundTripsPerCall(t *testing.T) {
+	cfg, ok := servers(t)["standalone"]
+	if !ok {
+		t.Skip("needs the standalone server ($KVTIER_REDIS)")
+	}
+	ctx := context.Background()
+	s := open(t, cfg)
+	rt := &roundTrips{}
+	s.c.AddHook(rt) // the test's only access to the client
+	bs := blocks(21, 32, 9)
+	if err := s.Ping(ctx); err != nil { // connects first: the handshake is not counted
+		t.Fatal(err)
+	}
+	rt.n = 0
+	put(t, s, bs)
+	if rt.n != 2 {
+		t.Fatalf("a write of 32 blocks took %d round trips, want 2", rt.n)
+	}
+	rt.n = 0
+	if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 32 {
+		t.Fatal(n, err)
+	}
+	if rt.n != 1 {
+		t.Fatalf("a lookup of 32 blocks took %d round trips, want 1", rt.n)
+	}
+	rt.n = 0
+	if out, _ := get(t, s, bs); out[31] != Hit {
+		t.Fatal(out[31])
+	}
+	if rt.n != 2 {
+		t.Fatalf("a read of 32 blocks took %d round trips, want 2", rt.n)
+	}
+}
