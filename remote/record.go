@@ -22,7 +22,7 @@ import (
 //	68      4     chunk size in bytes
 //	72      8     payload length in bytes
 //	80      4     chunk count n
-//	84      8*n   xxh64 of each chunk
+//	84      8*n   CRC-32C of each chunk
 //	84+8n   8     xxh64 of every byte above
 //
 // A reader takes a block only if the record parses, its checksum holds, its

@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"strconv"
 	"time"
+	"unsafe"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -187,7 +188,7 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 			Tokens: uint32(b.Tokens), ChunkBytes: uint32(cb), PayloadLen: uint64(len(b.Payload)), Sums: make([]uint64, s.chunks)}
 		for c := range s.chunks {
 			part := b.Payload[c*cb : min((c+1)*cb, len(b.Payload))]
-			r.Sums[c] = xxhash.Sum64(part)
+			r.Sums[c] = chunkSum(part)
 			cmds[i] = append(cmds[i], pipe.Set(ctx, s.chunkKey(b.Key, c), part, s.cfg.TTL+time.Minute))
 		}
 		recs[i] = r.encode()
@@ -334,10 +335,10 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 		out[i] = Hit
 		cb := int(recs[i].ChunkBytes)
 		for c, cmd := range ccmds[i] {
-			b, err := cmd.Bytes()
+			b, err := cmd.Result() // a string: copied once, into Dst
 			want := it.Dst[c*cb : min((c+1)*cb, len(it.Dst))]
 			switch {
-			case errors.Is(err, redis.Nil) || (err == nil && (len(b) != len(want) || xxhash.Sum64(b) != recs[i].Sums[c])):
+			case errors.Is(err, redis.Nil) || (err == nil && (len(b) != len(want) || chunkSumString(b) != recs[i].Sums[c])):
 				out[i] = Corrupt // a chunk evicted, expired or overwritten under its record
 			case err != nil:
 				out[i] = Failed
@@ -419,4 +420,18 @@ func (s *Store) LookupChains(ctx context.Context, chains [][]Key) ([]int, error)
 		}
 	}
 	return found, first
+}
+
+// AddHook instruments the Store's client (counting round trips, tracing):
+// see redis.Hook. Add hooks before the Store is shared.
+func (s *Store) AddHook(h redis.Hook) { s.c.AddHook(h) }
+
+// Chunk checksums are CRC-32C (hardware-accelerated on amd64 and arm64):
+// they catch damage, not forgery; the key's SHA-256 digest names the block.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func chunkSum(b []byte) uint64 { return uint64(crc32.Checksum(b, castagnoli)) }
+
+func chunkSumString(s string) uint64 {
+	return uint64(crc32.Update(0, castagnoli, unsafe.Slice(unsafe.StringData(s), len(s))))
 }

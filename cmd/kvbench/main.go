@@ -54,6 +54,8 @@ const (
 	suiteAlloc = "alloc"
 	suiteCopy  = "copy"
 	suiteTrace = "trace"
+	// suiteRemote needs a server (-redis); "all" includes it only then.
+	suiteRemote = "remote"
 )
 
 var allSuites = []string{suiteAlloc, suiteCopy, suiteTrace}
@@ -67,6 +69,8 @@ type options struct {
 	capacities  []int  // trace suite tier capacities, in blocks
 	blockTokens int    // tokens per hash id in the -trace file
 	dir         string // parent of the disk suite's temp dir; "" means os.TempDir
+	redis       []string
+	cluster     bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -76,16 +80,23 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var suites, caps string
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the human table")
 	fs.BoolVar(&o.quick, "quick", false, "seconds-long variant (fewer repetitions, smaller sizes) for CI")
-	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, or all")
+	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, remote (needs -redis), or all")
 	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace suite (default: the embedded sample)")
 	fs.StringVar(&caps, "capacity", "1024,4096,16384", "comma-separated tier capacities in blocks for the trace suite")
 	fs.IntVar(&o.blockTokens, "block-tokens", 512, "tokens per hash id in the -trace file (Mooncake: 512); tells which last blocks are partial")
+	var redisAddrs string
+	fs.StringVar(&redisAddrs, "redis", "", "Redis address(es), comma-separated, for the remote suite (several: a cluster)")
+	fs.BoolVar(&o.cluster, "redis-cluster", false, "the -redis address is a cluster node")
 	fs.StringVar(&o.dir, "dir", "", "directory on the file system the disk benchmark uses (a temp dir is made inside; default: $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if redisAddrs != "" {
+		o.redis = strings.Split(redisAddrs, ",")
+		o.cluster = o.cluster || len(o.redis) > 1
 	}
 	o.suites = make(map[string]bool)
 	for _, s := range strings.Split(suites, ",") {
@@ -95,7 +106,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			for _, a := range allSuites {
 				o.suites[a] = true
 			}
-		case suiteAlloc, suiteCopy, suiteTrace:
+			if o.redis != nil {
+				o.suites[suiteRemote] = true
+			}
+		case suiteAlloc, suiteCopy, suiteTrace, suiteRemote:
 			o.suites[s] = true
 		default:
 			return o, fmt.Errorf("-suite: unknown suite %q (want alloc, copy, trace or all)", s)
@@ -113,6 +127,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if len(o.capacities) == 0 {
 		return o, errors.New("-capacity: no capacities")
+	}
+	if o.suites[suiteRemote] && o.redis == nil {
+		return o, errors.New("-suite remote needs -redis ADDR")
 	}
 	return o, nil
 }
@@ -164,6 +181,14 @@ func runSuites(o options) (*Report, error) {
 			return nil, fmt.Errorf("trace suite: %w", err)
 		}
 		rep.Trace = t
+	}
+	if o.suites[suiteRemote] {
+		rep.Suites = append(rep.Suites, suiteRemote)
+		r, err := runRemote(o.quick, o.redis, o.cluster)
+		if err != nil {
+			return nil, fmt.Errorf("remote suite: %w", err)
+		}
+		rep.Remote = r
 	}
 	rep.Targets = targets(rep)
 	return rep, nil

@@ -11,13 +11,14 @@ import (
 // Report is everything one run measured: the JSON object -json prints. A suite
 // that did not run is absent (null).
 type Report struct {
-	Machine Machine      `json:"machine"`
-	Mode    string       `json:"mode"`   // "full" or "quick"
-	Suites  []string     `json:"suites"` // the suites that ran, in order
-	Alloc   *AllocResult `json:"alloc,omitempty"`
-	Copy    *CopyResult  `json:"copy,omitempty"`
-	Trace   *TraceResult `json:"trace,omitempty"`
-	Targets []Target     `json:"targets"`
+	Machine Machine       `json:"machine"`
+	Mode    string        `json:"mode"`   // "full" or "quick"
+	Suites  []string      `json:"suites"` // the suites that ran, in order
+	Alloc   *AllocResult  `json:"alloc,omitempty"`
+	Copy    *CopyResult   `json:"copy,omitempty"`
+	Trace   *TraceResult  `json:"trace,omitempty"`
+	Remote  *RemoteResult `json:"remote,omitempty"`
+	Targets []Target      `json:"targets"`
 }
 
 // Target is one goal of issue 7 and where this run stands: Value compared with
@@ -62,6 +63,12 @@ func targets(r *Report) []Target {
 				newTarget("disk_write_gbps/raw_write_gbps", d.DiskWriteGBps/d.RawWriteGBps, ">=", 0.9, true),
 				newTarget("disk_read_gbps/raw_read_gbps", d.DiskReadGBps/d.RawReadGBps, ">=", 0.9, true))
 		}
+	}
+	if rm := r.Remote; rm != nil {
+		ts = append(ts,
+			newTarget("remote_put_gbps/raw_set_gbps", rm.PutGBps/rm.RawSetGBps, ">=", 0.9, true),
+			newTarget("remote_get_gbps/raw_get_gbps", rm.GetGBps/rm.RawGetGBps, ">=", 0.9, true),
+			newTarget("remote_lookup_round_trips", rm.LookupRoundTrips, "<=", 1, true))
 	}
 	if t := r.Trace; t != nil {
 		for _, c := range t.Capacities {
@@ -109,6 +116,15 @@ func writeHuman(w io.Writer, r *Report) error {
 			p("  %s\n", a.Note)
 		}
 		p("\n")
+	}
+	if rm := r.Remote; rm != nil {
+		p("remote: %d blocks of %d MiB in %d KiB chunks per round, %d rounds, server %s (cluster: %v)\n",
+			rm.Blocks, rm.BlockBytes>>20, rm.ChunkBytes>>10, rm.Rounds, rm.Server, rm.Cluster)
+		p("  pipelined SET reference\t%.2f GB/s\t\n", rm.RawSetGBps)
+		p("  tier write (chunks + records)\t%.2f GB/s\t%.0f%% of SET\n", rm.PutGBps, 100*rm.PutGBps/rm.RawSetGBps)
+		p("  pipelined GET reference\t%.2f GB/s\t\n", rm.RawGetGBps)
+		p("  tier read (verified)\t%.2f GB/s\t%.0f%% of GET\n", rm.GetGBps, 100*rm.GetGBps/rm.RawGetGBps)
+		p("  round trips per prefix lookup\t%.0f\t\n", rm.LookupRoundTrips)
 	}
 	if c := r.Copy; c != nil {
 		p("copy: batches of %d blocks of %d MiB, %d interleaved rounds, device %q (host buffer pinned: %v)\n",
