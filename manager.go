@@ -534,7 +534,7 @@ func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys,
 		p.PinnedTokens = pr.PinnedTokens * m.cfg.BlockTokens
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: below, Reply: make(chan *messages.QueryResult, 1)}
+		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: below, Digests: digestArrays(k.Digests[from:]), Reply: make(chan *messages.QueryResult, 1)}
 		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return Presence{}, err
@@ -602,7 +602,7 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		n += pr.Deleted
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: hs, Reply: make(chan *messages.QueryResult, 1)}
+		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: hs, Digests: digestArrays(k.Digests), Reply: make(chan *messages.QueryResult, 1)}
 		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return n, err
@@ -784,4 +784,13 @@ func (m *Manager) release() error {
 // layout kind is left out: records hold the block's host form under either.
 func fingerprint(c Config, l gpu.Layout) uint64 {
 	return xxhash.Sum64String(fmt.Sprintf("kvtier/%d/%+v/%d/%d/%q", prefixhash.SchemeVersion, c.Model, c.BlockTokens, l.BlockBytes(), c.ModelID))
+}
+
+// digestArrays converts prefix digests for messages that carry plain arrays.
+func digestArrays(ds []prefixhash.Digest) [][32]byte {
+	out := make([][32]byte, len(ds))
+	for i, d := range ds {
+		out[i] = d
+	}
+	return out
 }

@@ -300,6 +300,13 @@ func (a *DiskActor) answerFlushers() {
 
 // query answers m on its Reply channel: at once, or for QueryDelete once
 // the removals are durable.
+// holds says whether the store holds hash live with digests[i] (any digest
+// when the query names none).
+func (a *DiskActor) holds(hash uint64, digests [][32]byte, i int) bool {
+	meta, ok := a.store.Meta(hash)
+	return ok && (digests == nil || (i < len(digests) && meta.Digest == digests[i]))
+}
+
 func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) {
 	res := &messages.QueryResult{}
 	if a.stopped {
@@ -309,8 +316,8 @@ func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) {
 	}
 	switch m.Kind {
 	case messages.QueryExists:
-		for _, h := range m.Hashes {
-			if !a.store.Contains(h) {
+		for i, h := range m.Hashes {
+			if !a.holds(h, m.Digests, i) {
 				break
 			}
 			res.DiskTokens++ // in blocks; the Manager converts

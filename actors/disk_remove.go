@@ -29,7 +29,10 @@ type diskDeleteReq struct {
 func (a *DiskActor) remove(ctx actor.Context, m *messages.DiskQuery) {
 	req := &diskDeleteReq{reply: m.Reply}
 	var removed []uint64
-	for _, h := range m.Hashes {
+	for i, h := range m.Hashes {
+		if a.store.Contains(h) && !a.holds(h, m.Digests, i) {
+			continue // another block under the same hash: not this chain's
+		}
 		if a.store.Writing(h) { // removed as its write lands (finishWrite)
 			a.doomed[h] = append(a.doomed[h], req)
 			req.deleted++

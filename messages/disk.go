@@ -97,5 +97,9 @@ type DiskReadDone struct {
 type DiskQuery struct {
 	Kind   QueryKind
 	Hashes []uint64
-	Reply  chan *QueryResult
+	// Digests, parallel to Hashes, are the prefix digests the blocks must
+	// carry: a record stored under the hash with another digest (another
+	// prefix, namespace or model) is neither counted nor removed.
+	Digests [][32]byte
+	Reply   chan *QueryResult
 }
