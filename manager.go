@@ -101,7 +101,9 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, &ConfigError{"Model", c.Model, err.Error()}
 	}
-	pcfg := blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize}
+	// Digests only for tiers below the GPU: every lower tier hangs under the
+	// pinned one.
+	pcfg := blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize, Digests: c.PinnedBytes > 0}
 	// The pool's slices are made with make, whose failure kills the process:
 	// refuse sizes no machine of this memory backs, with an error.
 	if mem, ok := gpu.SystemMemory(); ok && uint64(blockpool.MetadataBytes(pcfg)) > mem {
@@ -296,7 +298,7 @@ func (m *Manager) keysFor(reqs []AllocRequest) []*blockpool.Keys {
 			}
 			t = t[:r.MaxSeqLen]
 		}
-		keys[i] = blockpool.ComputeKeys(m.namespace(r.Salt, r.LoRA), t, m.cfg.BlockTokens)
+		keys[i] = blockpool.ComputeKeys(m.namespace(r.Salt, r.LoRA), t, m.cfg.BlockTokens, m.cfg.PinnedBytes > 0)
 	}
 	return keys
 }
@@ -492,7 +494,7 @@ type Presence struct {
 
 // chainKeys hashes tokens in the namespace of salt and lora.
 func (m *Manager) chainKeys(tokens []int64, salt, lora string) *blockpool.Keys {
-	return blockpool.ComputeKeys(m.namespace(salt, lora), tokens, m.cfg.BlockTokens)
+	return blockpool.ComputeKeys(m.namespace(salt, lora), tokens, m.cfg.BlockTokens, m.cfg.PinnedBytes > 0)
 }
 
 func hashes(k *blockpool.Keys) []uint64 {

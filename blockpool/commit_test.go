@@ -2,6 +2,7 @@ package blockpool
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -90,20 +91,91 @@ func TestPartialCommit(t *testing.T) {
 	check(t, p)
 }
 
-// TestDigestMismatchIsNoHit: a block whose 64-bit hash and tokens match but
-// whose digest (the whole prefix) differs is not a hit — the shape of a forged
-// xxh64 collision after a different prefix.
-func TestDigestMismatchIsNoHit(t *testing.T) {
+// TestCollisionAfterAnotherPrefixIsNoHit: a committed block whose 64-bit hash
+// and tokens match the prompt's but that follows another prefix is no hit —
+// the shape of a forged xxh64 collision. The prompt's first block hits; the
+// second is a candidate by hash alone.
+func TestCollisionAfterAnotherPrefixIsNoHit(t *testing.T) {
 	p := newPool(t, 8, 2)
-	a, _ := allocCommit(p, 1, []int64{1, 2, 3, 4}, "")
-	p.digests[a.Blocks[1]][0] ^= 1
-	r, err := p.Allocate(2, []int64{1, 2, 3, 4}, "")
+	if _, err := allocCommit(p, 1, []int64{1, 2}, ""); err != nil {
+		t.Fatal(err)
+	}
+	x, err := allocCommit(p, 2, []int64{5, 6, 3, 4}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.HitBlocks != 1 {
-		t.Fatalf("%d hit blocks, want 1: a block of another prefix was served", r.HitBlocks)
+	// Forge: x's second block now answers to the hash the prompt's second
+	// block has.
+	want := ComputeKeys("", []int64{1, 2, 3, 4}, 2, false).Hashes[1]
+	forged := x.Blocks[1]
+	p.byHash.remove(p.blocks[forged].hash, forged)
+	p.blocks[forged].hash = want
+	if !p.byHash.add(want, forged) {
+		t.Fatal("forged hash not registered")
 	}
+	r, err := p.Allocate(3, []int64{1, 2, 3, 4}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.HitBlocks != 1 || r.Blocks[1] == forged {
+		t.Fatalf("%d hit blocks (table %v, forged %d), want 1: a block of another prefix was served", r.HitBlocks, r.Blocks, forged)
+	}
+	// The same forged block is still a hit for its own prefix.
+	if _, err := p.Lookup(want); !err {
+		t.Fatal("forged block unfindable")
+	}
+}
+
+// TestNamespaceIsExact: a chain's first block is a hit only in its own
+// namespace, whatever the hash says.
+func TestNamespaceIsExact(t *testing.T) {
+	p := newPool(t, 8, 2)
+	a, err := allocCommit(p, 1, []int64{1, 2}, "tenant-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Forge: the block answers to the hash of the unsalted chain.
+	want := ComputeKeys("", []int64{1, 2}, 2, false).Hashes[0]
+	id := a.Blocks[0]
+	p.byHash.remove(p.blocks[id].hash, id)
+	p.blocks[id].hash = want
+	p.byHash.add(want, id)
+	r, err := p.Allocate(2, []int64{1, 2}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.HitBlocks != 0 {
+		t.Fatal("a block of another namespace was served")
+	}
+}
+
+// TestDuplicateCommitsStillChain: two sequences compute one prefix at once;
+// the second commits its first block first, so the first sequence's own
+// first block is a duplicate that is never published. Its second block must
+// still be found after the published first block.
+func TestDuplicateCommitsStillChain(t *testing.T) {
+	p := newPool(t, 16, 2)
+	prompt := []int64{1, 2, 3, 4, 5, 6}
+	if _, err := p.Allocate(1, prompt, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Allocate(2, prompt, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Commit(2, 2, nil); err != nil { // seq 2 publishes block 0
+		t.Fatal(err)
+	}
+	if _, err := p.Commit(1, 6, nil); err != nil { // seq 1 publishes blocks 1 and 2
+		t.Fatal(err)
+	}
+	r, err := p.Allocate(3, prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.HitBlocks != 3 {
+		t.Fatalf("%d hit blocks, want 3", r.HitBlocks)
+	}
+	check(t, p)
 }
 
 func TestLookaheadAndNewBlocks(t *testing.T) {
@@ -145,7 +217,7 @@ func TestLookaheadAndNewBlocks(t *testing.T) {
 
 func TestKeysMustMatchPrompt(t *testing.T) {
 	p := newPool(t, 8, 4)
-	k := ComputeKeys("ns", seq(8, 1), 4)
+	k := ComputeKeys("ns", seq(8, 1), 4, false)
 	if _, err := p.AllocateRequest(Request{Seq: 1, Tokens: seq(12, 1), NS: "ns", Keys: k}); !errors.Is(err, ErrBadArgument) {
 		t.Fatalf("keys for another length: %v", err)
 	}
@@ -157,5 +229,28 @@ func TestKeysMustMatchPrompt(t *testing.T) {
 	}
 	if _, err := p.AllocateRequest(Request{Seq: 1, Tokens: seq(8, 1), NS: "ns", Keys: k}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNamespacesAreForgotten: the pool remembers a namespace only while some
+// block of it is held or cached, however many namespaces came by.
+func TestNamespacesAreForgotten(t *testing.T) {
+	p := newPool(t, 4, 2)
+	for i := range 100 {
+		salt := fmt.Sprintf("tenant-%d", i)
+		if _, err := allocCommit(p, SeqID(i), []int64{1, 2}, salt); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Deallocate(SeqID(i)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, p)
+	}
+	if n := p.ns.len(); n > 4 {
+		t.Fatalf("%d namespaces interned for a 4-block pool", n)
+	}
+	// The latest tenant still hits.
+	if r, err := p.Allocate(1000, []int64{1, 2}, "tenant-99"); err != nil || r.HitBlocks != 1 {
+		t.Fatalf("latest tenant: %+v %v", r, err)
 	}
 }

@@ -14,7 +14,7 @@
 //
 // # Memory
 //
-// Metadata is 48 bytes a block. Token ids sit in a slab indexed by block id (8
+// Metadata is 64 bytes a block (plus a 32-byte digest with Config.Digests). Token ids sit in a slab indexed by block id (8
 // bytes a token), allocated in chunks of about 1 MiB as blocks first fill. Cached
 // blocks are found through an open-addressed hash table of 8-byte slots, kept at
 // most 3/8 full: 32 bytes a block when NumBlocks is a power of two and every
@@ -36,9 +36,23 @@
 // # Sequences
 //
 // Allocate(seq, tokens, ns) walks the sequence's blocks: a committed full block
-// whose hash, digest (prefixhash.Digest: SHA-256 over the namespace and the whole
-// prefix) and tokens match is a hit; after the first miss every later block
-// misses. MayAppend and AppendTokens add tokens and cover nano-vllm's three cases:
+// whose hash and tokens match and that follows the previous hit is a hit; after
+// the first miss every later block misses.
+//
+// # Hits are exact
+//
+// The 64-bit chained hash only finds a candidate. Each block also records its
+// parent, the block that held the previous block of its prefix when it was
+// committed (with that block's generation, bumped whenever a block's contents
+// are dropped), and a chain's first block records its namespace key. A
+// candidate is a hit only if its tokens equal the prompt's, and it is the
+// first block of the same namespace or its parent is the previous hit,
+// unchanged since. So a hit's whole prefix was compared token by token, in
+// its namespace: a forged hash collision is never a hit, and no digest is
+// needed for it. Tiers below the pool verify records with a
+// prefixhash.Digest instead (SHA-256 over the namespace and the whole
+// prefix): a pool with a tier below keeps one per block (Config.Digests), a
+// pool without hashes only xxh64, four times cheaper for 512-token blocks. MayAppend and AppendTokens add tokens and cover nano-vllm's three cases:
 // the last block was full (a new block is taken, or a lookahead slot used), the
 // token fills the last block (it is hashed), or neither.
 //

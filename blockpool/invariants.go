@@ -28,6 +28,23 @@ func (p *Pool) CheckInvariants() error {
 	if n != p.free.n || prev != p.free.tail {
 		return fmt.Errorf("free queue: %d linked, count %d, tail %d want %d", n, p.free.n, p.free.tail, prev)
 	}
+	nsRefs := make(map[uint32]int32)
+	for i := range p.blocks {
+		if b := &p.blocks[i]; b.ns != 0 {
+			if b.parent != none {
+				return fmt.Errorf("block %d: namespace %d on a block with a parent", i, b.ns)
+			}
+			nsRefs[b.ns]++
+		}
+	}
+	if len(nsRefs) != p.ns.len() {
+		return fmt.Errorf("namespaces: %d held by blocks, %d interned", len(nsRefs), p.ns.len())
+	}
+	for id, n := range nsRefs {
+		if int(id) >= len(p.ns.refs) || p.ns.refs[id] != n || p.ns.ids[p.ns.keys[id]] != id {
+			return fmt.Errorf("namespace %d: %d blocks hold it, table says %v", id, n, p.ns.refs)
+		}
+	}
 	holders := make([]int32, len(p.blocks))
 	for sid, s := range p.seqs {
 		if want := p.numBlocksFor(s.numTokens); len(s.table) < want {

@@ -27,7 +27,11 @@ type modelSeq struct {
 // and checks both agree after every step.
 func runOps(t *testing.T, data []byte) {
 	const blocks, size = 24, 4
-	p := newPool(t, blocks, size)
+	// Digests on: the model checks findable blocks by digest.
+	p, err := New(Config{NumBlocks: blocks, BlockSize: size, Digests: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := model{seqs: map[SeqID]modelSeq{}, resv: map[SeqID]int{}, done: map[prefixhash.Digest]bool{}}
 	salts := []string{"", "", "t1"}
 	var h prefixhash.Hasher
@@ -114,7 +118,7 @@ func runOps(t *testing.T, data []byte) {
 				t.Fatalf("commit live=%v: %v", live, err)
 			}
 			if live {
-				for _, d := range ComputeKeys(ms.salt, ms.tokens[:n], size).Digests {
+				for _, d := range ComputeKeys(ms.salt, ms.tokens[:n], size, true).Digests {
 					m.done[d] = true
 				}
 			}

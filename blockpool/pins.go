@@ -61,7 +61,14 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 		// Keep the keys and tokens so the fresh block is published once
 		// recomputed and committed.
 		b.hash = o.hash
-		p.digests[fresh] = p.digests[old]
+		if p.cfg.Digests {
+			p.digests[fresh] = p.digests[old]
+		}
+		p.unlink(b)
+		b.parent, b.pgen, b.ns = o.parent, o.pgen, o.ns
+		if o.ns != 0 {
+			p.ns.acquire(p.ns.keys[o.ns])
+		}
 		p.setTokens(fresh, o.tokens)
 	}
 	s.table[idx] = fresh

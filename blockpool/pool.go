@@ -19,6 +19,12 @@ type Config struct {
 	NumBlocks int // blocks in the pool, >= 1
 	BlockSize int // tokens per block, >= 1
 	VocabSize int // when > 0, every token id must be in [0, VocabSize)
+	// Digests keeps a prefixhash.Digest (SHA-256 over the namespace and the
+	// whole prefix) for every full block, for tiers below the pool: Keys must
+	// then carry digests, evictions report them and BlockDigest answers. Hits
+	// never depend on digests (see "Hits are exact" in the package doc), so a
+	// pool with no tier below leaves it off and hashes only xxh64.
+	Digests bool
 }
 
 func (c Config) validate() error {
@@ -43,14 +49,21 @@ const (
 	stateReserved
 )
 
-// block is one block's metadata: 48 bytes. Its token ids live in the pool's slab.
+// block is one block's metadata: 64 bytes. Its token ids live in the pool's slab.
 type block struct {
 	tokens     []int64 // a full block's tokens, kept to confirm hits: its place in p.slab
 	hash       prefixhash.Hash
 	ref        int32
 	prev, next int32 // free queue links
-	state      blockState
-	cached     bool // byHash maps hash to this block
+	// parent is the block that held the previous block of the prefix when
+	// this one was filled or committed (none for a chain's first block), and
+	// pgen its gen then: the link holds while the parent keeps its contents.
+	parent int32
+	pgen   uint32
+	gen    uint32 // bumped each time the block's contents are dropped
+	ns     uint32 // a chain's first block: its namespace (p.ns); 0 on the others
+	state  blockState
+	cached bool // byHash maps hash to this block
 }
 
 type sequence struct {
@@ -61,6 +74,7 @@ type sequence struct {
 	last       prefixhash.Hash // hash before the next block to fill
 	hasLast    bool
 	lastDigest prefixhash.Digest // digest before the next block to fill
+	ns         string            // namespace key
 }
 
 // Evicted is a cached block whose contents were dropped because the block was
@@ -81,11 +95,16 @@ type Keys struct {
 }
 
 // ComputeKeys hashes every full block of tokens, blocks of blockSize tokens, in
-// namespace ns.
-func ComputeKeys(ns string, tokens []int64, blockSize int) *Keys {
+// namespace ns; with digests, it computes their digests too (for a pool with
+// Config.Digests).
+func ComputeKeys(ns string, tokens []int64, blockSize int, digests bool) *Keys {
 	var h prefixhash.Hasher
-	var d prefixhash.Digester
-	return &Keys{NS: ns, Hashes: h.Chain(nil, ns, tokens, blockSize), Digests: d.Chain(nil, ns, tokens, blockSize)}
+	k := &Keys{NS: ns, Hashes: h.Chain(nil, ns, tokens, blockSize)}
+	if digests {
+		var d prefixhash.Digester
+		k.Digests = d.Chain(nil, ns, tokens, blockSize)
+	}
+	return k
 }
 
 // Request asks Pool.Allocate for a sequence's blocks.
@@ -149,6 +168,7 @@ type Pool struct {
 	dscratch  []prefixhash.Digest
 	evicted   []Evicted
 	slab      tokenSlab // blocks' token ids
+	ns        nsTable   // namespaces of chains' first blocks
 	sink      uint64    // what prefetch read, kept so its reads stay
 	reserved  int
 	freeCache int
@@ -159,7 +179,10 @@ type Pool struct {
 // metadata, digest, token ids and hash-table entry. Callers check it before
 // New, whose allocations cannot fail gracefully.
 func MetadataBytes(cfg Config) int64 {
-	perBlock := int64(unsafe.Sizeof(block{})) + int64(len(prefixhash.Digest{})) + 8*int64(cfg.BlockSize) + 16
+	perBlock := int64(unsafe.Sizeof(block{})) + 8*int64(cfg.BlockSize) + 16
+	if cfg.Digests {
+		perBlock += int64(len(prefixhash.Digest{}))
+	}
 	return int64(cfg.NumBlocks) * perBlock
 }
 
@@ -169,11 +192,13 @@ func New(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{
-		cfg:     cfg,
-		blocks:  make([]block, cfg.NumBlocks),
-		digests: make([]prefixhash.Digest, cfg.NumBlocks),
-		seqs:    make(map[SeqID]*sequence),
-		resv:    make(map[SeqID][]BlockID),
+		cfg:    cfg,
+		blocks: make([]block, cfg.NumBlocks),
+		seqs:   make(map[SeqID]*sequence),
+		resv:   make(map[SeqID][]BlockID),
+	}
+	if cfg.Digests {
+		p.digests = make([]prefixhash.Digest, cfg.NumBlocks)
 	}
 	p.byHash.init(p.blocks)
 	p.slab.init(cfg.NumBlocks, cfg.BlockSize)
@@ -210,21 +235,26 @@ func (p *Pool) checkTokens(tokens []int64) error {
 func (p *Pool) keys(tokens []int64, ns string, k *Keys) (*Keys, error) {
 	full := len(tokens) / p.cfg.BlockSize
 	if k != nil {
-		if len(k.Hashes) != full || len(k.Digests) != full || k.NS != ns {
-			return nil, fmt.Errorf("%w: keys for %d/%d blocks in namespace %q, prompt has %d full blocks in %q",
+		if len(k.Hashes) != full || (p.cfg.Digests && len(k.Digests) != full) || k.NS != ns {
+			return nil, fmt.Errorf("%w: keys for %d blocks (%d digests) in namespace %q, prompt has %d full blocks in %q",
 				ErrBadArgument, len(k.Hashes), len(k.Digests), k.NS, full, ns)
 		}
 		return k, nil
 	}
 	p.scratch = p.hasher.Chain(p.scratch[:0], ns, tokens, p.cfg.BlockSize)
-	p.dscratch = p.digester.Chain(p.dscratch[:0], ns, tokens, p.cfg.BlockSize)
-	return &Keys{NS: ns, Hashes: p.scratch, Digests: p.dscratch}, nil
+	k = &Keys{NS: ns, Hashes: p.scratch}
+	if p.cfg.Digests {
+		p.dscratch = p.digester.Chain(p.dscratch[:0], ns, tokens, p.cfg.BlockSize)
+		k.Digests = p.dscratch
+	}
+	return k, nil
 }
 
 // plan returns the number of leading hits of tokens with keys k and how many of
-// those hits are free cached blocks. A hit is a committed block whose hash,
-// digest and tokens all match: the digest binds the whole prefix and namespace,
-// so a forged 64-bit hash collision is never a hit.
+// those hits are free cached blocks. A hit is a committed block whose hash and
+// tokens match and that follows the previous hit (or, first, starts a chain of
+// the same namespace): the tokens of the whole prefix are compared, so a forged
+// 64-bit hash collision is never a hit.
 func (p *Pool) plan(tokens []int64, k *Keys) (hits, revive int) {
 	return p.planLimit(tokens, k, 0)
 }
@@ -239,17 +269,50 @@ func (p *Pool) planLimit(tokens []int64, k *Keys, limit int) (hits, revive int) 
 	case limit > 0 && limit < len(hashes):
 		hashes = hashes[:limit]
 	}
+	prev := int32(none)
+	nsID, ok := p.ns.find(k.NS)
+	if !ok {
+		return 0, 0 // no chain of this namespace is held
+	}
 	for i, h := range hashes {
 		id, ok := p.byHash.get(h)
-		if !ok || p.digests[id] != k.Digests[i] || !slices.Equal(p.blocks[id].tokens, tokens[i*bs:(i+1)*bs]) {
+		if !ok || !p.follows(id, prev, nsID) || !slices.Equal(p.blocks[id].tokens, tokens[i*bs:(i+1)*bs]) {
 			break
 		}
 		hits++
 		if p.blocks[id].state == stateFree {
 			revive++
 		}
+		prev = int32(id)
 	}
 	return hits, revive
+}
+
+// follows says whether block id comes right after block prev in its prefix
+// (prev still holding what it held then), or, when prev is none, starts a
+// chain of namespace ns (an id of p.ns).
+func (p *Pool) follows(id BlockID, prev int32, ns uint32) bool {
+	b := &p.blocks[id]
+	if prev == none {
+		return b.parent == none && b.ns == ns
+	}
+	return b.parent == prev && b.pgen == p.blocks[prev].gen
+}
+
+// CachedChain appends to dst the committed blocks that hold the leading blocks
+// of tokens with keys k, verified as Allocate verifies hits. It changes
+// nothing.
+func (p *Pool) CachedChain(dst []BlockID, tokens []int64, k *Keys) ([]BlockID, error) {
+	k, err := p.keys(tokens, k.NS, k)
+	if err != nil {
+		return dst, err
+	}
+	hits, _ := p.plan(tokens, k)
+	for _, h := range k.Hashes[:hits] {
+		id, _ := p.byHash.get(h)
+		dst = append(dst, id)
+	}
+	return dst, nil
 }
 
 // CanAllocate says whether Allocate of these tokens would find enough blocks now.
@@ -326,16 +389,25 @@ func (p *Pool) AllocateRequest(r Request) (Allocation, error) {
 		id := p.take(seq)
 		s.table = append(s.table, id)
 		if i < len(k.Hashes) {
-			p.fill(id, k.Hashes[i], k.Digests[i], tokens[i*bs:(i+1)*bs])
+			var d prefixhash.Digest
+			if p.cfg.Digests {
+				d = k.Digests[i]
+			}
+			p.fill(id, k.Hashes[i], d, tokens[i*bs:(i+1)*bs], s.table, r.NS)
 		}
 	}
 	s.numTokens = len(tokens)
 	s.committed = hits * bs
 	s.last, s.hasLast = prefixhash.Seed(r.NS)
-	s.lastDigest = prefixhash.DigestSeed(r.NS)
+	s.ns = r.NS
+	if p.cfg.Digests {
+		s.lastDigest = prefixhash.DigestSeed(r.NS)
+	}
 	if n := len(k.Hashes); n > 0 {
 		s.last, s.hasLast = k.Hashes[n-1], true
-		s.lastDigest = k.Digests[n-1]
+		if p.cfg.Digests {
+			s.lastDigest = k.Digests[n-1]
+		}
 	}
 	s.tail = append(s.tail[:0], tokens[len(k.Hashes)*bs:]...)
 	p.seqs[seq] = s
@@ -368,6 +440,7 @@ func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
 	bs := p.cfg.BlockSize
 	for i := s.committed / bs; i < tokens/bs; i++ {
 		id := s.table[i]
+		p.relink(s.table[:i+1])
 		if p.publish(id) {
 			dst = append(dst, id)
 		}
@@ -450,8 +523,11 @@ func (p *Pool) AppendTokens(seq SeqID, tokens []int64, lookahead int, dst []Bloc
 		s.numTokens++
 		if len(s.tail) == bs {
 			h := p.hasher.Block(s.last, s.hasLast, s.tail)
-			d := p.digester.Block(s.lastDigest, s.tail)
-			p.fill(s.table[s.numTokens/bs-1], h, d, s.tail)
+			var d prefixhash.Digest
+			if p.cfg.Digests {
+				d = p.digester.Block(s.lastDigest, s.tail)
+			}
+			p.fill(s.table[s.numTokens/bs-1], h, d, s.tail, s.table[:s.numTokens/bs], s.ns)
 			s.last, s.hasLast, s.lastDigest = h, true, d
 			s.tail = s.tail[:0]
 		}
@@ -539,9 +615,9 @@ func (p *Pool) BlockHash(id BlockID) (prefixhash.Hash, bool) {
 }
 
 // BlockDigest returns the digest of the full block id holds; ok is false when it
-// holds no full block.
+// holds no full block or the pool keeps no digests (Config.Digests).
 func (p *Pool) BlockDigest(id BlockID) (d prefixhash.Digest, ok bool) {
-	if len(p.blocks[id].tokens) != p.cfg.BlockSize {
+	if !p.cfg.Digests || len(p.blocks[id].tokens) != p.cfg.BlockSize {
 		return d, false
 	}
 	return p.digests[id], true
@@ -680,20 +756,71 @@ func (p *Pool) popFree() BlockID {
 	b := &p.blocks[i]
 	if b.cached {
 		p.byHash.remove(b.hash, BlockID(i))
-		p.evicted = append(p.evicted, Evicted{Block: BlockID(i), Hash: b.hash, Digest: p.digests[i]})
+		e := Evicted{Block: BlockID(i), Hash: b.hash}
+		if p.cfg.Digests {
+			e.Digest = p.digests[i]
+		}
+		p.evicted = append(p.evicted, e)
 		p.freeCache--
 		p.stats.Evictions++
 	}
+	p.unlink(b)
 	b.cached, b.hash, b.tokens = false, 0, b.tokens[:0]
+	b.gen++ // links to what it held are broken
 	return BlockID(i)
 }
 
-// fill records that block id holds the full block tokens with hash h and digest
-// d. The block stays unfindable until publish.
-func (p *Pool) fill(id BlockID, h prefixhash.Hash, d prefixhash.Digest, tokens []int64) {
-	p.blocks[id].hash = h
-	p.digests[id] = d
+// fill records that block id, the last of table (the sequence's blocks up to
+// it), holds the full block tokens with hash h and digest d in namespace ns.
+// The block stays unfindable until publish.
+func (p *Pool) fill(id BlockID, h prefixhash.Hash, d prefixhash.Digest, tokens []int64, table []BlockID, ns string) {
+	b := &p.blocks[id]
+	b.hash = h
+	if p.cfg.Digests {
+		p.digests[id] = d
+	}
+	p.link(id, table, ns)
 	p.setTokens(id, tokens)
+}
+
+// link points block id, the last of table, at the block before it in table, or
+// marks it a chain's first block in namespace ns.
+func (p *Pool) link(id BlockID, table []BlockID, ns string) {
+	b := &p.blocks[id]
+	p.unlink(b)
+	if len(table) < 2 {
+		b.parent, b.pgen, b.ns = none, 0, p.ns.acquire(ns)
+		return
+	}
+	par := table[len(table)-2]
+	b.parent, b.pgen = int32(par), p.blocks[par].gen
+}
+
+// unlink drops b's links: its namespace, if it starts a chain.
+func (p *Pool) unlink(b *block) {
+	p.ns.release(b.ns)
+	b.parent, b.pgen, b.ns = none, 0, 0
+}
+
+// relink, as the last block of table is committed, points it at the block
+// before it in table, or at the committed block that holds the same previous
+// block when the sequence's own one is a duplicate that was never published
+// (two sequences computed one prefix at once): later lookups, which walk
+// committed blocks, then find it.
+func (p *Pool) relink(table []BlockID) {
+	if len(table) < 2 {
+		return // a chain's first block: no parent, its namespace set by fill
+	}
+	par := table[len(table)-2]
+	pb := &p.blocks[par]
+	if x, ok := p.byHash.get(pb.hash); ok && !pb.cached && len(pb.tokens) == p.cfg.BlockSize {
+		xb := &p.blocks[x]
+		if xb.parent == pb.parent && xb.ns == pb.ns && (xb.parent == none || xb.pgen == pb.pgen) && slices.Equal(xb.tokens, pb.tokens) {
+			par = x
+		}
+	}
+	b := &p.blocks[table[len(table)-1]]
+	b.parent, b.pgen = int32(par), p.blocks[par].gen
 }
 
 // publish makes a filled block findable by its hash and reports whether it did.

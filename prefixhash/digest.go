@@ -40,17 +40,9 @@ func (d *Digester) Block(prev Digest, tokens []int64) Digest {
 	if d.h == nil {
 		d.h = sha256.New()
 	}
-	n := 8 * len(tokens)
-	if cap(d.buf) < n {
-		d.buf = make([]byte, n)
-	}
-	b := d.buf[:n]
-	for i, t := range tokens {
-		binary.LittleEndian.PutUint64(b[8*i:], uint64(t))
-	}
 	d.h.Reset()
 	_, _ = d.h.Write(prev[:])
-	_, _ = d.h.Write(b)
+	_, _ = d.h.Write(tokenBytes(&d.buf, tokens))
 	var out Digest
 	d.h.Sum(out[:0])
 	return out

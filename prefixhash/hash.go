@@ -28,33 +28,29 @@ func Seed(salt string) (seed Hash, ok bool) {
 	return Hash(d.Sum64()), true
 }
 
-// Hasher hashes blocks with a reusable scratch buffer. The zero value is ready; a
-// Hasher is not safe for concurrent use.
+// Hasher hashes blocks. The zero value is ready; a Hasher is not safe for
+// concurrent use.
 type Hasher struct {
-	buf []byte
+	d   *xxhash.Digest
+	buf []byte // token encoding on big-endian machines
 }
 
 // Block returns the hash of one full block whose predecessor's hash is prev
 // (hasPrev false for the first block of an unsalted chain).
 func (h *Hasher) Block(prev Hash, hasPrev bool, tokens []int64) Hash {
-	n := 8 * len(tokens)
-	if hasPrev {
-		n += 8
+	b := tokenBytes(&h.buf, tokens)
+	if !hasPrev {
+		return Hash(xxhash.Sum64(b))
 	}
-	if cap(h.buf) < n {
-		h.buf = make([]byte, n)
+	if h.d == nil {
+		h.d = xxhash.New()
 	}
-	b := h.buf[:n]
-	off := 0
-	if hasPrev {
-		binary.LittleEndian.PutUint64(b, uint64(prev))
-		off = 8
-	}
-	for _, t := range tokens {
-		binary.LittleEndian.PutUint64(b[off:], uint64(t))
-		off += 8
-	}
-	return Hash(xxhash.Sum64(b))
+	h.d.Reset()
+	var p [8]byte
+	binary.LittleEndian.PutUint64(p[:], uint64(prev))
+	_, _ = h.d.Write(p[:])
+	_, _ = h.d.Write(b)
+	return Hash(h.d.Sum64())
 }
 
 // Chain appends to dst the hashes of every full block of tokens, cut into blocks of

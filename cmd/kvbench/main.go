@@ -54,11 +54,14 @@ const (
 	suiteAlloc = "alloc"
 	suiteCopy  = "copy"
 	suiteTrace = "trace"
+	// suiteReplay replays a Mooncake trace through the direct core and the
+	// Manager (issue 11's speed targets).
+	suiteReplay = "replay"
 	// suiteRemote needs a server (-redis); "all" includes it only then.
 	suiteRemote = "remote"
 )
 
-var allSuites = []string{suiteAlloc, suiteCopy, suiteTrace}
+var allSuites = []string{suiteAlloc, suiteCopy, suiteTrace, suiteReplay}
 
 // options is the parsed command line. It is read-only once parsed.
 type options struct {
@@ -80,8 +83,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var suites, caps string
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the human table")
 	fs.BoolVar(&o.quick, "quick", false, "seconds-long variant (fewer repetitions, smaller sizes) for CI")
-	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, remote (needs -redis), or all")
-	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace suite (default: the embedded sample)")
+	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, replay, remote (needs -redis), or all")
+	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace and replay suites (default: the embedded sample)")
 	fs.StringVar(&caps, "capacity", "1024,4096,16384", "comma-separated tier capacities in blocks for the trace suite")
 	fs.IntVar(&o.blockTokens, "block-tokens", 512, "tokens per hash id in the -trace file (Mooncake: 512); tells which last blocks are partial")
 	var redisAddrs string
@@ -109,10 +112,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			if o.redis != nil {
 				o.suites[suiteRemote] = true
 			}
-		case suiteAlloc, suiteCopy, suiteTrace, suiteRemote:
+		case suiteAlloc, suiteCopy, suiteTrace, suiteReplay, suiteRemote:
 			o.suites[s] = true
 		default:
-			return o, fmt.Errorf("-suite: unknown suite %q (want alloc, copy, trace or all)", s)
+			return o, fmt.Errorf("-suite: unknown suite %q (want alloc, copy, trace, replay, remote or all)", s)
 		}
 	}
 	for _, f := range strings.Split(caps, ",") {
@@ -181,6 +184,13 @@ func runSuites(o options) (*Report, error) {
 			return nil, fmt.Errorf("trace suite: %w", err)
 		}
 		rep.Trace = t
+	}
+	if o.suites[suiteReplay] {
+		r, err := runReplay(o.tracePath, o.quick)
+		if err != nil {
+			return nil, fmt.Errorf("replay suite: %w", err)
+		}
+		rep.Replay = r
 	}
 	if o.suites[suiteRemote] {
 		rep.Suites = append(rep.Suites, suiteRemote)

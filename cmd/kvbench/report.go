@@ -17,6 +17,7 @@ type Report struct {
 	Alloc   *AllocResult  `json:"alloc,omitempty"`
 	Copy    *CopyResult   `json:"copy,omitempty"`
 	Trace   *TraceResult  `json:"trace,omitempty"`
+	Replay  *ReplayResult `json:"replay,omitempty"`
 	Remote  *RemoteResult `json:"remote,omitempty"`
 	Targets []Target      `json:"targets"`
 }
@@ -69,6 +70,18 @@ func targets(r *Report) []Target {
 			newTarget("remote_put_gbps/raw_set_gbps", rm.PutGBps/rm.RawSetGBps, ">=", 0.9, true),
 			newTarget("remote_get_gbps/raw_get_gbps", rm.GetGBps/rm.RawGetGBps, ">=", 0.9, true),
 			newTarget("remote_lookup_round_trips", rm.LookupRoundTrips, "<=", 1, true))
+	}
+	if rp := r.Replay; rp != nil {
+		for _, p := range rp.Pools {
+			ts = append(ts,
+				newTarget(fmt.Sprintf("replay_manager_over_direct_cost@%d", p.PoolBlocks), p.ManagerOverDirectCost, "<=", 1.3, true),
+				newTarget(fmt.Sprintf("replay_batch8_over_direct_cost@%d", p.PoolBlocks), p.Batch8OverDirectCost, "<=", 1.3, true))
+		}
+		if len(rp.Pools) > 0 {
+			// 50x nano-vllm's 25-47 k blocks/s: about 2.3 M blocks/s at 1,024 blocks.
+			ts = append(ts, newTarget(fmt.Sprintf("replay_direct_blocks_per_s@%d", rp.Pools[0].PoolBlocks),
+				rp.Pools[0].BlocksPerS["direct"], ">=", 2.3e6, true))
+		}
 	}
 	if t := r.Trace; t != nil {
 		for _, c := range t.Capacities {
@@ -165,6 +178,18 @@ func writeHuman(w io.Writer, r *Report) error {
 		}
 		p("  adaptive memory: %.0f bytes per tracked id (65,536-block policy after a 1M-id scan)\n", t.AdaptiveBytesPerID)
 		p("\n")
+	}
+	if rp := r.Replay; rp != nil {
+		p("replay: %s, %d requests, %d blocks of %d tokens a pass, allocated (hashing included), committed and freed\n",
+			rp.Trace, rp.Requests, rp.Blocks, rp.BlockTokens)
+		p("  pool\tdirect\tmanager\tmanager batch %d\thits direct, manager, batch\tmanager/direct cost\tbatch/direct cost\t\n", replayBatch)
+		for _, x := range rp.Pools {
+			p("  %d\t%.3g blocks/s\t%.3g blocks/s\t%.3g blocks/s\t%.1f%%, %.1f%%, %.1f%%\t%.2fx\t%.2fx\t\n", x.PoolBlocks,
+				x.BlocksPerS["direct"], x.BlocksPerS["manager"], x.BlocksPerS["manager_batch8"],
+				100*x.HitRatio["direct"], 100*x.HitRatio["manager"], 100*x.HitRatio["manager_batch8"],
+				x.ManagerOverDirectCost, x.Batch8OverDirectCost)
+		}
+		p("  %s\n\n", rp.Note)
 	}
 	p("targets:\n")
 	for _, t := range r.Targets {

@@ -16,7 +16,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newTier(t *testing.T, blocks int, cfg Config) *Tier {
 	t.Helper()
-	pool, err := blockpool.New(blockpool.Config{NumBlocks: blocks, BlockSize: bs})
+	pool, err := blockpool.New(blockpool.Config{NumBlocks: blocks, BlockSize: bs, Digests: cfg.Lower})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func allocate(t *testing.T, tr *Tier, seq uint64, tokens []int64, below []messag
 	t.Helper()
 	var res *messages.AllocateBatchResult
 	tr.AllocateBatch([]messages.AllocRequest{{Seq: seq, Tokens: tokens}},
-		[]*blockpool.Keys{blockpool.ComputeKeys("", tokens, bs)}, func(r *messages.AllocateBatchResult) { res = r })
+		[]*blockpool.Keys{blockpool.ComputeKeys("", tokens, bs, true)}, func(r *messages.AllocateBatchResult) { res = r })
 	r := drain(t, tr)
 	if len(r.ToIndex) == 1 {
 		lk := r.ToIndex[0].(*messages.Lookup)
@@ -150,7 +150,7 @@ func TestLoadCopyFailureIsMiss(t *testing.T) {
 	if _, ok := r.ToPinned[0].(*messages.FetchRelease); !ok {
 		t.Fatalf("the slots were not released: %+v", r.ToPinned)
 	}
-	if n, err := tr.pool.CachedBlocks(p, blockpool.ComputeKeys("", p, bs)); err != nil || n != 0 {
+	if n, err := tr.pool.CachedBlocks(p, blockpool.ComputeKeys("", p, bs, true)); err != nil || n != 0 {
 		t.Fatalf("%d blocks of a failed load are findable (%v)", n, err)
 	}
 }
@@ -205,7 +205,7 @@ func TestAbortOffersNothing(t *testing.T) {
 	if r := drain(t, tr); len(r.ToPinned) != 0 || len(r.Copies) != 0 {
 		t.Fatalf("an aborted sequence offered %+v", r)
 	}
-	if n, _ := tr.pool.CachedBlocks(p, blockpool.ComputeKeys("", p, bs)); n != 0 {
+	if n, _ := tr.pool.CachedBlocks(p, blockpool.ComputeKeys("", p, bs, true)); n != 0 {
 		t.Fatalf("%d blocks of an aborted sequence are hits", n)
 	}
 }
@@ -222,7 +222,7 @@ func TestStopAnswersEveryone(t *testing.T) {
 	drain(t, tr)
 	var pending *messages.AllocateBatchResult
 	q := prompt(100, 2*bs)
-	tr.AllocateBatch([]messages.AllocRequest{{Seq: 2, Tokens: q}}, []*blockpool.Keys{blockpool.ComputeKeys("", q, bs)},
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 2, Tokens: q}}, []*blockpool.Keys{blockpool.ComputeKeys("", q, bs, true)},
 		func(r *messages.AllocateBatchResult) { pending = r })
 	drain(t, tr) // waits for the index
 	flush := make(chan error, 1)
@@ -271,7 +271,7 @@ func TestMaxHitTokensCapsEveryTier(t *testing.T) {
 	} {
 		var res *messages.AllocateBatchResult
 		tr.AllocateBatch([]messages.AllocRequest{{Seq: 2, Tokens: p, MaxHitTokens: c.cap}},
-			[]*blockpool.Keys{blockpool.ComputeKeys("", p, bs)}, func(r *messages.AllocateBatchResult) { res = r })
+			[]*blockpool.Keys{blockpool.ComputeKeys("", p, bs, true)}, func(r *messages.AllocateBatchResult) { res = r })
 		r := drain(t, tr)
 		if len(r.ToIndex) == 1 {
 			tr.LookupDone(&messages.LookupResult{ID: r.ToIndex[0].(*messages.Lookup).ID, Tiers: [][]messages.Tier{below}})

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/trace"
+)
+
+// The replay suite allocates and frees every request of a Mooncake trace at
+// its own block size (512 tokens a hash id), hashing included, through the
+// direct core (one blockpool.Pool on one goroutine) and through the Manager,
+// one request a call and in batches. Token t of hash id h is
+// splitmix64(h*512+t) mod replayVocab, so that another implementation fed the
+// same trace (nano-vllm's BlockManager, say) sees the same prompts.
+const (
+	replayVocab = 32000
+	replayBatch = 8
+	// replayChunk is how many requests' prompts are generated (untimed) before
+	// they are replayed (timed): it bounds the suite's memory to a few hundred
+	// MiB whatever the trace's length.
+	replayChunk = 512
+)
+
+// replayPools are the pool sizes, in blocks, the suite replays at.
+var replayPools = []int{1 << 10, 16 << 10}
+
+// ReplayResult is the replay suite's outcome.
+type ReplayResult struct {
+	Trace       string       `json:"trace"`
+	Requests    int          `json:"requests"`
+	BlockTokens int          `json:"block_tokens"`
+	Blocks      int64        `json:"blocks"` // blocks allocated per pass (partial last blocks included)
+	Pools       []ReplayPool `json:"pools"`
+	Note        string       `json:"note"`
+}
+
+// ReplayPool is one pool size's row: blocks allocated and freed per second and
+// the share of them served as hits, by path.
+type ReplayPool struct {
+	PoolBlocks int `json:"pool_blocks"`
+	// BlocksPerS and HitRatio are keyed by path: "direct", "manager" (one
+	// request a call), "manager_batch8".
+	BlocksPerS map[string]float64 `json:"blocks_per_s"`
+	HitRatio   map[string]float64 `json:"hit_ratio"`
+	// ManagerOverDirectCost is the Manager's cost per block (one request a
+	// call) over the direct core's.
+	ManagerOverDirectCost float64 `json:"manager_over_direct_cost"`
+	Batch8OverDirectCost  float64 `json:"batch8_over_direct_cost"`
+}
+
+func splitmix64(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
+}
+
+// replayPrompt appends req's prompt to dst: hash id h stands for tokens
+// splitmix64(h*512+t) mod replayVocab, t = 0..511, the last block cut to
+// input_length.
+func replayPrompt(dst []int64, req trace.Request) []int64 {
+	start := len(dst)
+	for _, h := range req.HashIDs {
+		n := min(trace.BlockTokens, req.InputLength-(len(dst)-start))
+		base := uint64(h) * trace.BlockTokens
+		for t := range n {
+			dst = append(dst, int64(splitmix64(base+uint64(t))%replayVocab))
+		}
+	}
+	return dst
+}
+
+// replayChunks calls fn with the prompts of reqs, replayChunk requests at a
+// time, and sums the durations fn reports (the generation is not timed).
+func replayChunks(reqs []trace.Request, fn func([][]int64) (time.Duration, error)) (time.Duration, error) {
+	var buf []int64
+	prompts := make([][]int64, 0, replayChunk)
+	var total time.Duration
+	for start := 0; start < len(reqs); start += replayChunk {
+		chunk := reqs[start:min(start+replayChunk, len(reqs))]
+		n := 0
+		for _, r := range chunk {
+			n += r.InputLength
+		}
+		if cap(buf) < n {
+			buf = make([]int64, 0, n)
+		}
+		buf, prompts = buf[:0], prompts[:0]
+		for _, r := range chunk {
+			s := len(buf)
+			buf = replayPrompt(buf, r)
+			prompts = append(prompts, buf[s:len(buf):len(buf)])
+		}
+		d, err := fn(prompts)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
+}
+
+// replayCount is what one pass allocated.
+type replayCount struct {
+	blocks, hits int64
+}
+
+func (c replayCount) ratio() float64 {
+	if c.blocks == 0 {
+		return 0
+	}
+	return float64(c.hits) / float64(c.blocks)
+}
+
+// replayDirect replays reqs on a fresh pool of n blocks: allocate (the pool
+// hashes), commit every token, free.
+func replayDirect(reqs []trace.Request, n int) (time.Duration, replayCount, error) {
+	p, err := blockpool.New(blockpool.Config{NumBlocks: n, BlockSize: trace.BlockTokens})
+	if err != nil {
+		return 0, replayCount{}, err
+	}
+	var c replayCount
+	var seq blockpool.SeqID
+	var evicted []blockpool.Evicted
+	d, err := replayChunks(reqs, func(prompts [][]int64) (time.Duration, error) {
+		start := time.Now()
+		for _, pr := range prompts {
+			seq++
+			a, err := p.Allocate(seq, pr, "")
+			if err != nil {
+				return 0, fmt.Errorf("allocate request %d: %w", seq, err)
+			}
+			if _, err := p.Commit(seq, len(pr), nil); err != nil {
+				return 0, fmt.Errorf("commit request %d: %w", seq, err)
+			}
+			evicted = p.DrainEvicted(evicted[:0])
+			if err := p.Deallocate(seq); err != nil {
+				return 0, fmt.Errorf("free request %d: %w", seq, err)
+			}
+			c.blocks += int64(len(a.Blocks))
+			c.hits += int64(a.HitBlocks)
+		}
+		return time.Since(start), nil
+	})
+	return d, c, err
+}
+
+// replayManager replays reqs through a Manager whose GPU tier has n blocks,
+// batch requests a Step: each Step commits and frees the previous batch and
+// allocates the next, so one message carries a request's whole life.
+func replayManager(reqs []trace.Request, n, batch int) (time.Duration, replayCount, error) {
+	ctx := context.Background()
+	m, err := kvtier.New(kvtier.Config{GPUBlocks: n, BlockTokens: trace.BlockTokens})
+	if err != nil {
+		return 0, replayCount{}, err
+	}
+	defer m.Close(ctx)
+	var c replayCount
+	var seq uint64
+	var held []uint64
+	var lens []int
+	var commits []kvtier.CommitItem
+	var allocs []kvtier.AllocRequest
+	step := func(prompts [][]int64) error {
+		commits, allocs = commits[:0], allocs[:0]
+		for i, s := range held {
+			commits = append(commits, kvtier.CommitItem{Seq: s, Tokens: lens[i]})
+		}
+		free := held
+		held, lens = nil, nil
+		for _, pr := range prompts {
+			seq++
+			allocs = append(allocs, kvtier.AllocRequest{Seq: seq, Tokens: pr})
+			held = append(held, seq)
+			lens = append(lens, len(pr))
+		}
+		st, err := m.Step(ctx, kvtier.StepRequest{Commit: commits, Free: free, Allocate: allocs})
+		if err != nil {
+			return err
+		}
+		for i, err := range st.CommitErrs {
+			if err != nil {
+				return fmt.Errorf("commit request %d: %w", free[i], err)
+			}
+		}
+		for i, err := range st.FreeErrs {
+			if err != nil {
+				return fmt.Errorf("free request %d: %w", free[i], err)
+			}
+		}
+		for i, r := range st.Allocs {
+			if r.Err != nil {
+				return fmt.Errorf("allocate request %d: %w", allocs[i].Seq, r.Err)
+			}
+			<-r.Ready.Done() // GPU tier only: done at once
+			c.blocks += int64(len(r.Blocks))
+			c.hits += int64(r.GPUTokens / trace.BlockTokens)
+		}
+		return nil
+	}
+	d, err := replayChunks(reqs, func(prompts [][]int64) (time.Duration, error) {
+		start := time.Now()
+		for i := 0; i < len(prompts); i += batch {
+			if err := step(prompts[i:min(i+batch, len(prompts))]); err != nil {
+				return 0, err
+			}
+		}
+		// The last batch's prompts are reused by the next chunk: end it here.
+		if err := step(nil); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	})
+	return d, c, err
+}
+
+func runReplay(path string, quick bool) (*ReplayResult, error) {
+	reqs, name := trace.Sample(), trace.SampleName
+	if path != "" {
+		var err error
+		if reqs, _, err = trace.ReadFile(path, trace.Options{}); err != nil {
+			return nil, err
+		}
+		name = path
+	}
+	if quick && len(reqs) > 600 {
+		reqs = reqs[:600]
+	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("trace %s has no requests", name)
+	}
+	r := &ReplayResult{Trace: name, Requests: len(reqs), BlockTokens: trace.BlockTokens,
+		Note: "direct: one blockpool.Pool, Allocate (hashing included) + Commit + Deallocate per request; " +
+			"manager: kvtier.Manager (GPU tier only), one Step per request committing and freeing the previous one; " +
+			"manager_batch8: 8 requests per Step; prompt generation untimed"}
+	paths := []struct {
+		name string
+		run  func([]trace.Request, int) (time.Duration, replayCount, error)
+	}{
+		{"direct", replayDirect},
+		{"manager", func(q []trace.Request, n int) (time.Duration, replayCount, error) { return replayManager(q, n, 1) }},
+		{"manager_batch8", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
+			return replayManager(q, n, replayBatch)
+		}},
+	}
+	for _, n := range replayPools {
+		row := ReplayPool{PoolBlocks: n, BlocksPerS: map[string]float64{}, HitRatio: map[string]float64{}}
+		for _, p := range paths {
+			d, c, err := p.run(reqs, n)
+			if err != nil {
+				return nil, fmt.Errorf("%s, pool %d: %w", p.name, n, err)
+			}
+			r.Blocks = c.blocks
+			row.BlocksPerS[p.name] = float64(c.blocks) / d.Seconds()
+			row.HitRatio[p.name] = c.ratio()
+		}
+		row.ManagerOverDirectCost = row.BlocksPerS["direct"] / row.BlocksPerS["manager"]
+		row.Batch8OverDirectCost = row.BlocksPerS["direct"] / row.BlocksPerS["manager_batch8"]
+		r.Pools = append(r.Pools, row)
+	}
+	return r, nil
+}
