@@ -37,9 +37,10 @@
 // The caller writes a block's KV after Allocate (or Append) gives it the block
 // and after Ready completes, then calls Commit with the number of computed
 // tokens. Only committed blocks are hits for other sequences, written to lower
-// tiers, or swapped out; Free discards blocks never committed (an abort). Every
-// block carries a SHA-256 digest of its namespace (salt, ModelID, LoRA, layout)
-// and whole prefix, verified on every tier before it is served.
+// tiers, or swapped out; Free discards blocks never committed (an abort). A GPU
+// hit is verified token by token along its whole prefix in its namespace
+// (salt, ModelID, LoRA, layout); every block below the GPU carries a SHA-256
+// digest of its namespace and whole prefix, verified before it is served.
 //
 // On a GPU the engine commits once its kernels are enqueued, naming the
 // forward pass's fence (CommitItem.After): a *gpu.CUDAFence over an event
@@ -49,6 +50,14 @@
 // so it reads finished KV. On the host backend an engine that computes
 // asynchronously signals a gpu.HostFence the same way. A fence never signalled
 // holds Flush and Close until their contexts end; the copy is then dropped.
+//
+// # Ownership
+//
+// Allocate, AllocateBatch, Append, AppendBatch and Step read the token
+// slices of their requests while the call runs, without copying them (for
+// 512-token blocks the copy cost as much as the allocation): the caller must
+// not modify them until the call returns, however it returns. Once it has
+// returned, the Manager holds no reference to them. Results are the caller's.
 //
 // # Usage
 //

@@ -3,6 +3,7 @@ package kvtier
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,4 +175,83 @@ func TestLoadOutcomeAccountsForEveryBlock(t *testing.T) {
 		t.Fatal("no request loaded from a lower tier: the test proves nothing")
 	}
 	t.Logf("%d loads, %d short", loads, short)
+}
+
+// TestTokenSlicesAreReadOnlyDuringTheCall: the Manager does not copy request
+// tokens (see "Ownership" in the package doc), so it must not read them after
+// a call returns, however it returns: answered, cancelled, or cut by Close.
+// Callers here overwrite their one buffer right after each call; the race
+// detector reports any read by an actor after that.
+func TestTokenSlicesAreReadOnlyDuringTheCall(t *testing.T) {
+	m, err := New(Config{GPUBlocks: 32, BlockTokens: bt, PinnedBytes: 64 << 10, Ingestion: IngestAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 4
+	errs := make([]error, callers)
+	done := make(chan struct{})
+	var wg, warm sync.WaitGroup
+	warm.Add(callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			warmed := false
+			defer func() {
+				if !warmed {
+					warm.Done()
+				}
+			}()
+			buf := make([]int64, 3*bt)
+			dec := make([]int64, 1)
+			for i := 0; ; i++ {
+				if i == 20 {
+					warmed = true
+					warm.Done() // Close comes once every caller ran a while
+				}
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for j := range buf {
+					buf[j] = int64((i%5)*1000 + j) // shared prefixes across calls
+				}
+				seq := uint64(g)<<32 | uint64(i)
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%3 == 0 {
+					cancel() // some calls are withdrawn before or while they run
+				}
+				_, err := m.Step(ctx, StepRequest{Allocate: []AllocRequest{{Seq: seq, Tokens: buf}}})
+				clear(buf) // the caller's buffer is its own again
+				if err == nil {
+					_, err = m.AppendBatch(ctx, []AppendItem{{Seq: seq, Tokens: dec}})
+					dec[0]++
+				}
+				if err == nil {
+					_, err = m.Step(ctx, StepRequest{Commit: []CommitItem{{Seq: seq, Tokens: AllTokens}}, Free: []uint64{seq}})
+				}
+				cancel()
+				switch {
+				case err == nil, errors.Is(err, ErrCanceled), errors.Is(err, context.Canceled), errors.Is(err, ErrNotReady):
+				case errors.Is(err, ErrClosed):
+					return
+				default:
+					errs[g] = err
+					return
+				}
+			}
+		}()
+	}
+	warm.Wait()
+	if err := m.Close(context.Background()); err != nil {
+		t.Error(err)
+	}
+	close(done)
+	wg.Wait()
+	for g, err := range errs {
+		if err != nil {
+			t.Errorf("caller %d: %v", g, err)
+		}
+	}
 }

@@ -33,13 +33,13 @@ type (
 )
 
 var (
-	// ErrClosed is returned by every call after Close, and by calls in flight
-	// when Close stops the actors.
-	ErrClosed = errors.New("kvtier: manager closed")
-	// ErrStopped is wrapped by every tier's answer to work that was still
-	// waiting when Close stopped it (a flush, an allocation waiting for the
-	// index, a disk write): one error for every tier.
-	ErrStopped = messages.ErrStopped
+	// ErrClosed is returned by every call after Close, and wrapped by every
+	// tier's answer to work still in flight or waiting when Close stopped it
+	// (a flush, an allocation waiting for the index, a disk write): one error
+	// for a stopped Manager, whichever tier answers.
+	ErrClosed = messages.ErrStopped
+	// ErrStopped is ErrClosed, under the name the tiers use.
+	ErrStopped = ErrClosed
 	// ErrTooLong rejects a prompt longer than its MaxSeqLen without Truncate.
 	ErrTooLong = actors.ErrTooLong
 	// ErrNoSpace (errors.Is) reports too few free GPU blocks; see *blockpool.NoSpaceError.
@@ -87,6 +87,7 @@ type Manager struct {
 	layout   gpu.Layout
 	layoutFP string // the layout part of every namespace
 	done     chan struct{}
+	stopped  chan struct{} // closed once Close has stopped every actor
 	closeMu  chan struct{} // one Close at a time
 	calls    chan struct{} // a slot per call in flight (Config.MaxPendingCalls)
 }
@@ -110,7 +111,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("%w: %w: the block pool's metadata for %d blocks of %d tokens needs %d bytes, the machine has %d (RAM + swap)",
 			ErrBadConfig, gpu.ErrOutOfMemory, c.GPUBlocks, c.BlockTokens, blockpool.MetadataBytes(pcfg), mem)
 	}
-	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
+	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), stopped: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
 		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
 	if m.device = c.Device; m.device == nil {
 		if m.device, err = gpu.Default(); err != nil {
@@ -230,7 +231,9 @@ func (m *Manager) BlockTokens() int { return m.cfg.BlockTokens }
 // call, when not nil, is the request's cancellation handle: if the context
 // ends first and the actor has not taken the request, it is withdrawn and the
 // error wraps ErrCanceled (nothing changed); if the actor took it, ask waits
-// for the reply, so an applied request is never reported as failed.
+// for the reply, so an applied request is never reported as failed. A request
+// with a handle is read by the actor only until ask returns (withdrawn,
+// answered, or its actor stopped), so it may carry the caller's slices.
 func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.Call, msg any, reply chan T) (T, error) {
 	var zero T
 	if ctx == nil {
@@ -261,12 +264,14 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 			return zero, cancelErr(ctx.Err(), call != nil)
 		}
 	case <-m.done:
-		return zero, ErrClosed
+		if call == nil || call.Cancel() {
+			return zero, ErrClosed
+		}
 	}
-	select { // the actor took the request: its answer comes
+	select { // the actor took the request: its answer comes, or it stops
 	case r := <-reply:
 		return r, nil
-	case <-m.done:
+	case <-m.stopped:
 		return zero, ErrClosed
 	}
 }
@@ -315,33 +320,16 @@ func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]All
 	return r.Results, r.Err
 }
 
-// ownRequests copies requests and their tokens (into one buffer) for a message,
-// which owns them from then on.
+// ownRequests copies requests for a message. Their token slices are shared,
+// not copied: the actor reads them only while the call is in flight (see ask),
+// which is the caller's side of the bargain (see "Ownership" in the package
+// doc). A 512-token block's copy cost as much as the rest of its allocation.
 func ownRequests(reqs []AllocRequest) []AllocRequest {
-	out := make([]AllocRequest, len(reqs))
-	copy(out, reqs)
-	n := 0
-	for _, r := range reqs {
-		n += len(r.Tokens)
-	}
-	buf := make([]int64, 0, n)
-	for i := range out {
-		if len(out[i].Tokens) == 0 {
-			continue // the pool reports ErrEmptySequence
-		}
-		start := len(buf)
-		buf = append(buf, out[i].Tokens...)
-		out[i].Tokens = buf[start:len(buf):len(buf)]
-	}
-	return out
+	return append([]AllocRequest(nil), reqs...)
 }
 
 func ownItems(items []AppendItem) []AppendItem {
-	out := make([]AppendItem, len(items))
-	for i, it := range items {
-		out[i] = AppendItem{Seq: it.Seq, Tokens: append([]int64(nil), it.Tokens...), Lookahead: it.Lookahead}
-	}
-	return out
+	return append([]AppendItem(nil), items...)
 }
 
 // StepRequest is one scheduler step: Commit says what the last forward pass
@@ -750,6 +738,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, d := range m.disps {
 		d.Stop()
 	}
+	close(m.stopped) // no actor reads a request any more
 	err := errors.Join(flushErr, m.release())
 	if m.ownSys {
 		m.system.Shutdown()

@@ -13,8 +13,8 @@ import (
 )
 
 // ErrStopped answers work still waiting when a tier's actor stops; every
-// tier's stop error wraps it.
-var ErrStopped = errors.New("kvtier: tier stopped")
+// tier's stop error wraps it. The Manager's ErrClosed is this error.
+var ErrStopped = errors.New("kvtier: closed")
 
 // Call is embedded in every request a caller may give up on. The caller and
 // the actor race for it once: Take (the actor, before applying the request)
