@@ -62,7 +62,9 @@ type refS3FIFO struct {
 }
 
 func newRefS3FIFO(capacity int) *refS3FIFO {
-	return &refS3FIFO{freq: map[Key]int{}, smallCap: max(1, capacity/10), ghostCap: capacity}
+	c := DefaultS3FIFOConfig()
+	return &refS3FIFO{freq: map[Key]int{}, smallCap: max(1, int(c.SmallRatio*float64(capacity))),
+		ghostCap: max(1, int(c.GhostRatio*float64(capacity)))}
 }
 
 func (m *refS3FIFO) isResident(k Key) bool {

@@ -15,6 +15,8 @@ var (
 	ErrUnknownKind = errors.New("kvtier: policy: unknown kind")
 	// ErrBadCapacity means the capacity passed to New is not positive.
 	ErrBadCapacity = errors.New("kvtier: policy: capacity must be > 0")
+	// ErrBadConfig means a policy's parameters are out of range.
+	ErrBadConfig = errors.New("kvtier: policy: bad parameters")
 )
 
 // Policy orders the resident keys of one tier and picks eviction victims.
@@ -67,9 +69,10 @@ func New(kind Kind, capacity int) (Policy, error) {
 		return newARC(capacity), nil
 	case Adaptive:
 		return newAdaptive(capacity, DefaultAdaptiveConfig()), nil
-	default:
-		return newS3FIFO(capacity), nil
+	case S3FIFO:
+		return newS3FIFO(capacity, DefaultS3FIFOConfig()), nil
 	}
+	panic(fmt.Sprintf("kvtier: policy: kind %v is valid but New does not build it", kind))
 }
 
 func hint(capacity int) int { return min(capacity, maxHint) }

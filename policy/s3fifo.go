@@ -1,5 +1,7 @@
 package policy
 
+import "fmt"
+
 // Queues a S3-FIFO node can be on.
 const (
 	onSmall uint8 = iota + 1
@@ -10,18 +12,62 @@ const (
 // maxFreq caps the S3-FIFO access counter (two bits in the paper).
 const maxFreq = 3
 
+// S3FIFOConfig holds S3-FIFO's three numbers. DefaultS3FIFOConfig is the
+// published algorithm's; NewS3FIFO takes any other.
+type S3FIFOConfig struct {
+	// SmallRatio is the small queue's share of capacity, in (0, 1).
+	SmallRatio float64
+	// GhostRatio sizes the ghost queue, in keys per unit of capacity (> 0).
+	GhostRatio float64
+	// MoveToMain is how many hits a key needs while on small to move to main
+	// when small evicts it (1..3).
+	MoveToMain uint8
+}
+
+// DefaultS3FIFOConfig returns the parameters of S3-FIFO as published (Yang et
+// al., "FIFO queues are all you need for cache eviction", SOSP'23) and as its
+// authors' libCacheSim runs it by default: a small queue of 10% of capacity
+// (the paper chose 10% on ten traces and found it generalises), a ghost queue
+// of as many keys as main holds (90% of capacity; libCacheSim's
+// ghost-size-ratio=0.90), and promotion to main of a key hit at least once
+// while on small (move-to-main-threshold=1). AIBrix's L1 cache runs S3-FIFO
+// with a 30% small queue by default; kvtier's earlier S3-FIFO kept a ghost of
+// 1.0x capacity. Both are one S3FIFOConfig away.
+func DefaultS3FIFOConfig() S3FIFOConfig {
+	return S3FIFOConfig{SmallRatio: 0.10, GhostRatio: 0.90, MoveToMain: 1}
+}
+
+func (c S3FIFOConfig) validate() error {
+	if !(c.SmallRatio > 0 && c.SmallRatio < 1) || !(c.GhostRatio > 0) || c.MoveToMain < 1 || c.MoveToMain > maxFreq {
+		return fmt.Errorf("kvtier: policy: S3-FIFO config %+v: %w", c, ErrBadConfig)
+	}
+	return nil
+}
+
+// NewS3FIFO returns an empty S3-FIFO policy of capacity keys with cfg.
+func NewS3FIFO(capacity int, cfg S3FIFOConfig) (Policy, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("kvtier: policy: new S3-FIFO with capacity %d: %w", capacity, ErrBadCapacity)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return newS3FIFO(capacity, cfg), nil
+}
+
 // s3fifo is the S3-FIFO policy (Yang et al., SOSP'23), the default L1 policy
-// of AIBrix:
+// of AIBrix, with the numbers of an S3FIFOConfig:
 //
-//   - New keys enter the small queue, sized about 10% of capacity, so that
-//     keys hit only once (one-hit wonders) leave quickly.
-//   - Evicting from small moves a key that was hit since it entered (freq > 0)
-//     to main with its counter reset; the first key with freq 0 is evicted and
-//     remembered in the ghost queue.
+//   - New keys enter the small queue, SmallRatio of capacity, so that keys hit
+//     only once (one-hit wonders) leave quickly.
+//   - Evicting from small moves a key hit at least MoveToMain times since it
+//     entered to main with its counter reset; the first other key is evicted
+//     and remembered in the ghost queue.
 //   - A key added while remembered in ghost goes straight to main.
 //   - Evicting from main gives keys with freq > 0 another round (moved to the
 //     back with freq decremented) and evicts the first key with freq 0.
-//   - The ghost queue keeps up to capacity keys and holds no resident data.
+//   - The ghost queue keeps up to GhostRatio x capacity keys and holds no
+//     resident data.
 //
 // Evict takes from small when small holds at least its share or main is
 // empty, and from main otherwise; if the chosen queue has nothing evictable
@@ -33,17 +79,20 @@ type s3fifo struct {
 	index    map[Key]int32
 	smallCap int
 	ghostCap int
+	promote  uint8 // MoveToMain
 }
 
-func newS3FIFO(capacity int) *s3fifo {
+func newS3FIFO(capacity int, cfg S3FIFOConfig) *s3fifo {
+	ghost := max(1, int(cfg.GhostRatio*float64(capacity)))
 	return &s3fifo{
-		arena:    newArena(2 * capacity), // resident plus ghost nodes
+		arena:    newArena(capacity + ghost), // resident plus ghost nodes
 		small:    newQueue(),
 		main:     newQueue(),
 		ghost:    newQueue(),
-		index:    make(map[Key]int32, hint(2*capacity)),
-		smallCap: max(1, capacity/10),
-		ghostCap: capacity,
+		index:    make(map[Key]int32, hint(capacity+ghost)),
+		smallCap: max(1, int(cfg.SmallRatio*float64(capacity))),
+		ghostCap: ghost,
+		promote:  cfg.MoveToMain,
 	}
 }
 
@@ -127,7 +176,7 @@ func (p *s3fifo) evictSmall(evictable func(Key) bool) (Key, bool) {
 		n := &p.nodes[i]
 		next := n.next
 		switch {
-		case n.freq > 0:
+		case n.freq >= p.promote:
 			p.small.unlink(&p.arena, i)
 			n.freq, n.queue = 0, onMain
 			p.main.pushBack(&p.arena, i)

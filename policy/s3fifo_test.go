@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -100,8 +101,8 @@ func TestS3FIFOGhostIsBounded(t *testing.T) {
 	}
 	s := p.(*s3fifo)
 	checkPolicy(t, p)
-	if s.ghost.n != capacity {
-		t.Fatalf("ghost holds %d, want %d", s.ghost.n, capacity)
+	if want := int(DefaultS3FIFOConfig().GhostRatio * capacity); s.ghost.n != want {
+		t.Fatalf("ghost holds %d, want %d", s.ghost.n, want)
 	}
 	if len(s.nodes) > 2*capacity+1 {
 		t.Fatalf("arena grew to %d nodes", len(s.nodes))
@@ -223,5 +224,37 @@ func TestS3FIFOFallsBackBetweenQueues(t *testing.T) {
 	}
 	if got := queueKeys(t, p, onSmall); !slices.Equal(got, []Key{5, 6, 7}) {
 		t.Fatalf("pinned small keys moved: %v", got)
+	}
+}
+
+// TestS3FIFOConfig: the defaults are the published numbers, bad numbers are
+// errors, and the numbers are what the policy runs with.
+func TestS3FIFOConfig(t *testing.T) {
+	if d := DefaultS3FIFOConfig(); d != (S3FIFOConfig{SmallRatio: 0.10, GhostRatio: 0.90, MoveToMain: 1}) {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, c := range []S3FIFOConfig{{0, 0.9, 1}, {1, 0.9, 1}, {0.1, 0, 1}, {0.1, 0.9, 0}, {0.1, 0.9, 4}} {
+		if _, err := NewS3FIFO(100, c); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v, want ErrBadConfig", c, err)
+		}
+	}
+	if _, err := NewS3FIFO(0, DefaultS3FIFOConfig()); !errors.Is(err, ErrBadCapacity) {
+		t.Errorf("capacity 0: %v", err)
+	}
+	p, err := NewS3FIFO(100, S3FIFOConfig{SmallRatio: 0.3, GhostRatio: 0.5, MoveToMain: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.(*s3fifo)
+	if s.smallCap != 30 || s.ghostCap != 50 || s.promote != 2 {
+		t.Fatalf("small %d ghost %d promote %d", s.smallCap, s.ghostCap, s.promote)
+	}
+	// With MoveToMain 2, a key hit once on small is evicted, not promoted.
+	for k := range Key(100) {
+		p.Add(k)
+	}
+	p.Access(0)
+	if v, ok := p.Evict(nil); !ok || v != 0 {
+		t.Fatalf("evicted %d, want key 0 (hit once, below MoveToMain 2)", v)
 	}
 }
