@@ -205,6 +205,9 @@ func New(cfg Config) (*Manager, error) {
 		gcfg.Pinned, gcfg.Index = m.pinPID, m.idxPID
 	}
 	m.gpuPID = root.Spawn(m.props(actors.NewGPUActor(gcfg)))
+	if m.idxPID != nil {
+		root.Send(m.idxPID, &actors.IndexWatch{GPU: m.gpuPID, Pinned: m.pinPID})
+	}
 	c.Logger.Info("kvtier manager started", zap.Int("gpu_blocks", c.GPUBlocks), zap.Int("block_bytes", layout.BlockBytes()),
 		zap.Int64("pinned_bytes", c.PinnedBytes), zap.Stringer("ingestion", c.Ingestion), zap.String("device", m.device.Name()))
 	return m, nil

@@ -138,6 +138,8 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		a.t.FetchGranted(m)
 	case *messages.OffloadGrant:
 		a.t.OffloadGranted(m)
+	case *messages.BelowGone:
+		a.t.BelowGone(m.Hashes)
 	case *copyDone:
 		delete(a.events, m.id)
 		a.t.CopyDone(m.id, m.err)

@@ -18,6 +18,15 @@ type IndexActor struct {
 	remote  *actor.PID
 	nextID  uint64
 	pending map[uint64]*remotePending
+	// gpu and pinned hear of blocks that left the tiers below them
+	// (messages.BelowGone), once IndexWatch named them.
+	gpu, pinned *actor.PID
+}
+
+// IndexWatch names the tiers the index tells when blocks leave the tiers
+// below them (messages.BelowGone); either PID may be nil.
+type IndexWatch struct {
+	GPU, Pinned *actor.PID
 }
 
 type remotePending struct {
@@ -36,16 +45,33 @@ func NewIndexActor(log *zap.Logger, remote *actor.PID) actor.Producer {
 // Receive implements actor.Actor.
 func (a *IndexActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *IndexWatch:
+		a.gpu, a.pinned = m.GPU, m.Pinned
 	case *messages.IndexUpdate:
 		for _, h := range m.Added {
 			a.residency[h] |= m.Tier
 		}
+		var leftDisk, leftAll []uint64
 		for _, h := range m.Remove {
-			if t := a.residency[h] &^ m.Tier; t == 0 {
+			was := a.residency[h]
+			t := was &^ m.Tier
+			if t == 0 {
 				delete(a.residency, h)
 			} else {
 				a.residency[h] = t
 			}
+			if was&messages.Disk != 0 && t&messages.Disk == 0 {
+				leftDisk = append(leftDisk, h)
+			}
+			if was != 0 && t == 0 {
+				leftAll = append(leftAll, h)
+			}
+		}
+		if len(leftDisk) > 0 && a.pinned != nil {
+			ctx.Send(a.pinned, &messages.BelowGone{Hashes: leftDisk})
+		}
+		if len(leftAll) > 0 && a.gpu != nil {
+			ctx.Send(a.gpu, &messages.BelowGone{Hashes: leftAll})
 		}
 	case *messages.Lookup:
 		a.lookups++

@@ -57,8 +57,6 @@ type PinnedActor struct {
 	nextID   uint64
 	draining map[int]bool          // slots sent to disk: true = draining (Free when done), false = read reference (Release)
 	reads    map[uint64]*diskFetch // disk reads in flight
-	hot      map[uint64]uint16     // fetch counts, IngestHot
-	written  map[uint64]struct{}   // hashes known written to disk (a hint)
 	queue    []pendingGrant        // offloads waiting for slots to drain to disk
 	// A draining slot still holds its block until the disk has it: fetches are
 	// served from it meanwhile, and it is freed after its last reader.
@@ -88,7 +86,7 @@ type flushWaiter struct {
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	return func() actor.Actor {
 		return &PinnedActor{cfg: cfg, pool: cfg.Pool, digests: make([]prefixhash.Digest, cfg.Pool.NumSlots()), stats: messages.TierStats{Tier: messages.Pinned, Extra: map[string]float64{}},
-			draining: map[int]bool{}, reads: map[uint64]*diskFetch{}, hot: map[uint64]uint16{}, written: map[uint64]struct{}{},
+			draining: map[int]bool{}, reads: map[uint64]*diskFetch{},
 			pending: map[uint64]int{}, fillEp: map[int]uint64{}, drainEp: map[int]uint64{},
 			drainOf: map[uint64]int{}, drainKey: map[int]uint64{}, readers: map[int]int{}, drained: map[int]bool{}, doomed: map[int]bool{}}
 	}
@@ -115,6 +113,12 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		a.diskWritten(ctx, m)
 	case *messages.DiskReadDone:
 		a.diskRead(ctx, m)
+	case *messages.BelowGone:
+		for _, h := range m.Hashes {
+			if slot, ok := a.pool.Lookup(h); ok {
+				a.pool.SetBelow(slot, false)
+			}
+		}
 	case *messages.FetchRelease:
 		for _, s := range m.Slots {
 			a.release(s)
@@ -233,7 +237,7 @@ func (a *PinnedActor) reserve(ctx actor.Context, h uint64, evicted *[]uint64) (i
 		return slot, err
 	}
 	v := victims[0]
-	if _, clean := a.written[v.Key]; !clean {
+	if !a.pool.Below(v.Slot) {
 		a.drainVictims(ctx, victims)
 		return slot, err
 	}
@@ -347,7 +351,7 @@ func (a *PinnedActor) fetch(ctx actor.Context, m *messages.FetchRequest) {
 		a.stats.Hits++
 		g.Slots = append(g.Slots, slot)
 		g.Bytes = append(g.Bytes, a.pool.Bytes(slot))
-		a.touchHot(ctx, h)
+		a.touchHot(ctx, h, slot)
 		n++
 	}
 	rest := m.Hashes[n:]
@@ -437,8 +441,6 @@ func (a *PinnedActor) deleteChain(hashes []uint64, digests []prefixhash.Digest) 
 		} else if slot, ok := a.pool.Filling(h); ok && a.digests[slot] == d {
 			a.doomed[slot] = true
 		}
-		delete(a.written, h)
-		delete(a.hot, h)
 	}
 	if len(a.queue) == 0 && len(a.readQ) == 0 {
 		return removed

@@ -84,11 +84,8 @@ func (a *PinnedActor) drainVictims(ctx actor.Context, victims []pinned.Victim) {
 func (a *PinnedActor) writeThrough(ctx actor.Context, hashes []uint64) {
 	w := &messages.DiskWrite{}
 	for _, h := range hashes {
-		if _, ok := a.written[h]; ok {
-			continue
-		}
 		slot, ok := a.pool.Lookup(h)
-		if !ok {
+		if !ok || a.pool.Below(slot) {
 			continue
 		}
 		if _, pending := a.draining[slot]; pending {
@@ -107,8 +104,18 @@ func (a *PinnedActor) writeThrough(ctx actor.Context, hashes []uint64) {
 
 // diskWritten returns the slots of a finished DiskWrite.
 func (a *PinnedActor) diskWritten(ctx actor.Context, m *messages.DiskWriteDone) {
-	for _, h := range m.Written {
-		a.written[h] = struct{}{}
+	if len(m.Written) > 0 {
+		written := make(map[uint64]bool, len(m.Written))
+		for _, h := range m.Written {
+			written[h] = true
+		}
+		for _, s := range m.Slots {
+			// The slots are still held (draining or read): they hold what
+			// was written.
+			if a.pool.State(s) != pinned.StateFree && written[a.pool.Key(s)] {
+				a.pool.SetBelow(s, true)
+			}
+		}
 	}
 	a.stats.Offloaded += uint64(len(m.Written))
 	defer a.serveGrants(ctx)
@@ -223,8 +230,8 @@ func (a *PinnedActor) diskRead(ctx actor.Context, m *messages.DiskReadDone) {
 			got[i] = true
 			a.digests[it.Slot] = f.digests[i]
 			a.pool.Commit(it.Slot)
+			a.pool.SetBelow(it.Slot, true) // read from the disk, which keeps it
 			added = append(added, it.Hash)
-			a.written[it.Hash] = struct{}{}
 			a.stats.Onboarded++
 		} else {
 			a.pool.Abort(it.Slot)
@@ -272,14 +279,13 @@ func (a *PinnedActor) finishFetch(ctx actor.Context, f *diskFetch, ok []bool) {
 	ctx.Send(f.replyTo, g)
 }
 
-// touchHot counts a fetch of h and writes it through to disk at HotHits.
-func (a *PinnedActor) touchHot(ctx actor.Context, h uint64) {
+// touchHot counts a fetch of h, held in slot, and writes it through to disk
+// at HotHits. The count lives with the slot's contents.
+func (a *PinnedActor) touchHot(ctx actor.Context, h uint64, slot int) {
 	if a.cfg.Disk == nil || a.cfg.DiskIngestion != IngestHot {
 		return
 	}
-	a.hot[h]++
-	if int(a.hot[h]) >= a.cfg.HotHits {
-		delete(a.hot, h)
+	if a.pool.CountFetch(slot)%a.cfg.HotHits == 0 { // again every HotHits fetches, should a write be denied
 		a.writeThrough(ctx, []uint64{h})
 	}
 }

@@ -340,6 +340,16 @@ type LookupResult struct {
 	Tiers [][]Tier
 }
 
+// BelowGone tells a tier that no tier below it holds these blocks any more:
+// a copy it remembered writing down is gone, so it writes them down again
+// when it evicts them. The index sends it to the GPU tier when a block
+// leaves both pinned memory and disk, and to the pinned tier when it leaves
+// the disk. Hashes are a candidate's only: the receiver forgets a remembered
+// copy of whatever holds the hash, which at worst costs one more write.
+type BelowGone struct {
+	Hashes []uint64
+}
+
 // IndexUpdate tells the index that a tier gained or lost blocks.
 type IndexUpdate struct {
 	Tier          Tier

@@ -353,3 +353,32 @@ func TestDiscardWithSlotsInFlight(t *testing.T) {
 		t.Fatalf("second Discard: %v", err)
 	}
 }
+
+// TestBelowAndFetchesLiveWithTheContents: what SetBelow and CountFetch record
+// belongs to a slot's contents and is gone once the slot is freed, so a new
+// key in the slot starts clean (no per-key map outlives its key).
+func TestBelowAndFetchesLiveWithTheContents(t *testing.T) {
+	p := newPool(t, 2, 64, policy.LRU)
+	s, err := p.Reserve(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Commit(s)
+	p.SetBelow(s, true)
+	if !p.Below(s) || p.CountFetch(s) != 1 || p.CountFetch(s) != 2 {
+		t.Fatal("below or fetch count not recorded")
+	}
+	if !p.Remove(1) {
+		t.Fatal("remove")
+	}
+	s2, err := p.Reserve(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2 != s {
+		t.Fatalf("slot %d reused as %d; the test wants the same slot", s, s2)
+	}
+	if p.Below(s2) || p.CountFetch(s2) != 1 {
+		t.Fatal("a new key inherited the old contents' record")
+	}
+}

@@ -10,9 +10,11 @@ import (
 
 // slot is the bookkeeping of one slot; its bytes live in Pool.mem.
 type slot struct {
-	key   Key
-	refs  int32
-	state State
+	key     Key
+	refs    int32
+	state   State
+	below   bool   // the tier below holds a copy of the contents (SetBelow)
+	fetches uint16 // reads of the contents so far (CountFetch)
 }
 
 // Pool is a fixed set of page-aligned host memory slots with a slot
@@ -192,6 +194,34 @@ func (p *Pool) setState(i int32, to State) {
 // release returns slot i to the free list.
 func (p *Pool) release(i int32) {
 	p.setState(i, StateFree)
-	p.slots[i].key = 0
+	p.slots[i].key, p.slots[i].below, p.slots[i].fetches = 0, false, 0
 	p.free = append(p.free, i)
+}
+
+// SetBelow records whether the tier below holds a copy of the contents of
+// slot, which must hold a key (Filling, Resident, Draining or Doomed). The
+// record lives as long as the contents: it is cleared when the slot is freed,
+// so it is exact and costs nothing per key that left.
+func (p *Pool) SetBelow(slot int, below bool) {
+	s := p.at(slot)
+	if s.state == StateFree {
+		panic(fmt.Sprintf("kvtier: pinned: SetBelow of free slot %d", slot))
+	}
+	s.below = below
+}
+
+// Key returns the key slot holds (0 for a free slot).
+func (p *Pool) Key(slot int) Key { return p.at(slot).key }
+
+// Below reports what SetBelow recorded for slot's contents.
+func (p *Pool) Below(slot int) bool { return p.at(slot).below }
+
+// CountFetch counts one more read of slot's contents and returns the count
+// (saturating), for ingestion policies that write hot contents down.
+func (p *Pool) CountFetch(slot int) int {
+	s := p.at(slot)
+	if s.fetches < 1<<16-1 {
+		s.fetches++
+	}
+	return int(s.fetches)
 }

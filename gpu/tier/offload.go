@@ -9,6 +9,7 @@ import (
 	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/prefixhash"
 )
 
 // offloadOp writes blocks down; waiters are allocations that reuse evicted
@@ -194,4 +195,16 @@ func (t *Tier) pendingFences(blocks []blockpool.BlockID) []gpu.Fence {
 func sameFence(a, b gpu.Fence) bool {
 	ta := reflect.TypeOf(a)
 	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}
+
+// BelowGone forgets that blocks holding these hashes have a copy below: no
+// lower tier holds one any more, so they are written down again when they
+// are evicted. A hash matches a candidate only, so at worst a block is
+// written down once more.
+func (t *Tier) BelowGone(hashes []uint64) {
+	for _, h := range hashes {
+		if id, ok := t.pool.Lookup(prefixhash.Hash(h)); ok {
+			t.flags[id] &^= flagBelow
+		}
+	}
 }

@@ -290,3 +290,33 @@ func TestMaxHitTokensCapsEveryTier(t *testing.T) {
 		drain(t, tr)
 	}
 }
+
+// TestBelowGoneWritesAgain: a block written through remembers its copy below
+// and is not offered again; once the index says the copy left every lower
+// tier (BelowGone), a swap offers it again instead of dropping the only copy.
+func TestBelowGoneWritesAgain(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true, Ingestion: IngestAll})
+	p := prompt(1, 2*bs)
+	if res, _ := allocate(t, tr, 1, p, []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	r := drain(t, tr)
+	off := r.ToPinned[0].(*messages.OffloadRequest)
+	tr.OffloadGranted(&messages.OffloadGrant{ID: off.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	r = drain(t, tr)
+	tr.CopyDone(r.Copies[0].CopyID, nil)
+	drain(t, tr)
+	// The first block's copy is gone from every lower tier.
+	tr.BelowGone([]uint64{off.Items[0].Hash})
+	drain(t, tr)
+	tr.FreeBatch([]uint64{1}, true, func(*messages.FreeBatchResult) {})
+	r = drain(t, tr)
+	if len(r.ToPinned) != 1 {
+		t.Fatalf("swap after BelowGone sent %+v, want one OffloadRequest", r.ToPinned)
+	}
+	again := r.ToPinned[0].(*messages.OffloadRequest)
+	if len(again.Items) != 1 || again.Items[0].Hash != off.Items[0].Hash {
+		t.Fatalf("swap offered %+v, want only the block whose copy left", again.Items)
+	}
+}
