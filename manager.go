@@ -169,7 +169,7 @@ func New(cfg Config) (*Manager, error) {
 	if c.Remote != nil {
 		r := c.Remote
 		m.remote, err = remote.New(remote.Config{Addrs: r.Addrs, Cluster: r.Cluster, Username: r.Username, Password: r.Password, TLS: r.TLS,
-			Prefix: r.Prefix, TTL: r.TTL, ChunkBytes: r.ChunkBytes, PayloadBytes: layout.BlockBytes(), Fingerprint: fingerprint(c, layout)})
+			Prefix: r.Prefix, TTL: r.TTL, ChunkBytes: r.ChunkBytes, PayloadBytes: layout.BlockBytes(), Fingerprint: fingerprint(c, layout), Log: c.Logger.Named("remote")})
 		if err != nil {
 			return fail(fmt.Errorf("%w: remote tier: %w", ErrBadConfig, err))
 		}

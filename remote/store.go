@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // Errors callers branch on.
@@ -53,6 +54,10 @@ type Config struct {
 	// DialTimeout bounds connecting (default 1s). Reads and writes are
 	// bounded by the callers' contexts.
 	DialTimeout time.Duration
+	// Log, when set, receives go-redis's own messages (failed dials and the
+	// like) at Debug level instead of the standard logger. go-redis has one
+	// logger per process: the latest Store given a Log gets them all.
+	Log *zap.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -107,9 +112,16 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Log != nil {
+		routeRedisLog(c.Log)
+	}
 	cl := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs: c.Addrs, IsClusterMode: c.Cluster, Username: c.Username, Password: c.Password, TLSConfig: c.TLS,
 		DialTimeout: c.DialTimeout, ContextTimeoutEnabled: true, MaxRetries: 1,
+		// One dial per attempt: a node that refuses connections is a miss
+		// now, not five backed-off dials that hold the whole pipeline,
+		// the live nodes' answers included, until the caller's deadline.
+		DialerRetries: 1,
 	})
 	return &Store{cfg: c, c: cl, chunks: (c.PayloadBytes + c.ChunkBytes - 1) / c.ChunkBytes,
 		ns: fmt.Sprintf("%s:%016x:", c.Prefix, c.Fingerprint)}, nil
