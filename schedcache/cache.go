@@ -95,8 +95,8 @@ func outcome(r *kvtier.AllocResult) scheduler.AllocOutcome {
 	if r.Err != nil {
 		return scheduler.AllocOutcome{Err: noBlocks(r.Err)}
 	}
-	o := scheduler.AllocOutcome{GPUTokens: r.GPUTokens, PinnedTokens: r.PinnedTokens, DiskTokens: r.DiskTokens}
-	lower := r.PinnedTokens + r.DiskTokens
+	o := scheduler.AllocOutcome{GPUTokens: r.GPUTokens, PinnedTokens: r.PinnedTokens, DiskTokens: r.DiskTokens, RemoteTokens: r.RemoteTokens}
+	lower := r.PinnedTokens + r.DiskTokens + r.RemoteTokens
 	if lower == 0 || r.Ready == nil {
 		// Nothing loads. Ready may still wait on the offload of blocks this
 		// allocation evicted; the scheduler writes no KV, so it need not wait.

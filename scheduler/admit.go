@@ -54,7 +54,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 			}
 		case firstFail >= 0:
 			undo = append(undo, reqs[i].Seq)
-		case o.GPUTokens < 0 || o.PinnedTokens < 0 || o.DiskTokens < 0:
+		case o.GPUTokens < 0 || o.PinnedTokens < 0 || o.DiskTokens < 0 || o.RemoteTokens < 0:
 			return fmt.Errorf("%w: sequence %d: negative prefix %+v", ErrCacheContract, reqs[i].Seq, o)
 		}
 	}
@@ -78,7 +78,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		s.order++
 		q.order, q.admitted = s.order, now
 		q.allocated, q.fill = len(q.tokens), len(q.tokens)
-		q.gpu, q.pinned, q.disk = o.GPUTokens, o.PinnedTokens, o.DiskTokens
+		q.gpu, q.pinned, q.disk, q.remote = o.GPUTokens, o.PinnedTokens, o.DiskTokens, o.RemoteTokens
 		q.ready, q.loaded = o.Ready, o.Loaded
 		s.running = append(s.running, q)
 		rep.Admitted = append(rep.Admitted, q.id)

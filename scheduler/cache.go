@@ -31,7 +31,9 @@ type AllocOutcome struct {
 	GPUTokens    int
 	PinnedTokens int
 	DiskTokens   int
-	// Ready is closed when the onboarding of PinnedTokens+DiskTokens is done. nil
+	// RemoteTokens follow DiskTokens, from a tier shared over the network.
+	RemoteTokens int
+	// Ready is closed when the onboarding of PinnedTokens+DiskTokens+RemoteTokens is done. nil
 	// means nothing loads (or it is done already).
 	Ready <-chan struct{}
 	// Loaded, called only after Ready is closed, says how many of

@@ -12,6 +12,8 @@ const (
 	TierGPU Tier = iota + 1
 	TierPinned
 	TierDisk
+	// TierRemote is a tier shared by several nodes over the network.
+	TierRemote
 )
 
 func (t Tier) String() string {
@@ -22,6 +24,8 @@ func (t Tier) String() string {
 		return "pinned"
 	case TierDisk:
 		return "disk"
+	case TierRemote:
+		return "remote"
 	}
 	return fmt.Sprintf("Tier(%d)", int(t))
 }
@@ -66,6 +70,8 @@ type Analytic struct {
 	DiskBandwidth      float64       // bytes/s disk -> GPU
 	PinnedLatency      time.Duration // per transfer
 	DiskLatency        time.Duration // per transfer
+	RemoteBandwidth    float64       // bytes/s shared remote tier -> GPU
+	RemoteLatency      time.Duration // per transfer
 }
 
 // Figures behind DefaultCostModel. Sources:
@@ -100,6 +106,10 @@ type Analytic struct {
 //     scheduling overheads on the CPU (estimates).
 //   - PinnedLatency 10 µs, DiskLatency 100 µs: a DMA launch and an NVMe read
 //     round trip (estimates).
+//   - RemoteBandwidth 5 GB/s, RemoteLatency 500 µs: a shared Redis tier over
+//     TCP on a 50 Gb/s NIC (about 80% of line rate) with two pipelined round
+//     trips (records, then chunks) of ~250 µs across a data-centre network
+//     (estimates; RDMA stores such as Mooncake's do several times better).
 const (
 	h100HBMBandwidth    = 3.35e12 // bytes/s
 	llama3_8BWeightByte = 16.06e9 // bytes in bf16
@@ -123,6 +133,8 @@ func DefaultCostModel() *Analytic {
 		DiskBandwidth:      7e9,
 		PinnedLatency:      10 * time.Microsecond,
 		DiskLatency:        100 * time.Microsecond,
+		RemoteBandwidth:    5e9,
+		RemoteLatency:      500 * time.Microsecond,
 	}
 }
 
@@ -166,6 +178,8 @@ func (m *Analytic) TransferTime(from Tier, tokens int) time.Duration {
 		bw, lat = m.PinnedBandwidth, m.PinnedLatency
 	case TierDisk:
 		bw, lat = m.DiskBandwidth, m.DiskLatency
+	case TierRemote:
+		bw, lat = m.RemoteBandwidth, m.RemoteLatency
 	default:
 		return 0
 	}
@@ -223,16 +237,16 @@ func (m *Analytic) DecodeCompute(tokens, context int) time.Duration {
 
 // TierTimes is a time per tier.
 type TierTimes struct {
-	GPU, Pinned, Disk time.Duration
+	GPU, Pinned, Disk, Remote time.Duration
 }
 
 // Total is the sum over the tiers.
-func (t TierTimes) Total() time.Duration { return t.GPU + t.Pinned + t.Disk }
+func (t TierTimes) Total() time.Duration { return t.GPU + t.Pinned + t.Disk + t.Remote }
 
 // prefillSaved is the prefill compute a resolved prefix avoided, by the tier
 // that served each part: its first gpu tokens, the next pinned, the next
-// disk. Zero when cost does not implement WorkCoster.
-func prefillSaved(cost CostModel, gpu, pinned, disk int) TierTimes {
+// disk, the next remote. Zero when cost does not implement WorkCoster.
+func prefillSaved(cost CostModel, gpu, pinned, disk, remote int) TierTimes {
 	wc, ok := cost.(WorkCoster)
 	if !ok {
 		return TierTimes{}
@@ -241,5 +255,6 @@ func prefillSaved(cost CostModel, gpu, pinned, disk int) TierTimes {
 		GPU:    wc.PrefillCompute(gpu, 0),
 		Pinned: wc.PrefillCompute(pinned, gpu),
 		Disk:   wc.PrefillCompute(disk, gpu+pinned),
+		Remote: wc.PrefillCompute(remote, gpu+pinned+disk),
 	}
 }

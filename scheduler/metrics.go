@@ -18,6 +18,7 @@ type Result struct {
 	GPUTokens      int64 // of those, served from the GPU tier
 	PinnedTokens   int64 // loaded from pinned memory
 	DiskTokens     int64 // loaded from disk
+	RemoteTokens   int64 // loaded from the shared remote tier
 	HitRatio       float64
 	PrefillTokens  int64 // tokens computed in prefill (chunked prompts and recomputation)
 	CommitRefused  int64 // per-sequence commits the cache refused (blocks left uncached)
@@ -84,18 +85,20 @@ func (m *metrics) arrival(t time.Duration) {
 	}
 }
 
-func (m *metrics) resolved(t time.Duration, tokens, gpu, pinned, disk int) {
+func (m *metrics) resolved(t time.Duration, tokens, gpu, pinned, disk, remote int) {
 	m.res.AdmittedTokens += int64(tokens)
 	m.res.GPUTokens += int64(gpu)
 	m.res.PinnedTokens += int64(pinned)
 	m.res.DiskTokens += int64(disk)
-	saved := prefillSaved(m.cost, gpu, pinned, disk)
+	m.res.RemoteTokens += int64(remote)
+	saved := prefillSaved(m.cost, gpu, pinned, disk, remote)
 	m.res.PrefillSaved.GPU += saved.GPU
 	m.res.PrefillSaved.Pinned += saved.Pinned
 	m.res.PrefillSaved.Disk += saved.Disk
+	m.res.PrefillSaved.Remote += saved.Remote
 	p := m.point(t)
 	p.AdmittedTokens += int64(tokens)
-	p.HitTokens += int64(gpu + pinned + disk)
+	p.HitTokens += int64(gpu + pinned + disk + remote)
 }
 
 func (m *metrics) sampled(t time.Duration, n int) {
@@ -108,7 +111,7 @@ func (m *metrics) result() Result {
 	r := m.res
 	r.Series = slices.Clone(m.res.Series)
 	if r.AdmittedTokens > 0 {
-		r.HitRatio = float64(r.GPUTokens+r.PinnedTokens+r.DiskTokens) / float64(r.AdmittedTokens)
+		r.HitRatio = float64(r.GPUTokens+r.PinnedTokens+r.DiskTokens+r.RemoteTokens) / float64(r.AdmittedTokens)
 	}
 	for i := range r.Series {
 		if p := &r.Series[i]; p.AdmittedTokens > 0 {

@@ -9,7 +9,7 @@ import (
 // startLoad applies the onboarding policy to a sequence just admitted: it either
 // resolves its prefix at once (phaseRunning) or leaves it onboarding.
 func (s *Scheduler) startLoad(q *sequence, now time.Duration) {
-	lower := q.pinned + q.disk
+	lower := q.pinned + q.disk + q.remote
 	if lower == 0 {
 		s.resolve(q, now, 0)
 		return
@@ -25,16 +25,18 @@ func (s *Scheduler) startLoad(q *sequence, now time.Duration) {
 	q.phase = phaseOnboarding
 	q.readyAt = now
 	if s.cfg.Clock == Logical {
-		q.readyAt += s.transfer(q.pinned, q.disk)
+		q.readyAt += s.transfer(q.pinned, q.disk, q.remote)
 	}
 	q.deadline = now + s.cfg.OnboardTimeout + time.Duration(int64(s.cfg.OnboardTimeoutPer1K)*int64(lower)/1000)
 	s.m.res.Onboarded++
 	s.resolveLoad(q, now)
 }
 
-// transfer is the modelled time to bring pinned then disk tokens up.
-func (s *Scheduler) transfer(pinned, disk int) time.Duration {
-	return s.cfg.CostModel.TransferTime(TierPinned, pinned) + s.cfg.CostModel.TransferTime(TierDisk, disk)
+// transfer is the modelled time to bring pinned, then disk, then remote
+// tokens up.
+func (s *Scheduler) transfer(pinned, disk, remote int) time.Duration {
+	c := s.cfg.CostModel
+	return c.TransferTime(TierPinned, pinned) + c.TransferTime(TierDisk, disk) + c.TransferTime(TierRemote, remote)
 }
 
 // resolveLoads resolves every onboarding sequence whose load is done or whose
@@ -66,7 +68,7 @@ func (s *Scheduler) resolveLoad(q *sequence, now time.Duration) {
 	}
 	s.m.res.TimedOutTransfers++
 	s.log.Debug("scheduler: load timed out",
-		zap.Uint64("seq", uint64(q.id)), zap.Int("tokens", q.pinned+q.disk), zap.Int("arrived", got),
+		zap.Uint64("seq", uint64(q.id)), zap.Int("tokens", q.pinned+q.disk+q.remote), zap.Int("arrived", got),
 		zap.Duration("waited", now-q.admitted))
 	s.resolve(q, now, got)
 }
@@ -91,13 +93,17 @@ func (s *Scheduler) arrivedBy(q *sequence, d time.Duration) int {
 	if got < q.pinned {
 		return got
 	}
-	return got + part(q.disk, s.cfg.CostModel.TransferTime(TierDisk, q.disk), d-tp)
+	td := s.cfg.CostModel.TransferTime(TierDisk, q.disk)
+	if got += part(q.disk, td, d-tp); got < q.pinned+q.disk {
+		return got
+	}
+	return got + part(q.remote, s.cfg.CostModel.TransferTime(TierRemote, q.remote), d-tp-td)
 }
 
 // loadedOf asks the cache how many onboarding tokens arrived; Ready is closed.
 func (s *Scheduler) loadedOf(q *sequence) int {
 	if q.loaded == nil {
-		return q.pinned + q.disk
+		return q.pinned + q.disk + q.remote
 	}
 	return q.loaded()
 }
@@ -106,14 +112,15 @@ func (s *Scheduler) loadedOf(q *sequence) int {
 // leaving at least one token to compute so the step samples an output, and
 // counts the tiers that served them.
 func (s *Scheduler) resolve(q *sequence, now time.Duration, got int) {
-	got = min(max(got, 0), q.pinned+q.disk)
+	got = min(max(got, 0), q.pinned+q.disk+q.remote)
 	gpu := min(q.gpu, len(q.tokens))
 	total := min(gpu+got, len(q.tokens)-1)
 	gpu = min(gpu, total)
 	pinned := min(q.pinned, total-gpu)
-	disk := total - gpu - pinned
+	disk := min(q.disk, total-gpu-pinned)
+	remote := total - gpu - pinned - disk
 	q.computed = total
 	q.phase = phaseRunning
 	q.ready, q.loaded = nil, nil
-	s.m.resolved(now, len(q.tokens), gpu, pinned, disk)
+	s.m.resolved(now, len(q.tokens), gpu, pinned, disk, remote)
 }

@@ -33,11 +33,11 @@ type sequence struct {
 	order    uint64 // admission counter: higher is more recent
 
 	// Prefix reported at admission and the load in flight.
-	gpu, pinned, disk int
-	ready             <-chan struct{}
-	loaded            func() int
-	readyAt           time.Duration // modelled end of the load
-	deadline          time.Duration // Timeout policy
+	gpu, pinned, disk, remote int
+	ready                     <-chan struct{}
+	loaded                    func() int
+	readyAt                   time.Duration // modelled end of the load
+	deadline                  time.Duration // Timeout policy
 }
 
 // nextToken is the deterministic token sampled after the sequence's current
@@ -52,6 +52,6 @@ func (s *sequence) nextToken(vocab int) int64 {
 func (s *sequence) reset() {
 	s.phase = phaseWaiting
 	s.computed, s.allocated, s.fill = 0, 0, 0
-	s.gpu, s.pinned, s.disk = 0, 0, 0
+	s.gpu, s.pinned, s.disk, s.remote = 0, 0, 0, 0
 	s.ready, s.loaded = nil, nil
 }
