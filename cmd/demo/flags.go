@@ -58,6 +58,10 @@ type options struct {
 	maxSeqs        int
 	maxBatched     int
 	maxOutput      int
+
+	nodes          int       // multi-node mode: replicas (0: off)
+	routes         []routing // multi-node mode: routings to compare
+	redis          []string  // multi-node mode: the shared tier's server(s)
 	vocab          int
 	seriesInterval time.Duration
 
@@ -184,6 +188,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.vocab, "vocab", scheduler.DefaultVocab, "vocabulary size for the synthetic token ids")
 	fs.DurationVar(&o.seriesInterval, "series-interval", scheduler.DefaultSeriesInterval, "width of one point of the hit-ratio-over-time series (on the run's clock)")
 
+	var routes, redisAddrs string
+	fs.IntVar(&o.nodes, "nodes", 0, "multi-node mode: serve the trace with this many replicas (GPU + pinned each) instead of comparing tiers")
+	fs.StringVar(&routes, "route", "round-robin,prefix-affinity", "multi-node mode: routings to compare: round-robin, prefix-affinity")
+	fs.StringVar(&redisAddrs, "redis", "", "multi-node mode: Redis address(es), comma-separated (several: a cluster), for a remote tier the replicas share")
 	fs.StringVar(&o.plotPath, "plot", "kvtier-demo.png", `write the TTFT CDF and hit ratio over time to this file (.png or .svg; "" to skip)`)
 	fs.StringVar(&o.jsonPath, "json", "", `write the numbers as JSON to this file ("-": stdout, and the table goes to stderr)`)
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when stderr is not a terminal")
@@ -197,6 +205,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var errs []error
 	bad := func(flag string, err error) { errs = append(errs, fmt.Errorf("-%s: %w", flag, err)) }
 	var err error
+	if o.routes, err = parseRoutes(routes); err != nil {
+		bad("route", err)
+	}
+	if redisAddrs != "" {
+		o.redis = strings.Split(redisAddrs, ",")
+	}
+	if o.nodes < 0 || o.nodes > 64 {
+		bad("nodes", fmt.Errorf("%d must be in [0, 64]", o.nodes))
+	}
+	if len(o.redis) > 0 && o.nodes == 0 {
+		bad("redis", errors.New("the shared tier is for the multi-node mode: add -nodes N"))
+	}
+	if o.nodes > 0 && o.pinnedBlocks <= 0 {
+		bad("pinned-blocks", fmt.Errorf("%d must be > 0 in the multi-node mode", o.pinnedBlocks))
+	}
 	if o.configs, err = parseTierSets(configs); err != nil {
 		bad("configs", err)
 	}

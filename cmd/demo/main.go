@@ -85,6 +85,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	if o.jsonPath == "-" {
 		table = stderr
 	}
+	if o.nodes > 0 {
+		if autoScale {
+			o.timeScale /= float64(o.nodes) // N replicas: N times the traffic
+		}
+		return runFleet(ctx, o, reqs, name, table)
+	}
 	diskRoot := ""
 	if slices.Contains(o.configs, withDisk) {
 		root, err := openDiskRoot(o, stderr)
