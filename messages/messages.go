@@ -12,6 +12,32 @@ import (
 	"github.com/kvtier/kvtier/prefixhash"
 )
 
+// Ingestion says when a tier writes its blocks down to the tier below
+// (AIBrix's L2 ingestion policies).
+type Ingestion int
+
+const (
+	// IngestEvict writes a block down when it is about to be evicted (and, on
+	// the GPU, ahead of need once the tier is fuller than its threshold).
+	IngestEvict Ingestion = iota + 1
+	// IngestAll writes every committed block through as soon as it is stored.
+	IngestAll
+	// IngestHot writes a block down once it has been hit HotHits times.
+	IngestHot
+)
+
+func (i Ingestion) String() string {
+	switch i {
+	case IngestEvict:
+		return "evict"
+	case IngestAll:
+		return "all"
+	case IngestHot:
+		return "hot"
+	}
+	return fmt.Sprintf("Ingestion(%d)", int(i))
+}
+
 // ErrStopped answers work still waiting when a tier's actor stops; every
 // tier's stop error wraps it. The Manager's ErrClosed is this error.
 var ErrStopped = errors.New("kvtier: closed")

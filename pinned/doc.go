@@ -26,6 +26,11 @@
 //     at once for a tier with nowhere to move them.
 //   - Checks: CheckInvariants walks all state. Building with -tags invariants
 //     runs it after every mutating call and panics on the first violation.
+//   - The tier: Tier is the host tier's whole logic over a Pool — offload
+//     grants, fetches, drains to the tier below and reads from it, deletes,
+//     flush epochs, stats — as a plain state machine: its owner
+//     (actors.PinnedActor) feeds it one event at a time and does what its
+//     Ready says (see Tier for the events). It reads no clock but SetNow's.
 //
 // # Slot lifecycle
 //

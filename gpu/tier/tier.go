@@ -14,31 +14,15 @@ import (
 )
 
 // Ingestion says when GPU blocks are written down to pinned memory (AIBrix's L2
-// ingestion policies).
-type Ingestion int
+// ingestion policies); see messages.Ingestion.
+type Ingestion = messages.Ingestion
 
+// The ingestion policies.
 const (
-	// IngestEvict writes a cached block down when it is about to be reused, and
-	// ahead of need once the GPU is fuller than the offload threshold.
-	IngestEvict Ingestion = iota + 1
-	// IngestAll writes every full, hashed block through once its sequence has
-	// moved past it (Append) or ended (Free).
-	IngestAll
-	// IngestHot writes a block down once it has been hit HotHits times.
-	IngestHot
+	IngestEvict = messages.IngestEvict
+	IngestAll   = messages.IngestAll
+	IngestHot   = messages.IngestHot
 )
-
-func (i Ingestion) String() string {
-	switch i {
-	case IngestEvict:
-		return "evict"
-	case IngestAll:
-		return "all"
-	case IngestHot:
-		return "hot"
-	}
-	return fmt.Sprintf("Ingestion(%d)", int(i))
-}
 
 // ErrTooLong rejects a prompt longer than the request's MaxSeqLen when it may
 // not be truncated.

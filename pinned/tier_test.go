@@ -1,0 +1,228 @@
+package pinned
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/policy"
+	"github.com/kvtier/kvtier/prefixhash"
+)
+
+// The pinned tier's state machine, driven directly: one event, then its
+// Ready, with the invariants walked after each.
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type gpuPeer struct{} // stands for the GPU actor's PID
+
+func newTestTier(t *testing.T, slots int, lower bool) *Tier {
+	t.Helper()
+	tr := NewTier(TierConfig{Pool: newPool(t, slots, 64, policy.LRU), WriteQuota: 16, Lower: lower,
+		LowerIngestion: messages.IngestEvict, HotHits: 2})
+	tr.SetNow(t0)
+	return tr
+}
+
+func step(t *testing.T, tr *Tier) Ready {
+	t.Helper()
+	r := tr.Ready()
+	for _, f := range r.Replies {
+		f()
+	}
+	if err := tr.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func digest(h uint64) prefixhash.Digest { return prefixhash.Digest{byte(h), byte(h >> 8), 0xAB} }
+
+func offer(hashes ...uint64) *messages.OffloadRequest {
+	m := &messages.OffloadRequest{ID: hashes[0]}
+	for _, h := range hashes {
+		m.Items = append(m.Items, messages.OffloadItem{Hash: h, Digest: digest(h), Tokens: 4})
+	}
+	return m
+}
+
+// store offers hashes and completes their copies: they become resident.
+func store(t *testing.T, tr *Tier, hashes ...uint64) {
+	t.Helper()
+	tr.Offload(offer(hashes...), gpuPeer{})
+	r := step(t, tr)
+	g := r.Sends[0].Msg.(*messages.OffloadGrant)
+	var slots []int
+	for _, s := range g.Slots {
+		if s < 0 {
+			t.Fatalf("grant %v denied a slot", g.Slots)
+		}
+		slots = append(slots, s)
+	}
+	tr.OffloadDone(&messages.OffloadDone{Slots: slots, Hashes: hashes})
+	step(t, tr)
+}
+
+func fetch(hashes ...uint64) *messages.FetchRequest {
+	m := &messages.FetchRequest{ID: 7, Hashes: hashes}
+	for _, h := range hashes {
+		m.Digests = append(m.Digests, digest(h))
+	}
+	return m
+}
+
+// TestTierOffloadThenFetch: granted slots become resident and indexed only
+// when the copies are done; a fetch takes read references on the leading run
+// with matching digests, and a digest of another prefix ends the run.
+func TestTierOffloadThenFetch(t *testing.T) {
+	tr := newTestTier(t, 4, false)
+	tr.Offload(offer(1, 2), gpuPeer{})
+	r := step(t, tr)
+	if len(r.Sends) != 1 || len(r.ToIndex) != 0 {
+		t.Fatalf("offload: %+v, want one grant and nothing indexed yet", r)
+	}
+	g := r.Sends[0].Msg.(*messages.OffloadGrant)
+	if _, ok := r.Sends[0].To.(gpuPeer); !ok || len(g.Slots) != 2 {
+		t.Fatalf("grant %+v to %v", g, r.Sends[0].To)
+	}
+	tr.OffloadDone(&messages.OffloadDone{Slots: g.Slots, Hashes: []uint64{1, 2}})
+	if r = step(t, tr); len(r.ToIndex) != 1 || len(r.ToIndex[0].Added) != 2 {
+		t.Fatalf("after the copies: %+v, want both indexed", r.ToIndex)
+	}
+	tr.Fetch(fetch(1, 2, 3), gpuPeer{})
+	fg := step(t, tr).Sends[0].Msg.(*messages.FetchGrant)
+	if len(fg.Slots) != 2 || fg.Short != messages.MissEvicted {
+		t.Fatalf("fetch: %+v, want 2 slots then a miss", fg)
+	}
+	tr.Release(fg.Slots)
+	step(t, tr)
+	bad := fetch(1, 2)
+	bad.Digests[1][0] ^= 1 // block 2 of another prefix
+	tr.Fetch(bad, gpuPeer{})
+	fg = step(t, tr).Sends[0].Msg.(*messages.FetchGrant)
+	if len(fg.Slots) != 1 || fg.Short != messages.MissMismatch {
+		t.Fatalf("fetch with a foreign digest: %+v, want 1 slot and a mismatch", fg)
+	}
+	if st := tr.Stats(); st.Mismatches != 1 || st.Offloaded != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestTierDrainsBeforeGranting: with a tier below and the pool full, an
+// offload waits while the policy's victims drain below; once the tier below
+// has them, their slots are freed, they leave the index, and the offload is
+// granted.
+func TestTierDrainsBeforeGranting(t *testing.T) {
+	tr := newTestTier(t, 2, true)
+	store(t, tr, 1, 2)
+	tr.Offload(offer(3), gpuPeer{})
+	r := step(t, tr)
+	if len(r.Sends) != 0 || len(r.ToLower) != 1 {
+		t.Fatalf("full pool: %+v, want no grant yet and one write below", r)
+	}
+	w := r.ToLower[0].(*messages.DiskWrite)
+	if len(w.Items) != 1 || w.Items[0].Hash != 1 {
+		t.Fatalf("drained %+v, want the LRU victim 1", w.Items)
+	}
+	// Meanwhile the draining block is still served.
+	tr.Fetch(fetch(1), gpuPeer{})
+	fg := step(t, tr).Sends[0].Msg.(*messages.FetchGrant)
+	if len(fg.Slots) != 1 {
+		t.Fatalf("a draining block was not served: %+v", fg)
+	}
+	tr.LowerWritten(&messages.DiskWriteDone{Slots: []int{w.Items[0].Slot}, Written: []uint64{1}})
+	r = step(t, tr)
+	// Block 1 left pinned memory, but its slot waits for its reader: the
+	// offer still has no slot, so the next victim drains.
+	if len(r.ToIndex) != 1 || len(r.ToIndex[0].Remove) != 1 || len(r.Sends) != 0 || len(r.ToLower) != 1 {
+		t.Fatalf("after the write below: %+v, want 1 removed, no grant, the next victim draining", r)
+	}
+	w2 := r.ToLower[0].(*messages.DiskWrite)
+	tr.Release(fg.Slots) // the last reader frees the drained slot
+	step(t, tr)
+	if st := tr.Pool().Stats(); st.Draining != 1 {
+		t.Fatalf("pool %+v: the drained slot was not freed after its reader", st)
+	}
+	tr.LowerWritten(&messages.DiskWriteDone{Slots: []int{w2.Items[0].Slot}, Written: []uint64{2}})
+	r = step(t, tr)
+	if len(r.Sends) != 1 {
+		t.Fatalf("after the second write below: %+v, want the grant", r)
+	}
+	if g := r.Sends[0].Msg.(*messages.OffloadGrant); g.Slots[0] < 0 {
+		t.Fatalf("grant %+v", g)
+	}
+}
+
+// TestTierReadDeadlineOnInjectedClock: a read from below that fails is Late
+// when the tier's clock is past its deadline, Failed before it.
+func TestTierReadDeadlineOnInjectedClock(t *testing.T) {
+	for _, c := range []struct {
+		now  time.Time
+		want messages.MissReason
+	}{{t0.Add(time.Second), messages.MissLate}, {t0, messages.MissFailed}} {
+		tr := newTestTier(t, 4, true)
+		m := fetch(5)
+		m.Deadline = t0.Add(100 * time.Millisecond)
+		tr.Fetch(m, gpuPeer{})
+		r := step(t, tr)
+		rd := r.ToLower[0].(*messages.DiskRead)
+		if !rd.Deadline.Equal(m.Deadline) || len(rd.Items) != 1 {
+			t.Fatalf("read below: %+v", rd)
+		}
+		tr.SetNow(c.now)
+		tr.LowerRead(&messages.DiskReadDone{ID: rd.ID, OK: []bool{false}})
+		fg := step(t, tr).Sends[0].Msg.(*messages.FetchGrant)
+		if len(fg.Slots) != 0 || fg.Short != c.want {
+			t.Fatalf("at %v: %+v, want %v", c.now.Sub(t0), fg, c.want)
+		}
+	}
+}
+
+// TestTierFlushWaitsForItsWork: a Flush is answered once the offloads before
+// it are done, not before; Stop answers a waiting Flush with ErrTierStopped.
+func TestTierFlushWaitsForItsWork(t *testing.T) {
+	tr := newTestTier(t, 4, false)
+	tr.Offload(offer(1), gpuPeer{})
+	g := step(t, tr).Sends[0].Msg.(*messages.OffloadGrant)
+	done := make(chan error, 1)
+	tr.Flush(done)
+	step(t, tr)
+	select {
+	case err := <-done:
+		t.Fatalf("Flush answered (%v) with a copy in flight", err)
+	default:
+	}
+	tr.OffloadDone(&messages.OffloadDone{Slots: g.Slots, Hashes: []uint64{1}})
+	step(t, tr)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	tr.Offload(offer(2), gpuPeer{})
+	step(t, tr)
+	tr.Flush(done)
+	step(t, tr)
+	tr.Stop()
+	step(t, tr)
+	if err := <-done; err != ErrTierStopped {
+		t.Fatalf("Flush at Stop: %v", err)
+	}
+}
+
+// TestTierDeleteDuringFill: a chain deleted while its slot fills is never
+// stored: the fill is aborted when its copy completes.
+func TestTierDeleteDuringFill(t *testing.T) {
+	tr := newTestTier(t, 4, false)
+	tr.Offload(offer(9), gpuPeer{})
+	g := step(t, tr).Sends[0].Msg.(*messages.OffloadGrant)
+	reply := make(chan *messages.QueryResult, 1)
+	tr.Query(&messages.PinnedQuery{Kind: messages.QueryDelete, Hashes: []uint64{9}, Digests: []prefixhash.Digest{digest(9)}, Reply: reply})
+	step(t, tr)
+	<-reply
+	tr.OffloadDone(&messages.OffloadDone{Slots: g.Slots, Hashes: []uint64{9}})
+	if r := step(t, tr); len(r.ToIndex) != 0 {
+		t.Fatalf("a deleted chain was indexed: %+v", r.ToIndex)
+	}
+	if _, ok := tr.Pool().Lookup(9); ok {
+		t.Fatal("a deleted chain became resident")
+	}
+}
