@@ -176,7 +176,7 @@ func (t *Tier) serveReads() {
 		t.cause = r.f.ep
 		if free := t.pool.Stats().Free; len(r.hashes) > free {
 			if t.drainingCount() == 0 {
-				t.drain(len(r.hashes)-free)
+				t.drain(len(r.hashes) - free)
 			}
 			if t.drainingCount() > 0 {
 				return
