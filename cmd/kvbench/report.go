@@ -52,7 +52,7 @@ func targets(r *Report) []Target {
 	var ts []Target
 	if a := r.Alloc; a != nil {
 		ts = append(ts,
-			newTarget("actor_over_direct_cost", a.ActorOverDirectCost, "<=", 1.5, a.ActorBuilt),
+			newTarget("actor_over_direct_cost", a.ActorOverDirectCost, "<=", 1.3, a.ActorBuilt),
 			newTarget("ns_per_block_1m/ns_per_block_1k", a.NsPerBlock1m/a.NsPerBlock1k, "<=", 1.5, true))
 	}
 	if c := r.Copy; c != nil {
