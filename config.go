@@ -131,6 +131,12 @@ type Config struct {
 	// tokens*ReadDeadlinePerToken (defaults 50ms and 20µs); negative disables.
 	ReadDeadlineBase     time.Duration
 	ReadDeadlinePerToken time.Duration
+	// Clock is the time the load deadlines above are set and judged by
+	// (default time.Now): a simulator on a logical clock passes its own, and
+	// the deadlines follow it. Timers still wait in wall time, for the
+	// difference the clock gives; the remote tier's network timeouts are
+	// wall time.
+	Clock Clock
 
 	// Device is the GPU (default gpu.Default(): host memory, or CUDA under the
 	// cuda build tag). A Device passed in is not closed by Close.
@@ -281,4 +287,17 @@ func (c Config) checkGeometry() []error {
 		errs = append(errs, &ConfigError{"DiskBytes", c.DiskBytes, fmt.Sprintf("less than one %d-byte disk slot", slot)})
 	}
 	return errs
+}
+
+// Clock tells the time (Config.Clock).
+type Clock interface {
+	Now() time.Time
+}
+
+// clockFunc returns c.Now, or nil (the wall clock) for no Clock.
+func clockFunc(c Clock) func() time.Time {
+	if c == nil {
+		return nil
+	}
+	return c.Now
 }

@@ -164,7 +164,7 @@ func New(cfg Config) (*Manager, error) {
 		OffloadThreshold: c.OffloadThreshold, OffloadAhead: c.OffloadAhead,
 		DoubleGetMinBlocks: c.DoubleGetMinBlocks, DoubleGetMinRatio: c.DoubleGetMinRatio,
 		ReadBase: c.ReadDeadlineBase, ReadPerToken: c.ReadDeadlinePerToken,
-		Log: c.Logger.Named("gpu"),
+		Log: c.Logger.Named("gpu"), Clock: clockFunc(c.Clock),
 	}
 	if c.Remote != nil {
 		r := c.Remote
@@ -182,11 +182,11 @@ func New(cfg Config) (*Manager, error) {
 	if m.pinned != nil {
 		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID)))
 		pcfg := actors.PinnedConfig{
-			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"),
+			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"), Clock: clockFunc(c.Clock),
 			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: max(c.OffloadAhead, m.pinned.NumSlots()/16),
 		}
 		if m.store != nil {
-			prod, err := actors.NewDiskActor(actors.DiskConfig{Store: m.store, Index: m.idxPID, WriteQuota: c.DiskWriteQuota, Log: c.Logger.Named("disk")})
+			prod, err := actors.NewDiskActor(actors.DiskConfig{Store: m.store, Index: m.idxPID, WriteQuota: c.DiskWriteQuota, Log: c.Logger.Named("disk"), Clock: clockFunc(c.Clock)})
 			if err != nil { // cannot happen: every field is set and checked above
 				panic("kvtier: disk actor config: " + err.Error())
 			}

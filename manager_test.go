@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -561,4 +562,65 @@ func commitFree(ctx context.Context, m *Manager, seq uint64) error {
 		return err
 	}
 	return m.Free(ctx, seq)
+}
+
+// jumpClock is wall time until jumping is set; then every reading is an hour
+// later than the one before.
+type jumpClock struct {
+	jumping atomic.Bool
+	at      atomic.Int64
+}
+
+func (c *jumpClock) Now() time.Time {
+	if !c.jumping.Load() {
+		return time.Now()
+	}
+	return time.Unix(0, c.at.Add(int64(time.Hour)))
+}
+
+// TestLoadDeadlinesFollowConfigClock: load deadlines are set and judged on
+// Config.Clock, not the wall clock: with a clock that runs an hour per
+// reading, a load with an hour's budget is late however fast the copy is.
+func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
+	ctx := context.Background()
+	clk := &jumpClock{}
+	clk.at.Store(time.Now().UnixNano())
+	m := newManager(t, Config{GPUBlocks: 4, PinnedBytes: 16 * 4096, ReadDeadlineBase: time.Hour, Clock: clk})
+	run := func(seq uint64, p []int64) AllocResult {
+		t.Helper()
+		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+		if err := m.Commit(ctx, seq, AllTokens); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Free(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := toks(100, 2*bt)
+	run(1, a)
+	for i := range 4 { // a leaves the GPU for pinned memory
+		run(uint64(10+i), toks(1000*(i+2), 2*bt))
+	}
+	if p, err := m.Exists(ctx, a, ""); err != nil || p.GPUTokens != 0 || p.PinnedTokens != 2*bt {
+		t.Fatalf("a is not (only) in pinned memory: %+v %v", p, err)
+	}
+	clk.jumping.Store(true)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 4, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.PinnedTokens != 2*bt {
+		t.Fatalf("a was not loaded from pinned memory: %+v", r)
+	}
+	if out := wait(t, r); out.Late == 0 || out.ValidTokens != r.GPUTokens {
+		t.Fatalf("outcome %+v: a load with an hour's budget on a clock running an hour a reading was not late", out)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
@@ -46,6 +47,9 @@ type DiskConfig struct {
 	Workers int
 	// Log receives rare events; nil means zap.NewNop().
 	Log *zap.Logger
+	// Clock judges read deadlines (nil: time.Now); a timer set from it
+	// ends reads still running at their deadline.
+	Clock func() time.Time
 }
 
 // withDefaults validates c and returns a copy with defaults filled in.
@@ -409,4 +413,12 @@ func (a *DiskActor) snapshot() messages.TierStats {
 			"bytes_read":      float64(st.BytesRead),
 		},
 	}
+}
+
+// now is the actor's clock.
+func (a *DiskActor) now() time.Time {
+	if a.cfg.Clock != nil {
+		return a.cfg.Clock()
+	}
+	return time.Now()
 }

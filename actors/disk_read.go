@@ -79,7 +79,7 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
 		a.stats.misses += uint64(n)
 		a.replyRead(ctx, req)
 		return
-	case !m.Deadline.IsZero() && !time.Now().Before(m.Deadline):
+	case !m.Deadline.IsZero() && !a.now().Before(m.Deadline):
 		a.stats.timeouts += uint64(n)
 		a.stats.misses += uint64(n)
 		a.replyRead(ctx, req)
@@ -127,7 +127,7 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
 	}
 	if !m.Deadline.IsZero() {
 		root, self, seq := a.sys.Root, a.self, req.seq
-		req.timer = time.AfterFunc(time.Until(m.Deadline), func() {
+		req.timer = time.AfterFunc(m.Deadline.Sub(a.now()), func() {
 			root.Send(self, &diskReadExpired{seq: seq})
 		})
 	}

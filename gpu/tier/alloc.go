@@ -205,7 +205,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		if t.cfg.ReadPerToken > 0 || t.cfg.ReadBase > 0 {
 			d := t.cfg.ReadBase + time.Duration(tokens)*t.cfg.ReadPerToken
 			deadline = t.now.Add(d)
-			op.timed = true
+			op.timed, op.deadline = true, deadline
 			t.timer(id, deadline)
 		}
 		req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: deadline}

@@ -1,6 +1,8 @@
 package tier
 
 import (
+	"time"
+
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/blockpool"
@@ -21,14 +23,23 @@ type fetchOp struct {
 	copied  bool
 	// deleted: a Delete of the chain came while the load was in flight;
 	// only the first keep blocks are published, the rest are a miss.
-	deleted bool
-	keep    int
-	timed   bool // a deadline timer is armed
+	deleted  bool
+	keep     int
+	timed    bool // a deadline timer is armed
+	deadline time.Time
 }
+
+// pastDeadline says whether op's deadline has passed on the tier's clock.
+// Timers end most late loads; this catches those whose answer comes first
+// on a clock that runs apart from the wall clock (Config.Clock).
+func (t *Tier) pastDeadline(op *fetchOp) bool { return op.timed && !t.now.Before(op.deadline) }
 
 // fetchGranted copies the granted leading run up; the rest of the op missed.
 func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 	op, ok := t.fetches[g.ID]
+	if ok && t.pastDeadline(op) {
+		t.fetchLate(g.ID)
+	}
 	if !ok || op.late {
 		// The load already timed out: give the references straight back.
 		t.toPinned(&messages.FetchRelease{Slots: g.Slots})
@@ -87,6 +98,9 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 		return
 	}
 	t.toPinned(&messages.FetchRelease{Slots: op.slots})
+	if t.pastDeadline(op) {
+		t.fetchLate(id)
+	}
 	op.copied = true
 	if op.late {
 		// The sequence moved on to fresh blocks; the late copy's blocks go back.

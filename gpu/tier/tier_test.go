@@ -320,3 +320,22 @@ func TestBelowGoneWritesAgain(t *testing.T) {
 		t.Fatalf("swap offered %+v, want only the block whose copy left", again.Items)
 	}
 }
+
+// TestGrantAfterDeadlineIsLate: a grant that arrives when the tier's clock is
+// past the load's deadline, before its timer fired, makes the load late (the
+// slots go straight back) instead of copying.
+func TestGrantAfterDeadlineIsLate(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true, ReadBase: 10 * time.Millisecond})
+	p := prompt(1, 2*bs)
+	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned})
+	req := fetchRequest(t, r)
+	tr.SetNow(req.Deadline)
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	r = drain(t, tr)
+	if len(r.Copies) != 0 {
+		t.Fatalf("a late grant was copied: %+v", r.Copies)
+	}
+	if out := res.Ready.Outcome(); out.Late != 2 || out.ValidTokens != 0 {
+		t.Fatalf("outcome %+v, want 2 late", out)
+	}
+}
