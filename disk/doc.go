@@ -29,13 +29,15 @@
 //
 // # Crash consistency
 //
-// A write puts the payload first and the header second. A write torn by a
-// crash leaves either no valid header or an old header whose payload
-// checksum no longer matches, which the first read detects: the block is
-// then dropped, never served. A slot is unpublished before it is
+// A write puts header and payload in one pwritev (the header carries the
+// payload's checksum); with Config.Sync, or on a File without WritevAt, the
+// payload goes first and the header second, each followed by fdatasync.
+// A write torn by a crash leaves either no valid header or a header whose
+// payload checksum does not match what landed, which the first read
+// detects: the block is then dropped, never served. A slot is unpublished before it is
 // overwritten, and read pins keep a slot from being reused while a read is
-// in flight. With Config.Sync each step is followed by fdatasync, which
-// extends the guarantee from process crashes to power loss. Files use
+// in flight. Config.Sync extends the guarantee from process crashes to power
+// loss. Files use
 // O_DIRECT where the file system supports it (probed at Open) and the page
 // cache otherwise; Store.Mode says which.
 //
