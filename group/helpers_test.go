@@ -73,7 +73,10 @@ type shardedKV struct {
 	buf    []byte
 }
 
-func (s *shardedKV) rankRange(r, n int) (int, int) { per := n / len(s.ms); return r * per, (r + 1) * per }
+func (s *shardedKV) rankRange(r, n int) (int, int) {
+	per := n / len(s.ms)
+	return r * per, (r + 1) * per
+}
 
 func (s *shardedKV) io(layer, pos int, k, v []float32, write bool) error {
 	for r, m := range s.ms {
@@ -107,8 +110,12 @@ func (s *shardedKV) io(layer, pos int, k, v []float32, write bool) error {
 	return nil
 }
 
-func (s *shardedKV) ReadKV(layer, pos int, k, v []float32) error  { return s.io(layer, pos, k, v, false) }
-func (s *shardedKV) WriteKV(layer, pos int, k, v []float32) error { return s.io(layer, pos, k, v, true) }
+func (s *shardedKV) ReadKV(layer, pos int, k, v []float32) error {
+	return s.io(layer, pos, k, v, false)
+}
+func (s *shardedKV) WriteKV(layer, pos int, k, v []float32) error {
+	return s.io(layer, pos, k, v, true)
+}
 
 // cluster is N ranks in one process: a Manager per rank and a group over a
 // Local collective.
