@@ -181,7 +181,10 @@ type served struct {
 // stays allocated; the caller frees it.
 func (c *cluster) serve(seq uint64, prompt []int64, deadline time.Time) served {
 	c.t.Helper()
-	ctx := context.Background()
+	// A bound that turns a hang (a rank waiting for a peer forever) into a
+	// failure; never reached when the protocol works.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	s := served{res: make([]group.AllocResult, len(c.ms))}
 	c.must(c.each(func(r int) (err error) {
 		s.res[r], err = c.ranks[r].Allocate(ctx, group.AllocRequest{AllocRequest: kvtier.AllocRequest{Seq: seq, Tokens: prompt}, Deadline: deadline})

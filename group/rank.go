@@ -60,7 +60,10 @@ type AllocRequest struct {
 	// (on rank 0, from the request's arrival) and pass the same instant to
 	// every rank, so that a timeout is decided against one clock reading:
 	// each Manager's own budget would start at its own allocation time. Zero
-	// leaves each Manager's ReadDeadline settings in force.
+	// leaves each Manager's ReadDeadline settings in force. A Manager with
+	// no free GPU block to put in place of a late load's blocks lets that
+	// load finish late (its Ready waits for the copy): size GPUBlocks with
+	// headroom.
 	Deadline time.Time
 }
 
