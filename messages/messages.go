@@ -107,6 +107,12 @@ type AllocRequest struct {
 	// tensor-parallel group uses it so that every rank starts from the
 	// hit the group agreed on.
 	MaxHitTokens int
+	// LoadDeadline, when set, is the instant loads from lower tiers must
+	// finish by, in place of the Manager's ReadDeadlineBase/PerToken
+	// budget; a load still running then is Late (a miss, fresh blocks). A
+	// tensor-parallel group derives it once and passes the same instant to
+	// every rank, so a timeout is decided against one clock reading.
+	LoadDeadline time.Time
 }
 
 // AllocResult answers one AllocRequest.

@@ -202,7 +202,11 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		t.fetches[id] = op
 		tokens := len(op.blocks) * t.bs
 		var deadline time.Time
-		if t.cfg.ReadPerToken > 0 || t.cfg.ReadBase > 0 {
+		if !r.LoadDeadline.IsZero() {
+			deadline = r.LoadDeadline
+			op.timed, op.deadline = true, deadline
+			t.timer(id, deadline)
+		} else if t.cfg.ReadPerToken > 0 || t.cfg.ReadBase > 0 {
 			d := t.cfg.ReadBase + time.Duration(tokens)*t.cfg.ReadPerToken
 			deadline = t.now.Add(d)
 			op.timed, op.deadline = true, deadline

@@ -339,3 +339,30 @@ func TestGrantAfterDeadlineIsLate(t *testing.T) {
 		t.Fatalf("outcome %+v, want 2 late", out)
 	}
 }
+
+// TestLoadDeadlineFromRequest: a request's LoadDeadline replaces the
+// configured budget — with the budget disabled too — so the ranks of a
+// group that pass one instant time their loads out against it.
+func TestLoadDeadlineFromRequest(t *testing.T) {
+	for _, cfg := range []Config{{Lower: true}, {Lower: true, ReadBase: time.Hour}} {
+		tr := newTier(t, 8, cfg)
+		p := prompt(1, 2*bs)
+		at := t0.Add(7 * time.Millisecond)
+		var res *messages.AllocateBatchResult
+		tr.AllocateBatch([]messages.AllocRequest{{Seq: 1, Tokens: p, LoadDeadline: at}},
+			[]*blockpool.Keys{blockpool.ComputeKeys("", p, bs, true)}, func(r *messages.AllocateBatchResult) { res = r })
+		lk := drain(t, tr).ToIndex[0].(*messages.Lookup)
+		tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: [][]messages.Tier{{messages.Pinned, messages.Pinned}}})
+		r := drain(t, tr)
+		req := fetchRequest(t, r)
+		if len(r.Timers) != 1 || !r.Timers[0].At.Equal(at) || !req.Deadline.Equal(at) {
+			t.Fatalf("config %+v: timers %+v, request deadline %v, want one at %v", cfg, r.Timers, req.Deadline, at)
+		}
+		tr.SetNow(at)
+		tr.Deadline(req.ID)
+		drain(t, tr)
+		if out := res.Results[0].Ready.Outcome(); out.Late != 2 || out.ValidTokens != 0 {
+			t.Fatalf("config %+v: outcome %+v, want 2 late blocks", cfg, out)
+		}
+	}
+}
