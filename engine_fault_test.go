@@ -280,7 +280,7 @@ func TestReferenceEngineConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[w] = engineWorker(ctx, m, model, p, w, rounds, &tallies[w])
+			tallies[w], errs[w] = enginetest.Mixed(ctx, &enginetest.Engine{M: m, Model: model}, p, uint64(w), 99, rounds)
 		}()
 	}
 	wg.Wait()
@@ -301,79 +301,6 @@ func TestReferenceEngineConcurrent(t *testing.T) {
 		t.Fatalf("a path was not exercised: %v", tally)
 	}
 	t.Logf("%v", tally)
-}
-
-// engineWorker runs rounds of two interleaved requests, as one goroutine of
-// TestReferenceEngineConcurrent.
-func engineWorker(ctx context.Context, m *kvtier.Manager, model *refengine.Model, p *enginetest.Prompts, w, rounds int, tally *enginetest.Tally) error {
-	rng := rand.New(rand.NewPCG(uint64(w), 99))
-	for r := range rounds {
-		e := &enginetest.Engine{M: m, Model: model, Chunk: rng.IntN(6)}
-		gens := []*enginetest.Gen{
-			e.NewGen(uint64(w)<<32|uint64(2*r+1), p.Next(), ""),
-			e.NewGen(uint64(w)<<32|uint64(2*r+2), p.Next(), ""),
-		}
-		for _, g := range gens {
-			if err := g.Admit(ctx); err != nil {
-				return err
-			}
-		}
-		action := rng.IntN(4) // 0: abort the first after a chunk; 1: swap it; 2: recompute it; 3: neither
-		for step := 0; !allPrefilled(gens); step++ {
-			for i, g := range gens {
-				if g.Prefilled() {
-					continue
-				}
-				if _, err := g.PrefillChunk(ctx); err != nil {
-					return err
-				}
-				if i != 0 || step != 0 || action == 3 || g.Prefilled() {
-					continue
-				}
-				switch action {
-				case 0:
-					if err := g.Compute(1); err != nil {
-						return err
-					}
-					if err := g.Abort(ctx, true /* garbage */); err != nil {
-						return err
-					}
-					tally.Add(g.Tally)
-					gens = gens[1:]
-				case 1, 2:
-					if err := g.Preempt(ctx, action == 1); err != nil {
-						return err
-					}
-					if err := g.Admit(ctx); err != nil {
-						return err
-					}
-				}
-				break
-			}
-		}
-		for _, g := range gens {
-			if err := g.Decode(ctx, 1+rng.IntN(3)); err != nil {
-				return err
-			}
-			if err := g.Finish(ctx); err != nil {
-				return err
-			}
-			if err := g.Check(); err != nil {
-				return err
-			}
-			tally.Add(g.Tally)
-		}
-	}
-	return nil
-}
-
-func allPrefilled(gens []*enginetest.Gen) bool {
-	for _, g := range gens {
-		if !g.Prefilled() {
-			return false
-		}
-	}
-	return true
 }
 
 // TestReferenceEngineCatchesBrokenEngines proves the checks above can fail:
