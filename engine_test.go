@@ -2,238 +2,196 @@ package kvtier_test
 
 import (
 	"context"
-	"encoding/binary"
-	"math"
-	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier"
 	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/internal/enginetest"
 	"github.com/kvtier/kvtier/refengine"
 )
 
-// blockKV is a refengine.KVStore over a sequence's block table in the
-// Manager's arena: position p lives in block table[p/bt] at slot p%bt of each
-// (layer, K or V) region.
-type blockKV struct {
-	m     *kvtier.Manager
-	table []kvtier.BlockID
-	buf   []byte
-}
+// The engine tests drive refengine, a real transformer, through the public
+// API (internal/enginetest) and compare every logit with a recompute of the
+// whole sequence with no cache, bit for bit. Each asserts that the tier or
+// path it names was actually exercised, so that it fails if the path is not.
 
-func (b *blockKV) at(layer, pos int, kv gpu.KV, n int) (block, off int) {
-	l := b.m.Layout()
-	bt := l.BlockTokens()
-	region, _ := l.Region(layer, kv)
-	return int(b.table[pos/bt]), region + (pos%bt)*n*4
-}
+const (
+	ebt      = 4 // tokens per block in the engine tests
+	engineTO = 60 * time.Second
+)
 
-func (b *blockKV) ReadKV(layer, pos int, k, v []float32) error {
-	for _, x := range []struct {
-		kv  gpu.KV
-		dst []float32
-	}{{gpu.Key, k}, {gpu.Value, v}} {
-		blk, off := b.at(layer, pos, x.kv, len(x.dst))
-		b.buf = b.buf[:0]
-		b.buf = append(b.buf, make([]byte, 4*len(x.dst))...)
-		if err := b.m.Arena().ReadBlock(blk, off, b.buf); err != nil {
-			return err
-		}
-		for i := range x.dst {
-			x.dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b.buf[4*i:]))
-		}
-	}
-	return nil
-}
+var layouts = []gpu.LayoutKind{gpu.BlockContiguous, gpu.LayerSeparate}
 
-func (b *blockKV) WriteKV(layer, pos int, k, v []float32) error {
-	for _, x := range []struct {
-		kv  gpu.KV
-		src []float32
-	}{{gpu.Key, k}, {gpu.Value, v}} {
-		blk, off := b.at(layer, pos, x.kv, len(x.src))
-		b.buf = b.buf[:0]
-		for _, f := range x.src {
-			b.buf = binary.LittleEndian.AppendUint32(b.buf, math.Float32bits(f))
-		}
-		if err := b.m.Arena().WriteBlock(blk, off, b.buf); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// serve runs one request through the Manager as an engine would: allocate,
-// wait for Ready, compute from the valid prefix, commit, decode n tokens
-// (append, compute, commit), free. It returns the logits of every position
-// it computed from the prompt's last token on, keyed by position.
-func serve(t *testing.T, ctx context.Context, m *kvtier.Manager, model *refengine.Model, seq uint64, prompt []int64, n int) (map[int][]float32, int) {
+func engineModel(t *testing.T) *refengine.Model {
 	t.Helper()
-	r, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: seq, Tokens: prompt})
+	model, err := enginetest.NewModel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-r.Ready.Done()
-	out := r.Ready.Outcome()
-	kv := &blockKV{m: m, table: r.Blocks}
-	if out.Blocks != nil {
-		kv.table = out.Blocks
-	}
-	valid := out.ValidTokens
-	logits, err := model.Forward(kv, prompt[valid:], valid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Commit(ctx, seq, len(prompt)); err != nil {
-		t.Fatal(err)
-	}
-	got := map[int][]float32{len(prompt) - 1: logits[len(logits)-1]}
-	tok := refengine.Argmax(logits[len(logits)-1])
-	for i := range n {
-		pos := len(prompt) + i
-		blocks, err := m.Append(ctx, seq, []int64{tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		kv.table = append(kv.table, blocks...)
-		l, err := model.Forward(kv, []int64{tok}, pos)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Commit(ctx, seq, pos+1); err != nil {
-			t.Fatal(err)
-		}
-		got[pos] = l[0]
-		tok = refengine.Argmax(l[0])
-	}
-	if err := m.Free(ctx, seq); err != nil {
-		t.Fatal(err)
-	}
-	return got, valid
+	return model
 }
 
-// checkAgainstReference recomputes the whole sequence with no cache and
-// compares every logit bit for bit.
-func checkAgainstReference(t *testing.T, model *refengine.Model, prompt []int64, got map[int][]float32, n int) {
+func engineConfig(t *testing.T, gpuBlocks, pinnedSlots int, kind gpu.LayoutKind) kvtier.Config {
 	t.Helper()
-	seq := append([]int64(nil), prompt...)
-	tok := refengine.Argmax(got[len(prompt)-1])
-	for i := range n {
-		seq = append(seq, tok)
-		tok = refengine.Argmax(got[len(prompt)+i])
-	}
-	want, err := model.Reference(seq[:len(prompt)+n])
+	cfg, err := enginetest.Config(ebt, gpuBlocks, pinnedSlots, kind)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for pos, l := range got {
-		for j := range l {
-			if math.Float32bits(l[j]) != math.Float32bits(want[pos][j]) {
-				t.Fatalf("position %d logit %d: %v with the cache, %v recomputed", pos, j, l[j], want[pos][j])
-			}
-		}
-	}
+	return cfg
 }
 
-// TestReferenceEngineBitIdentical drives a real transformer through the
-// public API: prompts sharing prefixes, hits from the GPU, pinned memory and
-// disk, aborted requests, a restart on the same disk directory — every logit
-// equals a full recompute with no cache, bit for bit. A restart under another
-// model id serves nothing from disk.
-func TestReferenceEngineBitIdentical(t *testing.T) {
-	ctx := context.Background()
-	model, err := refengine.New(refengine.TinyConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const bt = 4
-	spec := refengine.TinyConfig.Spec()
-	layout, err := gpu.NewLayout(spec, bt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg := kvtier.Config{GPUBlocks: 24, BlockTokens: bt, Model: spec, VocabSize: refengine.TinyConfig.Vocab, ModelID: "refengine-tiny@1",
-		PinnedBytes: int64(16 * ((layout.BlockBytes() + 4095) / 4096 * 4096)), DiskDir: dir, DiskBytes: 1 << 22,
-		ReadDeadlineBase: -1}
-	rng := rand.New(rand.NewPCG(7, 8))
-	stems := make([][]int64, 4)
-	for i := range stems {
-		stems[i] = make([]int64, 8+4*i)
-		for j := range stems[i] {
-			stems[i][j] = rng.Int64N(int64(refengine.TinyConfig.Vocab))
-		}
-	}
-	prompt := func() []int64 {
-		p := append([]int64(nil), stems[rng.IntN(len(stems))]...)
-		for range 1 + rng.IntN(9) {
-			p = append(p, rng.Int64N(int64(refengine.TinyConfig.Vocab)))
-		}
-		if len(p)%bt == 0 {
-			p = append(p, 1) // keep a partial last block: its token is always computed
-		}
-		return p
-	}
-	run := func(m *kvtier.Manager, base uint64, reqs int) (hits int) {
-		for i := range reqs {
-			p := prompt()
-			if rng.IntN(5) == 0 { // an abort: allocated, never computed
-				if _, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: base + uint64(i), Tokens: p}); err != nil {
-					t.Fatal(err)
-				}
-				if err := m.Free(ctx, base+uint64(i)); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			got, valid := serve(t, ctx, m, model, base+uint64(i), p, 3)
-			checkAgainstReference(t, model, p, got, 3)
-			hits += valid
-		}
-		return hits
-	}
+func engineCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), engineTO)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustNew(t *testing.T, cfg kvtier.Config) *kvtier.Manager {
+	t.Helper()
 	m, err := kvtier.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hits := run(m, 1000, 60); hits == 0 {
-		t.Fatal("no request hit the cache: the test proves nothing")
+	return m
+}
+
+func mustClose(t *testing.T, m *kvtier.Manager) {
+	t.Helper()
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// serveChecked serves n requests from p one after another (seq ids from
+// base), one in abortEvery aborted after its first chunk (0: none), decodes
+// decode tokens each, checks every logit, and returns the tally.
+func serveChecked(t *testing.T, ctx context.Context, e *enginetest.Engine, p *enginetest.Prompts, base uint64, n, decode, abortEvery int) enginetest.Tally {
+	t.Helper()
+	var tally enginetest.Tally
+	for i := range n {
+		g := e.NewGen(base+uint64(i), p.Next(), "")
+		if abortEvery > 0 && i%abortEvery == abortEvery-1 {
+			if err := g.Admit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Compute(len(g.Tokens)); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Abort(ctx, true /* garbage */); err != nil {
+				t.Fatal(err)
+			}
+			tally.Add(g.Tally)
+			continue
+		}
+		if err := g.Run(ctx, decode); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Check(); err != nil {
+			t.Fatal(err)
+		}
+		tally.Add(g.Tally)
+	}
+	return tally
+}
+
+// TestReferenceEngineBitIdentical: prompts sharing prefixes, under each arena
+// layout, served with hits from the GPU and loads from pinned memory and
+// disk, aborts that leave garbage in their blocks, then a restart on the same
+// disk directory under the other layout (loads from disk only) — every logit
+// equals a full recompute with no cache, bit for bit. A restart under another
+// model id serves nothing from disk.
+func TestReferenceEngineBitIdentical(t *testing.T) {
+	for _, kind := range layouts {
+		t.Run("layout="+kind.String(), func(t *testing.T) {
+			ctx := engineCtx(t)
+			model := engineModel(t)
+			cfg := engineConfig(t, 24, 32, kind)
+			cfg.DiskDir, cfg.DiskBytes = t.TempDir(), 1<<22
+			p := enginetest.NewPrompts(7, refengine.TinyConfig.Vocab, ebt, 4)
+			m := mustNew(t, cfg)
+			e := &enginetest.Engine{M: m, Model: model}
+			tally := serveChecked(t, ctx, e, p, 1000, 60, 3, 5)
+			if tally.GPU == 0 || tally.Pinned == 0 || tally.Loaded == 0 || tally.Aborted == 0 {
+				t.Fatalf("a path was not exercised: %v", tally)
+			}
+			if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("before restart: %v", tally)
+			mustClose(t, m)
+
+			// Restart on the same disk under the other layout: pinned
+			// memory starts empty, so every load comes from disk.
+			other := cfg
+			other.Layout = layouts[0]
+			if kind == layouts[0] {
+				other.Layout = layouts[1]
+			}
+			m = mustNew(t, other)
+			e = &enginetest.Engine{M: m, Model: model}
+			tally = serveChecked(t, ctx, e, p, 2000, 20, 3, 0)
+			if tally.Disk == 0 || tally.Loaded == 0 {
+				t.Fatalf("no load from disk after the restart: %v", tally)
+			}
+			t.Logf("after restart: %v", tally)
+			mustClose(t, m)
+
+			// Another model on the same directory: the disk serves nothing.
+			other.ModelID = "refengine-tiny-finetune@1"
+			m = mustNew(t, other)
+			defer mustClose(t, m)
+			for _, s := range p.Stems {
+				if pr, err := m.Exists(ctx, s, ""); err != nil || pr.DiskTokens != 0 || pr.PinnedTokens != 0 {
+					t.Fatalf("another model id sees %+v (%v) of a stem", pr, err)
+				}
+			}
+			if st, _ := m.Stats(ctx); st.DiskOpen.Records != 0 {
+				t.Fatalf("the disk kept %d records of another model", st.DiskOpen.Records)
+			}
+		})
+	}
+}
+
+// TestReferenceEngineCorruptDisk: blocks written through to disk, then bytes
+// flipped in the disk file between runs (a payload in one slot, a header in
+// the next, the third untouched); after a restart, the same prompts are
+// served with bit-identical logits: damaged records are dropped at open or
+// fail their check when read, and are recomputed.
+func TestReferenceEngineCorruptDisk(t *testing.T) {
+	ctx := engineCtx(t)
+	model := engineModel(t)
+	cfg := engineConfig(t, 24, 16, gpu.LayerSeparate)
+	cfg.DiskDir, cfg.DiskBytes = t.TempDir(), 1<<22
+	cfg.Ingestion, cfg.DiskIngestion = kvtier.IngestAll, kvtier.IngestAll
+	m := mustNew(t, cfg)
+	serveChecked(t, ctx, &enginetest.Engine{M: m, Model: model}, enginetest.NewPrompts(11, refengine.TinyConfig.Vocab, ebt, 4), 1, 30, 2, 0)
 	st, err := m.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GPU.Onboarded == 0 {
-		t.Fatalf("nothing was onboarded from a lower tier: %v", st.GPU)
+	mustClose(t, m)
+	damaged, err := enginetest.CorruptDisk(cfg.DiskDir, m.Layout().BlockBytes())
+	if err != nil || damaged == 0 {
+		t.Fatalf("corrupting the disk: %d slots, %v", damaged, err)
 	}
-	if err := m.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Restart on the same disk: hits from disk, still bit-identical.
-	m, err = kvtier.New(cfg)
+
+	m = mustNew(t, cfg)
+	defer mustClose(t, m)
+	tally := serveChecked(t, ctx, &enginetest.Engine{M: m, Model: model}, enginetest.NewPrompts(11, refengine.TinyConfig.Vocab, ebt, 4), 1000, 30, 2, 0)
+	st2, err := m.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hits := run(m, 2000, 20); hits == 0 {
-		t.Fatal("no hit after the restart")
+	dropped := st2.DiskOpen.DroppedTotal()
+	t.Logf("disk held %d blocks, %d slots damaged; reopened with %d records, %d dropped; %v; disk %v", st.Disk.UsedBlocks, damaged, st2.DiskOpen.Records, dropped, tally, st2.Disk)
+	if st2.DiskOpen.Records == 0 || st2.DiskOpen.Records >= st.Disk.UsedBlocks {
+		t.Fatalf("the reopened disk kept %d of %d records (%d dropped): the damaged headers were not seen", st2.DiskOpen.Records, st.Disk.UsedBlocks, dropped)
 	}
-	if err := m.Close(ctx); err != nil {
-		t.Fatal(err)
+	if tally.Disk == 0 {
+		t.Fatalf("no request asked the disk after the restart: %v", tally)
 	}
-	// Another model on the same directory: the disk serves nothing.
-	other := cfg
-	other.ModelID = "refengine-tiny-finetune@1"
-	m, err = kvtier.New(other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
-	for _, s := range stems {
-		if p, err := m.Exists(ctx, s, ""); err != nil || p.DiskTokens != 0 || p.PinnedTokens != 0 {
-			t.Fatalf("another model id sees %+v (%v) of a stem", p, err)
-		}
-	}
-	if st, _ := m.Stats(ctx); st.DiskOpen.Records != 0 {
-		t.Fatalf("the disk kept %d records of another model", st.DiskOpen.Records)
+	if tally.Failed == 0 && st2.Disk.Failed == 0 {
+		t.Fatalf("no damaged payload was read: %v; disk %v", tally, st2.Disk)
 	}
 }

@@ -16,17 +16,26 @@
 //
 // # Data integrity under concurrency
 //
-// kvtier's contract lets a sequence hit a GPU block that another live sequence
-// is still writing: the block is findable from its Allocate on. So a reader may
-// check a GPU hit only once its writer is done. Every goroutine raises a
-// per-hash counter for each block hash of its prompt before Allocate and lowers
-// it once it has written the blocks it computes (at once for the blocks it hit).
-// A reader that finds a hit block's counter at zero after its own Ready knows
-// the block's writer, whose Allocate came before the reader's, has finished, and
-// the atomic counter orders the writer's bytes before the read; a reader that
-// finds it above zero skips that block (counted). Blocks onboarded from pinned
-// memory are always checked: offloads read only blocks no sequence holds.
-// Appended tokens are unique to their sequence, so the blocks Append fills
-// (whose ids the API does not return, and which are never written) are never
-// hit by anyone.
+// A block is findable only once its sequence commits it: Allocate and Append
+// hand out blocks that no one else can hit until Commit says their tokens
+// are computed, and Free discards blocks never committed. A worker writes
+// the blocks it computes, then commits; so every GPU hit another worker gets
+// is a committed block whose bytes were written before the Commit message
+// that published it, and the actor's messages order the write before the
+// reader's read. Workers still raise a per-hash counter for each block hash
+// of their prompt before Allocate and lower it once they have written and
+// committed what they compute; a reader that finds a hit block's counter
+// above zero skips checking it (counted as skipped while written). Under
+// commit-before-cache this is only conservative: it never hides a wrong
+// block from the onboard checks, which always run, since offloads read only
+// committed blocks. Appended tokens are unique to their sequence and never
+// committed, so the blocks Append fills (whose ids the API returns, and
+// which are never written) are never hit by anyone.
+//
+// # The reference engine
+//
+// TestReferenceEngine runs a real transformer (internal/enginetest) through
+// the Manager from many goroutines under copy faults and short load
+// deadlines, with chunked prefill, preemption and aborts, and checks every
+// logit against a recompute with no cache.
 package stress
