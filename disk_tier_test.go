@@ -229,3 +229,44 @@ func TestAttachToActorSystem(t *testing.T) {
 		t.Fatal("Close stopped the caller's actor system")
 	}
 }
+
+// TestSmallPinnedTierAboveDiskStillHolds: the pinned tier keeps at most a
+// quarter of its slots free ahead of need; a 16-slot tier above a disk used
+// to keep all of them free (OffloadAhead 64) and drained every block.
+func TestSmallPinnedTierAboveDiskStillHolds(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 16 * 4096, DiskDir: t.TempDir(), DiskBytes: 64 << 20})
+	var prompts [][]int64
+	for i := range 6 {
+		p := toks(1000*(i+1), 2*bt)
+		prompts = append(prompts, p)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(i + 1), Tokens: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+		if err := m.Commit(ctx, uint64(i+1), AllTokens); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Free(ctx, uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, p := range prompts {
+		pr, err := m.Exists(ctx, p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held += pr.PinnedTokens
+	}
+	if held == 0 {
+		t.Fatal("the pinned tier holds nothing: it drained every block to disk")
+	}
+	if got := freeTarget(64, 16); got != 4 {
+		t.Fatalf("freeTarget(64, 16) = %d, want 4", got)
+	}
+}

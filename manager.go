@@ -183,7 +183,7 @@ func New(cfg Config) (*Manager, error) {
 		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID)))
 		pcfg := actors.PinnedConfig{
 			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"), Clock: clockFunc(c.Clock),
-			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: max(c.OffloadAhead, m.pinned.NumSlots()/16),
+			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: freeTarget(c.OffloadAhead, m.pinned.NumSlots()),
 		}
 		if m.store != nil {
 			prod, err := actors.NewDiskActor(actors.DiskConfig{Store: m.store, Index: m.idxPID, WriteQuota: c.DiskWriteQuota, Log: c.Logger.Named("disk"), Clock: clockFunc(c.Clock)})
@@ -787,4 +787,12 @@ func digestArrays(ds []prefixhash.Digest) [][32]byte {
 		out[i] = d
 	}
 	return out
+}
+
+// freeTarget is how many pinned slots the pinned tier keeps free ahead of
+// need, draining victims to the tier below: OffloadAhead or a sixteenth of
+// the tier, but never more than a quarter of it, so that a small pinned tier
+// still holds blocks to hit instead of draining everything.
+func freeTarget(offloadAhead, slots int) int {
+	return min(max(offloadAhead, slots/16), slots/4)
 }
