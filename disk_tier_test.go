@@ -3,12 +3,14 @@ package kvtier
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/messages"
 )
 
 // diskConfig: 8 GPU blocks, 4 pinned slots, a disk tier of 256 blocks.
@@ -268,5 +270,31 @@ func TestSmallPinnedTierAboveDiskStillHolds(t *testing.T) {
 	}
 	if got := freeTarget(64, 16); got != 4 {
 		t.Fatalf("freeTarget(64, 16) = %d, want 4", got)
+	}
+}
+
+// TestStatsTiersTopFirst: Stats.Tiers walks the configured tiers top first,
+// each naming its tier, and repeats the per-tier fields.
+func TestStatsTiersTopFirst(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		cfg  Config
+		want []messages.Tier
+	}{
+		{Config{GPUBlocks: 4}, []messages.Tier{messages.GPU}},
+		{Config{GPUBlocks: 4, PinnedBytes: 4 * 4096}, []messages.Tier{messages.GPU, messages.Pinned}},
+		{Config{GPUBlocks: 4, PinnedBytes: 4 * 4096, DiskDir: t.TempDir(), DiskBytes: 1 << 20}, []messages.Tier{messages.GPU, messages.Pinned, messages.Disk}},
+	} {
+		st, err := newManager(t, c.cfg).Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []messages.Tier
+		for _, ts := range st.Tiers {
+			got = append(got, ts.Tier)
+		}
+		if !slices.Equal(got, c.want) || st.Tiers[0].Blocks != st.GPU.Blocks {
+			t.Fatalf("tiers %v, want %v", got, c.want)
+		}
 	}
 }

@@ -669,6 +669,10 @@ func (m *Manager) Flush(ctx context.Context) error {
 type Stats struct {
 	GPU, Pinned, Disk TierStats
 	Remote            TierStats // the shared tier, when configured
+	// Tiers holds the configured tiers' stats again, top first (GPU, then
+	// pinned, disk and remote when configured; each names its Tier), for
+	// code that walks the tiers instead of naming them.
+	Tiers []TierStats
 	IndexBlocks       int       // blocks the prefix index knows below the GPU
 	// DiskOpen is what opening the disk tier found (records, dropped, time).
 	DiskOpen disk.OpenReport
@@ -706,6 +710,15 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
 		if s.Remote, err = ask(ctx, m, m.remPID, nil, req, req.Reply); err != nil {
 			return s, err
+		}
+	}
+	s.Tiers = append(s.Tiers, s.GPU)
+	for _, t := range []struct {
+		on bool
+		st TierStats
+	}{{m.pinPID != nil, s.Pinned}, {m.diskPID != nil, s.Disk}, {m.remPID != nil, s.Remote}} {
+		if t.on {
+			s.Tiers = append(s.Tiers, t.st)
 		}
 	}
 	return s, nil
