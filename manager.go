@@ -88,6 +88,7 @@ type Manager struct {
 	layoutFP string // the layout part of every namespace
 	done     chan struct{}
 	stopped  chan struct{} // closed once Close has stopped every actor
+	baseNS   string        // the namespace key with no salt and no LoRA
 	closeMu  chan struct{} // one Close at a time
 	calls    chan struct{} // a slot per call in flight (Config.MaxPendingCalls)
 }
@@ -113,6 +114,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), stopped: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
 		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
+	m.baseNS = prefixhash.Namespace{Model: c.ModelID, Layout: m.layoutFP}.Key()
 	if m.device = c.Device; m.device == nil {
 		if m.device, err = gpu.Default(); err != nil {
 			return nil, fmt.Errorf("kvtier: opening the device: %w", err)
@@ -291,6 +293,9 @@ func cancelErr(err error, changing bool) error {
 // namespace is the key of a request's namespace: tenant salt, the Manager's
 // model, the request's LoRA adapter and the KV layout.
 func (m *Manager) namespace(salt, lora string) string {
+	if salt == "" && lora == "" {
+		return m.baseNS // the common case, computed once
+	}
 	return prefixhash.Namespace{Salt: salt, Model: m.cfg.ModelID, LoRA: lora, Layout: m.layoutFP}.Key()
 }
 
@@ -672,8 +677,8 @@ type Stats struct {
 	// Tiers holds the configured tiers' stats again, top first (GPU, then
 	// pinned, disk and remote when configured; each names its Tier), for
 	// code that walks the tiers instead of naming them.
-	Tiers []TierStats
-	IndexBlocks       int       // blocks the prefix index knows below the GPU
+	Tiers       []TierStats
+	IndexBlocks int // blocks the prefix index knows below the GPU
 	// DiskOpen is what opening the disk tier found (records, dropped, time).
 	DiskOpen disk.OpenReport
 }

@@ -31,8 +31,8 @@ func Seed(salt string) (seed Hash, ok bool) {
 // Hasher hashes blocks. The zero value is ready; a Hasher is not safe for
 // concurrent use.
 type Hasher struct {
-	d   *xxhash.Digest
-	buf []byte // token encoding on big-endian machines
+	d   xxhash.Digest // reset before each use
+	buf []byte        // token encoding on big-endian machines
 }
 
 // Block returns the hash of one full block whose predecessor's hash is prev
@@ -41,9 +41,6 @@ func (h *Hasher) Block(prev Hash, hasPrev bool, tokens []int64) Hash {
 	b := tokenBytes(&h.buf, tokens)
 	if !hasPrev {
 		return Hash(xxhash.Sum64(b))
-	}
-	if h.d == nil {
-		h.d = xxhash.New()
 	}
 	h.d.Reset()
 	var p [8]byte
