@@ -180,12 +180,16 @@ type Block struct {
 	Payload []byte // PayloadBytes long; read only during Put
 }
 
-// Put stores blocks: every chunk of every block in one pipelined round
-// trip, then the commit records of the blocks whose chunks all landed in a
-// second. It returns one error per block (nil: stored). A block whose
-// chunks did not all land has no record and is never served; its chunks
-// expire.
+// Put stores blocks and returns one error per block (nil: stored). On a
+// standalone server every chunk and then every commit record go in one
+// pipelined round trip: the server runs a connection's commands in order,
+// so no reader finds a record before its chunks; a block a chunk of which
+// failed to land gets an error and its record is deleted (a reader that
+// meets it first finds a chunk missing: a Corrupt miss). On a cluster,
+// whose nodes run a pipeline's parts in parallel, the records go in a
+// second round trip, only for blocks whose chunks all landed.
 func (s *Store) Put(ctx context.Context, blocks []Block) []error {
+	single := !s.cfg.Cluster
 	errs := make([]error, len(blocks))
 	cb := s.cfg.ChunkBytes
 	pipe := s.c.Pipeline()
@@ -208,9 +212,21 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 	if pipe.Len() == 0 {
 		return errs
 	}
+	var rcmds []*redis.StatusCmd
+	if single {
+		rcmds = make([]*redis.StatusCmd, len(blocks))
+		for i, b := range blocks {
+			if errs[i] == nil {
+				rcmds[i] = pipe.Set(ctx, s.recordKey(b.Key), recs[i], s.cfg.TTL)
+			}
+		}
+	}
 	_, _ = pipe.Exec(ctx) // errors are per command
+	if single {
+		return s.checkPut(ctx, blocks, errs, cmds, rcmds)
+	}
 	rp := s.c.Pipeline()
-	rcmds := make([]*redis.StatusCmd, len(blocks))
+	rcmds = make([]*redis.StatusCmd, len(blocks))
 	for i, b := range blocks {
 		if errs[i] != nil {
 			continue
@@ -232,6 +248,32 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 		if c != nil && c.Err() != nil {
 			errs[i] = unavailable(c.Err())
 		}
+	}
+	return errs
+}
+
+// checkPut reports a one-round-trip Put's outcome per block and deletes the
+// records of blocks whose chunks did not all land (best effort: a record
+// left behind is a Corrupt miss for its first reader, which deletes it).
+func (s *Store) checkPut(ctx context.Context, blocks []Block, errs []error, cmds [][]*redis.StatusCmd, rcmds []*redis.StatusCmd) []error {
+	var bad []Key
+	for i, b := range blocks {
+		if errs[i] != nil {
+			continue
+		}
+		for _, c := range cmds[i] {
+			if err := c.Err(); err != nil {
+				errs[i] = unavailable(err)
+				bad = append(bad, b.Key)
+				break
+			}
+		}
+		if errs[i] == nil && rcmds[i].Err() != nil {
+			errs[i] = unavailable(rcmds[i].Err())
+		}
+	}
+	if len(bad) > 0 && ctx.Err() == nil {
+		_, _ = s.Delete(ctx, bad)
 	}
 	return errs
 }
@@ -292,9 +334,9 @@ type GetItem struct {
 	Dst  []byte
 }
 
-// Get reads blocks in two pipelined round trips (commit records, then the
-// chunks of the records that verified) and copies each verified payload
-// into its Dst. Dst is written only for a Hit; other bytes of a missed
+// Get reads blocks in one pipelined round trip (each block's commit record
+// and its chunks: their count is fixed by PayloadBytes and ChunkBytes) and
+// copies each payload that verifies against its record into its Dst. Dst is written only for a Hit; other bytes of a missed
 // block may have been written and must not be used. Corrupt blocks are
 // deleted, so the next lookup misses at once.
 func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
@@ -304,13 +346,15 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 	}
 	pipe := s.c.Pipeline()
 	rcmds := make([]*redis.StringCmd, len(items))
+	ccmds := make([][]*redis.StringCmd, len(items))
 	for i, it := range items {
 		rcmds[i] = pipe.Get(ctx, s.recordKey(it.Key))
+		for c := range s.chunks {
+			ccmds[i] = append(ccmds[i], pipe.Get(ctx, s.chunkKey(it.Key, c)))
+		}
 	}
 	_, _ = pipe.Exec(ctx)
 	recs := make([]record, len(items))
-	cp := s.c.Pipeline()
-	ccmds := make([][]*redis.StringCmd, len(items))
 	var bad []Key
 	for i, it := range items {
 		b, err := rcmds[i].Bytes()
@@ -333,12 +377,6 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 			continue
 		}
 		recs[i] = r
-		for c := range r.Sums {
-			ccmds[i] = append(ccmds[i], cp.Get(ctx, s.chunkKey(it.Key, c)))
-		}
-	}
-	if cp.Len() > 0 {
-		_, _ = cp.Exec(ctx)
 	}
 	for i, it := range items {
 		if out[i] != 0 {

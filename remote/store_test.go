@@ -318,8 +318,8 @@ func TestRoundTripsPerCall(t *testing.T) {
 	}
 	rt.n = 0
 	put(t, s, bs)
-	if rt.n != 2 {
-		t.Fatalf("a write of 32 blocks took %d round trips, want 2", rt.n)
+	if rt.n != 1 {
+		t.Fatalf("a write of 32 blocks took %d round trips, want 1", rt.n)
 	}
 	rt.n = 0
 	if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 32 {
@@ -332,7 +332,7 @@ func TestRoundTripsPerCall(t *testing.T) {
 	if out, _ := get(t, s, bs); out[31] != Hit {
 		t.Fatal(out[31])
 	}
-	if rt.n != 2 {
-		t.Fatalf("a read of 32 blocks took %d round trips, want 2", rt.n)
+	if rt.n != 1 {
+		t.Fatalf("a read of 32 blocks took %d round trips, want 1", rt.n)
 	}
 }
