@@ -9,21 +9,25 @@
 //
 // An actor is a struct with Receive and a type switch; it decodes a message, calls
 // its plain type (the pools, the store and the policies are tested without
-// actors), and replies. The GPU actor is the thinnest: its tier's logic is the
-// state machine of package gpu/tier, and the actor only turns messages into
-// events and carries out the Ready each event leaves (copies, sends, timers,
-// replies); the disk actor does the same over disk.Store's Plan/Complete ops. Copies run on the device's stream workers and disk I/O on
+// actors), and replies. The GPU and pinned actors are the thinnest: their
+// tiers' logic is the state machines of packages gpu/tier and pinned
+// (pinned.Tier), and the actors only turn messages into events and carry out
+// the Ready each event leaves (copies, sends, timers, replies); the disk actor
+// does the same over disk.Store's Plan/Complete ops. Copies run on the device's stream workers and disk I/O on
 // the disk actor's workers; a completion comes back as a message, so no actor
 // blocks on I/O or on a future. Mailboxes are protoactor's default unbounded
-// queues: nothing is dropped. Each actor runs on its own goroutine (Dedicated).
+// queues: nothing is dropped; the Manager bounds the calls in flight
+// (Config.MaxPendingCalls), so memory stays bounded under any flood. Each actor runs on its own goroutine (Dedicated).
 //
 // # Files
 //
 //	gpu_actor.go      the GPU actor: messages to gpu/tier events, Ready executed
-//	pinned_actor.go   the pinned actor: grants, fetches, flush epochs
-//	pinned_disk.go    draining victims to disk, write-through, reads from disk
+//	pinned_actor.go   the pinned actor: messages to pinned.Tier events, Ready executed
 //	disk_*.go         the disk actor and its I/O workers
-//	index_actor.go    hash -> tiers below the GPU, longest-prefix lookups
+//	remote_actor.go   the shared Redis tier, speaking the disk protocol
+//	lower_actor.go    the fan-out below pinned memory to disk and remote
+//	index_actor.go    hash -> tiers below the GPU, longest-prefix lookups,
+//	                  BelowGone to the tiers above when a copy leaves
 //
 // # Tier boundary
 //

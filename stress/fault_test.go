@@ -83,7 +83,7 @@ func TestFaults(t *testing.T) {
 	f := &faults{rng: rand.New(rand.NewPCG(7, 7)), failH2D: 15, slowH2D: 15, failD2H: 10, slowD2H: 10, slow: 5 * time.Millisecond}
 	dev := newFaultyDevice(t, f)
 	defer dev.Close()
-	m := newManager(t, kvtier.Config{Device: dev, ReadDeadlineBase: 2 * time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+	m := newManager(t, kvtier.Config{Device: dev, ReadDeadlineBase: slowBuild * 2 * time.Millisecond, ReadDeadlinePerToken: slowBuild * time.Microsecond})
 	defer func() {
 		if err := m.Close(context.Background()); err != nil {
 			t.Errorf("close: %v", err)

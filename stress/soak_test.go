@@ -25,7 +25,7 @@ func TestSoak(t *testing.T) {
 	f := &faults{rng: rand.New(rand.NewPCG(13, 13)), failH2D: 5, slowH2D: 5, failD2H: 5, slowD2H: 5, slow: 3 * time.Millisecond}
 	dev := newFaultyDevice(t, f)
 	defer dev.Close()
-	cfg := kvtier.Config{Device: dev, ReadDeadlineBase: 2 * time.Millisecond, ReadDeadlinePerToken: time.Microsecond}
+	cfg := kvtier.Config{Device: dev, ReadDeadlineBase: slowBuild * 2 * time.Millisecond, ReadDeadlinePerToken: slowBuild * time.Microsecond}
 	if os.Getenv("KVTIER_SOAK_DISK") != "0" { // the disk tier too, unless asked not to
 		cfg.PinnedBytes, cfg.DiskDir, cfg.DiskBytes = 48<<12, t.TempDir(), 4096*(8<<10)
 	}

@@ -30,8 +30,10 @@ type fetchOp struct {
 }
 
 // pastDeadline says whether op's deadline has passed on the tier's clock.
-// Timers end most late loads; this catches those whose answer comes first
-// on a clock that runs apart from the wall clock (Config.Clock).
+// Timers end most late loads; a grant judged past it starts no copy, which
+// catches loads whose answer beats the timer on a clock that runs apart
+// from the wall clock (Config.Clock). A copy under way is not judged again:
+// it ends as a hit, or failed, or late by its timer.
 func (t *Tier) pastDeadline(op *fetchOp) bool { return op.timed && !t.now.Before(op.deadline) }
 
 // fetchGranted copies the granted leading run up; the rest of the op missed.
@@ -98,9 +100,6 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 		return
 	}
 	t.toPinned(&messages.FetchRelease{Slots: op.slots})
-	if t.pastDeadline(op) {
-		t.fetchLate(id)
-	}
 	op.copied = true
 	if op.late {
 		// The sequence moved on to fresh blocks; the late copy's blocks go back.

@@ -1,0 +1,8 @@
+//go:build invariants
+
+package stress
+
+// slowBuild: the invariants build walks every actor's state after every
+// message, several times slower; tests that race copies against load
+// deadlines scale their deadlines by it so the races still go both ways.
+const slowBuild = 10
