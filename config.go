@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/actors"
@@ -145,6 +146,18 @@ type Config struct {
 	System *actor.ActorSystem
 	// Logger receives kvtier's logs (default: none).
 	Logger *zap.Logger
+	// Registerer, when set, gets kvtier's Prometheus metrics (MetricNames):
+	// tier occupancy and counters read from Stats at each scrape, hit tokens
+	// per tier with their denominator, and per-link bytes, blocks, failures
+	// and a transfer-duration histogram. Never the global registry unless
+	// passed in. Close unregisters them. A Registerer that refuses them
+	// (another Manager's metrics already there) fails New.
+	Registerer prometheus.Registerer
+	// MetricsNamespaces is a comma-separated allowlist of tenant salts whose
+	// token counts get their own namespace label; requests without a salt
+	// are "default", every other salt is "other", so the series count stays
+	// bounded however many tenants come by.
+	MetricsNamespaces string
 }
 
 // ErrBadConfig is wrapped by every validation error of New.

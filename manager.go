@@ -88,6 +88,7 @@ type Manager struct {
 	layoutFP string // the layout part of every namespace
 	done     chan struct{}
 	stopped  chan struct{} // closed once Close has stopped every actor
+	metrics  *metricsSet   // nil without Config.Registerer
 	baseNS   string        // the namespace key with no salt and no LoRA
 	closeMu  chan struct{} // one Close at a time
 	calls    chan struct{} // a slot per call in flight (Config.MaxPendingCalls)
@@ -160,6 +161,11 @@ func New(cfg Config) (*Manager, error) {
 		m.ownSys = true
 	}
 	root := m.system.Root
+	var observe messages.LinkObserver
+	if c.Registerer != nil {
+		m.metrics = newMetrics(c.Registerer, layout.BlockBytes())
+		observe = m.metrics.observe
+	}
 	gcfg := actors.GPUConfig{
 		Pool: pool, Arena: m.arena, Stream: stream,
 		Ingestion: c.Ingestion, HotHits: c.HotHits,
@@ -167,6 +173,7 @@ func New(cfg Config) (*Manager, error) {
 		DoubleGetMinBlocks: c.DoubleGetMinBlocks, DoubleGetMinRatio: c.DoubleGetMinRatio,
 		ReadBase: c.ReadDeadlineBase, ReadPerToken: c.ReadDeadlinePerToken,
 		Log: c.Logger.Named("gpu"), Clock: clockFunc(c.Clock),
+		Observe: observe, Namespaces: metricsNamespaces(c.MetricsNamespaces),
 	}
 	if c.Remote != nil {
 		r := c.Remote
@@ -179,7 +186,7 @@ func New(cfg Config) (*Manager, error) {
 			c.Logger.Warn("kvtier remote tier: server not answering yet", zap.Error(perr))
 		}
 		m.remPID = root.Spawn(m.props(actors.NewRemoteActor(actors.RemoteConfig{Store: m.remote,
-			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote")})))
+			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe})))
 	}
 	if m.pinned != nil {
 		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID)))
@@ -188,7 +195,7 @@ func New(cfg Config) (*Manager, error) {
 			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: freeTarget(c.OffloadAhead, m.pinned.NumSlots()),
 		}
 		if m.store != nil {
-			prod, err := actors.NewDiskActor(actors.DiskConfig{Store: m.store, Index: m.idxPID, WriteQuota: c.DiskWriteQuota, Log: c.Logger.Named("disk"), Clock: clockFunc(c.Clock)})
+			prod, err := actors.NewDiskActor(actors.DiskConfig{Store: m.store, Index: m.idxPID, WriteQuota: c.DiskWriteQuota, Log: c.Logger.Named("disk"), Clock: clockFunc(c.Clock), Observe: observe})
 			if err != nil { // cannot happen: every field is set and checked above
 				panic("kvtier: disk actor config: " + err.Error())
 			}
@@ -209,6 +216,14 @@ func New(cfg Config) (*Manager, error) {
 	m.gpuPID = root.Spawn(m.props(actors.NewGPUActor(gcfg)))
 	if m.idxPID != nil {
 		root.Send(m.idxPID, &actors.IndexWatch{GPU: m.gpuPID, Pinned: m.pinPID})
+	}
+	if m.metrics != nil {
+		m.metrics.m = m
+		if err := m.metrics.register(); err != nil {
+			m.metrics = nil
+			_ = m.Close(context.Background())
+			return nil, err
+		}
 	}
 	c.Logger.Info("kvtier manager started", zap.Int("gpu_blocks", c.GPUBlocks), zap.Int("block_bytes", layout.BlockBytes()),
 		zap.Int64("pinned_bytes", c.PinnedBytes), zap.Stringer("ingestion", c.Ingestion), zap.String("device", m.device.Name()))
@@ -748,6 +763,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	default:
 	}
 	flushErr := m.Flush(ctx)
+	if m.metrics != nil {
+		m.metrics.unregister()
+	}
 	close(m.done)
 	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.lowPID, m.diskPID, m.remPID, m.idxPID} {
 		if pid != nil {

@@ -50,6 +50,9 @@ type DiskConfig struct {
 	// Clock judges read deadlines (nil: time.Now); a timer set from it
 	// ends reads still running at their deadline.
 	Clock func() time.Time
+	// Observe, when set, hears of every block written or read, from the
+	// I/O worker that did it.
+	Observe messages.LinkObserver
 }
 
 // withDefaults validates c and returns a copy with defaults filled in.
@@ -216,7 +219,16 @@ func (a *DiskActor) Receive(ctx actor.Context) {
 func (a *DiskActor) start(ctx actor.Context) {
 	a.self, a.sys = ctx.Self(), ctx.ActorSystem()
 	root, self := a.sys.Root, a.self
+	observe := a.cfg.Observe
 	a.workers = startDiskWorkers(a.cfg.Workers, func(j *diskJob) {
+		if observe != nil && !j.cancelled {
+			switch {
+			case j.write != nil:
+				observe(messages.LinkHostToDisk, 1, int64(len(j.payload)), j.took, j.err == nil)
+			case j.read != nil:
+				observe(messages.LinkDiskToHost, 1, int64(j.read.Len()), j.took, j.err == nil)
+			}
+		}
 		root.Send(self, &diskJobDone{job: j})
 	})
 	var hashes []uint64

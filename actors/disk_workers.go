@@ -2,6 +2,7 @@ package actors
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kvtier/kvtier/disk"
 )
@@ -24,7 +25,8 @@ type diskJob struct {
 
 	copy *diskCopy // buf is the verified payload it copies from
 
-	err error // set by the worker before it reports
+	err  error         // set by the worker before it reports
+	took time.Duration // how long Execute ran
 	// cancelled marks a job still queued at shutdown: Execute never ran.
 	cancelled bool
 }
@@ -57,6 +59,7 @@ func startDiskWorkers(n int, report func(*diskJob)) *diskWorkers {
 		go func() {
 			defer w.wg.Done()
 			for j := range w.jobs {
+				start := time.Now()
 				switch {
 				case j.write != nil:
 					j.err = j.write.Execute(j.payload)
@@ -67,6 +70,7 @@ func startDiskWorkers(n int, report func(*diskJob)) *diskWorkers {
 				default:
 					j.err = j.read.Execute(j.buf)
 				}
+				j.took = time.Since(start)
 				report(j)
 			}
 		}()

@@ -54,6 +54,11 @@ type GPUConfig struct {
 	// a late load becomes a miss. Zero ReadPerToken and ReadBase: no deadline.
 	ReadBase, ReadPerToken time.Duration
 
+	// Observe, when set, hears of every finished copy (gpu_to_host,
+	// host_to_gpu), from the goroutine that waited for it.
+	Observe messages.LinkObserver
+	// Namespaces are the tenant salts counted apart in TierStats.Tokens.
+	Namespaces []string
 	// Clock is the tier's clock (default time.Now); deadlines are computed
 	// on it.
 	Clock func() time.Time
@@ -89,6 +94,7 @@ func NewGPUActor(cfg GPUConfig) actor.Producer {
 				OffloadThreshold: cfg.OffloadThreshold, OffloadAhead: cfg.OffloadAhead,
 				DoubleGetMinBlocks: cfg.DoubleGetMinBlocks, DoubleGetMinRatio: cfg.DoubleGetMinRatio,
 				ReadBase: cfg.ReadBase, ReadPerToken: cfg.ReadPerToken, Log: cfg.Log,
+				Namespaces: cfg.Namespaces,
 			}),
 			events: map[tier.CopyID]*gpu.Event{},
 			timers: map[uint64]*time.Timer{},
@@ -176,8 +182,20 @@ func (a *GPUActor) execute(ctx actor.Context) {
 			continue
 		}
 		a.events[c.CopyID] = ev
+		start, observe := time.Now(), a.cfg.Observe
 		go func() {
 			<-ev.Done()
+			if observe != nil {
+				link := messages.LinkHostToGPU
+				if c.Dir == gpu.D2H {
+					link = messages.LinkGPUToHost
+				}
+				var n int64
+				for _, op := range c.Ops {
+					n += int64(len(op.Host))
+				}
+				observe(link, len(c.Ops), n, time.Since(start), ev.Err() == nil)
+			}
 			sys.Root.Send(self, &copyDone{id: c.CopyID, err: ev.Err()})
 		}()
 	}

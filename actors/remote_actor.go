@@ -26,6 +26,9 @@ type RemoteConfig struct {
 	// read without a deadline of its own and a lookup (default 1s).
 	WriteTimeout, ReadTimeout time.Duration
 	Log                       *zap.Logger
+	// Observe, when set, hears of every batch written or read, from the
+	// goroutine that ran it.
+	Observe messages.LinkObserver
 }
 
 // RemoteActor is the thin actor over remote.Store. It speaks the disk
@@ -166,7 +169,17 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.DiskWrite) {
 	go func() {
 		defer a.wg.Done()
 		c, cancel := context.WithTimeout(a.base, a.cfg.WriteTimeout)
+		start := time.Now()
 		w.errs = a.store.Put(c, blocks)
+		if obs := a.cfg.Observe; obs != nil {
+			n := 0
+			for _, err := range w.errs {
+				if err == nil {
+					n++
+				}
+			}
+			obs(messages.LinkHostToRemote, n, w.bytes, time.Since(start), n == len(blocks))
+		}
 		cancel()
 		sys.Root.Send(self, w)
 	}()
@@ -224,7 +237,18 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.DiskRead) {
 	go func() {
 		defer a.wg.Done()
 		c, cancel := context.WithDeadline(a.base, deadline)
+		start := time.Now()
 		out := a.store.Get(c, items)
+		if obs := a.cfg.Observe; obs != nil {
+			n, bytes := 0, int64(0)
+			for i, o := range out {
+				if o == remote.Hit {
+					n++
+					bytes += int64(len(items[i].Dst))
+				}
+			}
+			obs(messages.LinkRemoteToHost, n, bytes, time.Since(start), n == len(items))
+		}
 		late := c.Err() != nil
 		cancel()
 		sys.Root.Send(self, &remoteRead{to: to, id: m.ID, out: out, late: late})

@@ -331,6 +331,10 @@ type TierStats struct {
 	Mismatches     uint64 // blocks found under their hash whose digest differed (never served)
 	InFlight       int
 	Extra          map[string]float64 `json:",omitempty"`
+	// Tokens (the GPU tier only) is what allocations asked and found, by
+	// namespace label: a tenant salt the Manager's MetricsNamespaces names,
+	// or "other".
+	Tokens map[string]TokenCounts `json:",omitempty"`
 }
 
 func (s TierStats) String() string {
@@ -466,4 +470,59 @@ type PinnedQuery struct {
 	Hashes  []uint64
 	Digests []prefixhash.Digest
 	Reply   chan *QueryResult
+}
+
+// Link names a path blocks travel between two tiers.
+type Link uint8
+
+// The links.
+const (
+	LinkGPUToHost Link = iota + 1
+	LinkHostToGPU
+	LinkHostToDisk
+	LinkDiskToHost
+	LinkHostToRemote
+	LinkRemoteToHost
+)
+
+// Links lists every link, in order.
+var Links = []Link{LinkGPUToHost, LinkHostToGPU, LinkHostToDisk, LinkDiskToHost, LinkHostToRemote, LinkRemoteToHost}
+
+func (l Link) String() string {
+	switch l {
+	case LinkGPUToHost:
+		return "gpu_to_host"
+	case LinkHostToGPU:
+		return "host_to_gpu"
+	case LinkHostToDisk:
+		return "host_to_disk"
+	case LinkDiskToHost:
+		return "disk_to_host"
+	case LinkHostToRemote:
+		return "host_to_remote"
+	case LinkRemoteToHost:
+		return "remote_to_host"
+	}
+	return fmt.Sprintf("Link(%d)", int(l))
+}
+
+// LinkObserver hears of every finished transfer on a link: blocks and bytes
+// moved (ok false: the transfer failed) and how long it took. It is called
+// from copy and I/O goroutines, never an actor's, so it must be safe for
+// concurrent use and quick.
+type LinkObserver func(l Link, blocks int, bytes int64, d time.Duration, ok bool)
+
+// TokenCounts is what allocations asked and found, in tokens: Prompt is the
+// tokens asked for, the others the leading tokens each tier served.
+type TokenCounts struct {
+	Prompt, GPU, Pinned, Disk, Remote uint64
+}
+
+// Add adds the tokens of one allocation result for a prompt of n tokens.
+func (c *TokenCounts) Add(n int, r *AllocResult) {
+	c.Prompt += uint64(n)
+	c.GPU += uint64(r.GPUTokens)
+	c.Pinned += uint64(r.PinnedTokens)
+	c.Disk += uint64(r.DiskTokens)
+	c.Remote += uint64(r.RemoteTokens)
 }

@@ -220,6 +220,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 			t.toPinned(req)
 		}
 	}
+	t.countTokens(r.Salt, len(r.Tokens), out)
 	w.done(t)
 }
 

@@ -3,6 +3,7 @@ package tier
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,6 +61,10 @@ type Config struct {
 	// ReadBase: no deadline.
 	ReadBase, ReadPerToken time.Duration
 
+	// Namespaces are the tenant salts whose token counts Stats reports
+	// apart (TierStats.Tokens); every other salt counts as "other".
+	Namespaces []string
+
 	Log *zap.Logger
 }
 
@@ -89,6 +94,7 @@ type Tier struct {
 	// ahead of need pin them; they retry as those copies finish.
 	parked  []func()
 	stats   messages.TierStats
+	tokens  map[string]*messages.TokenCounts // by namespace label, bounded by Config.Namespaces
 	evicted []blockpool.Evicted
 	scratch []blockpool.BlockID
 	// notReady counts, per sequence, allocations whose loads from lower
@@ -281,8 +287,39 @@ func (t *Tier) Stats() messages.TierStats {
 	s.BytesUsed = int64(s.UsedBlocks) * int64(t.cfg.BlockBytes)
 	s.InFlight = len(t.offload) + len(t.fetches)
 	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived)}
+	s.Tokens = make(map[string]messages.TokenCounts, len(t.tokens))
+	for ns, c := range t.tokens {
+		s.Tokens[ns] = *c
+	}
 	return s
 }
 
 // CheckPool runs the owned pool's invariant walk; for the invariants build and tests.
 func (t *Tier) CheckPool() error { return t.pool.CheckInvariants() }
+
+// OtherNamespace labels the token counts of salts Config.Namespaces does not
+// name.
+const OtherNamespace = "other"
+
+// DefaultNamespace labels the token counts of requests with no salt.
+const DefaultNamespace = "default"
+
+// countTokens adds an allocation's tokens under its namespace label.
+func (t *Tier) countTokens(salt string, n int, out *messages.AllocResult) {
+	label := OtherNamespace
+	switch {
+	case salt == "":
+		label = DefaultNamespace
+	case slices.Contains(t.cfg.Namespaces, salt):
+		label = salt
+	}
+	if t.tokens == nil {
+		t.tokens = make(map[string]*messages.TokenCounts)
+	}
+	c := t.tokens[label]
+	if c == nil {
+		c = &messages.TokenCounts{}
+		t.tokens[label] = c
+	}
+	c.Add(n, out)
+}

@@ -1,0 +1,191 @@
+package kvtier
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// scrape fetches /metrics from a server over reg and parses it.
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	return fams
+}
+
+// value returns the value of the series of family name with labels (pairs).
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	f, ok := fams[name]
+	if !ok {
+		t.Fatalf("no metric %s", name)
+	}
+	for _, m := range f.GetMetric() {
+		match := true
+		for i := 0; i < len(labels); i += 2 {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			match = match && found
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// TestMetricsScrapeMatchesStats: after a workload with GPU hits, pinned
+// loads and tenants, the metrics scraped over HTTP equal Stats: tier
+// counters, hit tokens per tier and namespace with their denominator
+// (listed salts apart, the rest "other", no salt "default"), and the links'
+// blocks and transfer durations.
+func TestMetricsScrapeMatchesStats(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 16 * 4096, Registerer: reg, MetricsNamespaces: "tenant-a"})
+	prompts := map[string][]int64{"": toks(10, 2*bt), "tenant-a": toks(200, 2*bt), "tenant-b": toks(300, 2*bt)}
+	var promptTokens = map[string]int{}
+	seq := uint64(0)
+	for round := range 3 {
+		for salt, p := range prompts {
+			seq++
+			r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: p, Salt: salt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait(t, r)
+			promptTokens[salt] += len(p)
+			if err := commitFree(ctx, m, seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 1 { // push everything to pinned memory: the last round loads
+			for i := range 3 {
+				seq++
+				r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: toks(5000+100*i, 2*bt)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait(t, r)
+				promptTokens[""] += 2 * bt
+				if err := commitFree(ctx, m, seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, reg)
+	for _, ts := range st.Tiers {
+		tier := ts.Tier.String()
+		for name, want := range map[string]float64{
+			"kvtier_tier_hit_blocks_total":     float64(ts.Hits),
+			"kvtier_tier_miss_blocks_total":    float64(ts.Misses),
+			"kvtier_tier_capacity_blocks":      float64(ts.Blocks),
+			"kvtier_tier_written_blocks_total": float64(ts.Offloaded),
+			"kvtier_tier_loaded_blocks_total":  float64(ts.Onboarded),
+		} {
+			if got := value(t, fams, name, "tier", tier); got != want {
+				t.Errorf("%s{tier=%s} = %v, Stats says %v", name, tier, got, want)
+			}
+		}
+	}
+	if st.GPU.Hits == 0 || st.GPU.Onboarded == 0 {
+		t.Fatalf("the workload did not hit and load: %v", st.GPU)
+	}
+	for ns, salt := range map[string]string{"default": "", "tenant-a": "tenant-a", "other": "tenant-b"} {
+		if got := value(t, fams, "kvtier_lookup_tokens_total", "namespace", ns); got != float64(promptTokens[salt]) {
+			t.Errorf("lookup tokens of %s = %v, want %d", ns, got, promptTokens[salt])
+		}
+	}
+	var hitTokens float64
+	for _, tier := range []string{"gpu", "pinned", "disk", "remote"} {
+		for _, ns := range []string{"default", "tenant-a", "other"} {
+			hitTokens += value(t, fams, "kvtier_hit_tokens_total", "tier", tier, "namespace", ns)
+		}
+	}
+	if want := float64(st.GPU.Hits*bt) + float64(st.GPU.Onboarded*bt); hitTokens != want {
+		t.Errorf("hit tokens over tiers and namespaces = %v, want GPU hits + loads = %v", hitTokens, want)
+	}
+	if got := value(t, fams, "kvtier_link_blocks_total", "link", "host_to_gpu"); got != float64(st.GPU.Onboarded) {
+		t.Errorf("host_to_gpu blocks = %v, GPU onboarded %d", got, st.GPU.Onboarded)
+	}
+	if got := value(t, fams, "kvtier_link_transfer_seconds", "link", "gpu_to_host"); got == 0 {
+		t.Error("no gpu_to_host transfer observed")
+	}
+	for _, name := range MetricNames() {
+		if name == metricLinkFailures || name == metricScrapeErrors {
+			continue // zero here: absent or 0
+		}
+		if _, ok := fams[name]; !ok {
+			t.Errorf("metric %s not exported", name)
+		}
+	}
+}
+
+// TestMetricsRegistration: a second Manager on the same Registerer fails
+// New with ErrBadConfig (its series would collide); Close unregisters, so
+// the next Manager registers again.
+func TestMetricsRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(Config{GPUBlocks: 4, BlockTokens: bt, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{GPUBlocks: 4, BlockTokens: bt, Registerer: reg}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("a second Manager on one registry: %v, want ErrBadConfig", err)
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Config{GPUBlocks: 4, BlockTokens: bt, Registerer: reg})
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	if err := m2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
