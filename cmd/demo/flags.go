@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/internal/promserve"
 	"github.com/kvtier/kvtier/policy"
 	"github.com/kvtier/kvtier/scheduler"
 	"github.com/kvtier/kvtier/trace"
@@ -65,9 +66,11 @@ type options struct {
 	vocab          int
 	seriesInterval time.Duration
 
-	plotPath string
-	jsonPath string
-	progress bool
+	plotPath    string
+	metricsAddr string          // -metrics-addr: serve Prometheus metrics here
+	metrics     *promserve.Sink // set by run when metricsAddr is
+	jsonPath    string
+	progress    bool
 }
 
 // tierSet is one configuration of the side-by-side run: which tiers it has.
@@ -195,6 +198,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.plotPath, "plot", "kvtier-demo.png", `write the TTFT CDF and hit ratio over time to this file (.png or .svg; "" to skip)`)
 	fs.StringVar(&o.jsonPath, "json", "", `write the numbers as JSON to this file ("-": stdout, and the table goes to stderr)`)
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when stderr is not a terminal")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", `serve kvtier's Prometheus metrics on this address (e.g. ":9400") at /metrics while the demo runs, then keep serving each configuration's final values until interrupted`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -44,6 +44,7 @@ import (
 	"syscall"
 
 	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/internal/promserve"
 	"github.com/kvtier/kvtier/scheduler"
 	"github.com/kvtier/kvtier/trace"
 )
@@ -84,6 +85,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	table := stdout
 	if o.jsonPath == "-" {
 		table = stderr
+	}
+	if o.metricsAddr != "" {
+		if o.metrics, err = promserve.Start(o.metricsAddr); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "metrics: http://%s/metrics\n", o.metrics.Addr)
+		defer func() {
+			if err == nil && ctx.Err() == nil {
+				err = o.metrics.Hold(ctx, stderr)
+			} else {
+				_ = o.metrics.Close()
+			}
+		}()
 	}
 	if o.nodes > 0 {
 		if autoScale {

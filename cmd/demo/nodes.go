@@ -124,6 +124,13 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 			// it lands in this one's pinned memory, not when it is evicted.
 			mc.DiskIngestion = kvtier.IngestAll
 		}
+		if o.metrics != nil {
+			label := r.String()
+			if shared {
+				label += "+shared"
+			}
+			mc.Registerer = o.metrics.Registerer(fmt.Sprintf("%s/replica%d", label, i))
+		}
 		m, err := kvtier.New(mc)
 		if err != nil {
 			return out, fmt.Errorf("replica %d: %w", i, err)
@@ -150,6 +157,11 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 			return out, fmt.Errorf("%s: step at %v: %w", r, next.s.Now(), err)
 		}
 		next.tr.step(rep)
+	}
+	if o.metrics != nil {
+		if err := o.metrics.Freeze(); err != nil {
+			return out, err
+		}
 	}
 	var ttfts []time.Duration
 	for _, n := range nodes {

@@ -92,6 +92,9 @@ func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, dis
 	if err != nil {
 		return out, err
 	}
+	if o.metrics != nil {
+		mc.Registerer = o.metrics.Registerer(t.String())
+	}
 	m, err := kvtier.New(mc)
 	if err != nil {
 		return out, err
@@ -124,6 +127,8 @@ func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, dis
 	out.wall = time.Since(start)
 	out.res = s.Result()
 	out.ttfts = tr.values()
-	out.stats, err = m.Stats(ctx)
+	if out.stats, err = m.Stats(ctx); err == nil && o.metrics != nil {
+		err = o.metrics.Freeze() // the final values outlive the Manager
+	}
 	return out, err
 }

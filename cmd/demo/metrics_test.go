@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+)
+
+// TestMetricsAfterRun: with -metrics-addr the demo serves /metrics while it
+// runs and, after, each configuration's final values; scraped over HTTP
+// they equal the Stats the JSON report carries, per configuration and tier.
+func TestMetricsAfterRun(t *testing.T) {
+	path, _ := smallTrace(t)
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"-trace", path, "-configs", "gpu,pinned", "-plot", "", "-json", jsonPath,
+			"-metrics-addr", "127.0.0.1:0", "-gpu-blocks", "64", "-pinned-blocks", "256", "-block-tokens", "256"}, io.Discard, pw, false)
+		pw.Close()
+		done <- err
+	}()
+	addr := ""
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "metrics: serving the final values on http://") {
+			addr = strings.Fields(strings.TrimPrefix(line, "metrics: serving the final values on "))[0]
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if addr == "" {
+		cancel()
+		t.Fatalf("the demo never said it serves metrics: %v", <-done)
+	}
+	resp, err := http.Get(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep jsonReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	series := func(name, config, tier string) (float64, bool) {
+		for _, m := range fams[name].GetMetric() {
+			var c, tr string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "config":
+					c = l.GetValue()
+				case "tier":
+					tr = l.GetValue()
+				}
+			}
+			if c == config && tr == tier {
+				return m.GetCounter().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	checked := 0
+	for _, c := range rep.Configs {
+		for _, ts := range c.Tiers {
+			for name, want := range map[string]uint64{"kvtier_tier_hit_blocks_total": ts.Hits, "kvtier_tier_written_blocks_total": ts.Offloaded,
+				"kvtier_tier_loaded_blocks_total": ts.Onboarded} {
+				got, ok := series(name, c.Name, ts.Tier.String())
+				if !ok || got != float64(want) {
+					t.Errorf("%s{config=%s,tier=%s} = %v (present %v), the report says %d", name, c.Name, ts.Tier, got, ok, want)
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 9 {
+		t.Fatalf("only %d series checked", checked)
+	}
+}
