@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/kvtier/kvtier/events"
 	"math"
 	"os"
 	"time"
@@ -158,6 +159,32 @@ type Config struct {
 	// are "default", every other salt is "other", so the series count stays
 	// bounded however many tenants come by.
 	MetricsNamespaces string
+	// Events, when set, publishes every change of residency on every tier
+	// as vLLM's KV events (ZMQ PUB), with vLLM's replay socket and a
+	// snapshot request; see EventsConfig and package events.
+	Events *EventsConfig
+}
+
+// EventsConfig configures the KV-event publisher (package events).
+type EventsConfig struct {
+	// Endpoint is the PUB socket, e.g. "tcp://*:5557" (port 0 picks a
+	// free one: Manager.EventEndpoints says which).
+	Endpoint string
+	// ReplayEndpoint, when set, is the ROUTER socket for replay (vLLM's
+	// protocol) and snapshot requests.
+	ReplayEndpoint string
+	// Topic is each message's first frame (llm-d's indexer reads
+	// "kv@<pod>@<model>").
+	Topic string
+	// Format is "map" (vLLM >= 0.24's events, the default) or "array"
+	// (older vLLM's positional events).
+	Format string
+	// BufferSteps is how many batches replay keeps (default 10000);
+	// QueueSize how many wait for a slow socket before one is dropped
+	// (default 100000).
+	BufferSteps, QueueSize int
+	// DPRank is the batches' data-parallel rank.
+	DPRank int
 }
 
 // ErrBadConfig is wrapped by every validation error of New.
@@ -233,6 +260,17 @@ func (c Config) withDefaults() (Config, error) {
 	evictionPolicy("DiskPolicy", &c.DiskPolicy)
 	ingestion("DiskIngestion", &c.DiskIngestion)
 	count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
+	if e := c.Events; e != nil {
+		if e.Endpoint == "" {
+			bad("Events.Endpoint", e.Endpoint, "needs a ZMQ endpoint such as tcp://*:5557")
+		}
+		if _, err := events.ParseFormat(e.Format); err != nil {
+			bad("Events.Format", e.Format, "must be map or array")
+		}
+		if e.BufferSteps < 0 || e.QueueSize < 0 || e.DPRank < 0 {
+			bad("Events", *e, "BufferSteps, QueueSize and DPRank must be >= 0")
+		}
+	}
 	if c.Remote != nil && c.PinnedBytes == 0 {
 		bad("Remote", c.Remote.Addrs, "the remote tier needs a pinned tier above it (PinnedBytes > 0)")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvtier/kvtier/actors"
 	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/events"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
 	"github.com/kvtier/kvtier/pinned"
@@ -29,6 +30,7 @@ type (
 	CommitItem     = messages.CommitItem
 	OnboardOutcome = messages.OnboardOutcome
 	TierStats      = messages.TierStats
+	Tier           = messages.Tier // a tier, or a set of them: GPU, Pinned, Disk, Remote
 	BlockID        = blockpool.BlockID
 )
 
@@ -80,9 +82,11 @@ type Manager struct {
 	pinPID   *actor.PID
 	idxPID   *actor.PID
 	diskPID  *actor.PID
-	remPID   *actor.PID    // the shared remote tier's actor, when configured
-	lowPID   *actor.PID    // fans the pinned tier's writes and reads out to disk and remote
-	remote   *remote.Store // for Delete and Lookup, called on the caller's goroutine (it is stateless)
+	remPID   *actor.PID     // the shared remote tier's actor, when configured
+	lowPID   *actor.PID     // fans the pinned tier's writes and reads out to disk and remote
+	remote   *remote.Store  // for Delete and Lookup, called on the caller's goroutine (it is stateless)
+	evPID    *actor.PID     // the KV-event publisher, with Config.Events
+	evServer *events.Server // its sockets
 	disps    []*actors.Dedicated
 	layout   gpu.Layout
 	layoutFP string // the layout part of every namespace
@@ -106,7 +110,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// Digests only for tiers below the GPU: every lower tier hangs under the
 	// pinned one.
-	pcfg := blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize, Digests: c.PinnedBytes > 0}
+	pcfg := blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize, Digests: c.PinnedBytes > 0, Journal: c.Events != nil}
 	// The pool's slices are made with make, whose failure kills the process:
 	// refuse sizes no machine of this memory backs, with an error.
 	if mem, ok := gpu.SystemMemory(); ok && uint64(blockpool.MetadataBytes(pcfg)) > mem {
@@ -123,6 +127,9 @@ func New(cfg Config) (*Manager, error) {
 		m.ownDev = true
 	}
 	fail := func(err error) (*Manager, error) {
+		if m.evPID != nil { // before its sockets close
+			_ = m.system.Root.StopFuture(m.evPID).Wait()
+		}
 		m.release()
 		return nil, err
 	}
@@ -175,6 +182,17 @@ func New(cfg Config) (*Manager, error) {
 		Log: c.Logger.Named("gpu"), Clock: clockFunc(c.Clock),
 		Observe: observe, Namespaces: metricsNamespaces(c.MetricsNamespaces),
 	}
+	if e := c.Events; e != nil {
+		format, _ := events.ParseFormat(e.Format) // checked by withDefaults
+		pub := events.NewPublisher(events.Config{Format: format, BlockSize: c.BlockTokens, DPRank: e.DPRank, BufferSteps: e.BufferSteps})
+		src := actors.NewEventsSource(m.system)
+		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize}, src); err != nil {
+			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
+		}
+		m.evPID = root.Spawn(m.props(actors.NewEventsActor(actors.EventsConfig{Publisher: pub, Server: m.evServer, Log: c.Logger.Named("events")})))
+		src.Bind(m.evPID)
+		gcfg.Events = m.evPID
+	}
 	if c.Remote != nil {
 		r := c.Remote
 		m.remote, err = remote.New(remote.Config{Addrs: r.Addrs, Cluster: r.Cluster, Username: r.Username, Password: r.Password, TLS: r.TLS,
@@ -186,10 +204,10 @@ func New(cfg Config) (*Manager, error) {
 			c.Logger.Warn("kvtier remote tier: server not answering yet", zap.Error(perr))
 		}
 		m.remPID = root.Spawn(m.props(actors.NewRemoteActor(actors.RemoteConfig{Store: m.remote,
-			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe})))
+			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe, Events: m.evPID})))
 	}
 	if m.pinned != nil {
-		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID)))
+		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID, m.evPID)))
 		pcfg := actors.PinnedConfig{
 			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"), Clock: clockFunc(c.Clock),
 			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: freeTarget(c.OffloadAhead, m.pinned.NumSlots()),
@@ -767,7 +785,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.metrics.unregister()
 	}
 	close(m.done)
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.lowPID, m.diskPID, m.remPID, m.idxPID} {
+	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.lowPID, m.diskPID, m.remPID, m.idxPID, m.evPID} { // the publisher last: it hears the others
 		if pid != nil {
 			if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
 				m.cfg.Logger.Warn("kvtier: stopping an actor", zap.Error(err))
@@ -799,6 +817,9 @@ func (m *Manager) release() error {
 	}
 	if m.store != nil { // opened, never handed to an actor
 		errs = append(errs, m.store.Close())
+	}
+	if m.evServer != nil { // after its actor stopped: the batches queued go out first
+		errs = append(errs, m.evServer.Close())
 	}
 	if m.remote != nil && m.remPID == nil { // made, never handed to an actor
 		errs = append(errs, m.remote.Close())

@@ -38,6 +38,9 @@ type GPUConfig struct {
 	Stream gpu.Stream
 	// Pinned and Index are nil for a GPU-only manager.
 	Pinned, Index *actor.PID
+	// Events, when set, is the KV-event publisher: it hears what became
+	// findable on the GPU or stopped being (the pool needs Journal on).
+	Events *actor.PID
 
 	Ingestion        Ingestion
 	HotHits          int
@@ -156,6 +159,8 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		a.t.Flush(m.Reply)
 	case *messages.StatsRequest:
 		m.Reply <- a.t.Stats()
+	case *messages.ResidencyQuery:
+		m.Reply <- map[messages.Tier][]uint64{messages.GPU: a.t.CachedHashes()}
 	case *actor.Started, *actor.Stopping, *actor.Restarting:
 	case *actor.Stopped:
 		a.t.Stop()
@@ -175,6 +180,11 @@ func (a *GPUActor) execute(ctx actor.Context) {
 	}
 	r := a.t.Ready()
 	self, sys := ctx.Self(), ctx.ActorSystem()
+	if r.Residency != nil && a.cfg.Events != nil {
+		// First: a block is stored on the GPU before any copy of it is
+		// offered to the tiers below.
+		ctx.Send(a.cfg.Events, r.Residency)
+	}
 	for _, c := range r.Copies {
 		ev, err := a.enqueue(c)
 		if err != nil {

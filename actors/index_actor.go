@@ -21,6 +21,9 @@ type IndexActor struct {
 	// gpu and pinned hear of blocks that left the tiers below them
 	// (messages.BelowGone), once IndexWatch named them.
 	gpu, pinned *actor.PID
+	// events, when set, is the KV-event publisher: the index forwards the
+	// pinned and disk tiers' changes to it, in the order it applies them.
+	events *actor.PID
 }
 
 // IndexWatch names the tiers the index tells when blocks leave the tiers
@@ -35,10 +38,10 @@ type remotePending struct {
 	chains []int // indexes of res.Tiers asked about, in RemoteLookup order
 }
 
-// NewIndexActor returns the actor's producer; remote may be nil.
-func NewIndexActor(log *zap.Logger, remote *actor.PID) actor.Producer {
+// NewIndexActor returns the actor's producer; remote and events may be nil.
+func NewIndexActor(log *zap.Logger, remote, events *actor.PID) actor.Producer {
 	return func() actor.Actor {
-		return &IndexActor{log: log, residency: make(map[uint64]messages.Tier), remote: remote, pending: map[uint64]*remotePending{}}
+		return &IndexActor{log: log, residency: make(map[uint64]messages.Tier), remote: remote, events: events, pending: map[uint64]*remotePending{}}
 	}
 }
 
@@ -47,7 +50,16 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *IndexWatch:
 		a.gpu, a.pinned = m.GPU, m.Pinned
+	case *EventsSync:
+		if a.events != nil {
+			ctx.Send(a.events, m)
+		} else {
+			m.Reply <- EventsSeq{}
+		}
 	case *messages.IndexUpdate:
+		if a.events != nil {
+			ctx.Send(a.events, residencyOf(m))
+		}
 		for _, h := range m.Added {
 			a.residency[h] |= m.Tier
 		}
@@ -111,6 +123,16 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 			}
 		}
 		ctx.Send(p.to, p.res)
+	case *messages.ResidencyQuery:
+		out := map[messages.Tier][]uint64{}
+		for h, t := range a.residency {
+			for _, tier := range []messages.Tier{messages.Pinned, messages.Disk} {
+				if t&tier != 0 {
+					out[tier] = append(out[tier], h)
+				}
+			}
+		}
+		m.Reply <- out
 	case *messages.StatsRequest:
 		m.Reply <- messages.TierStats{UsedBlocks: len(a.residency), Extra: map[string]float64{"lookups": float64(a.lookups)}}
 	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
@@ -135,4 +157,17 @@ func (a *IndexActor) leadingRun(chain []uint64) []messages.Tier {
 		}
 	}
 	return out
+}
+
+// residencyOf is an index update as the event publisher takes it: the
+// additions, then the removals, as the index applies them.
+func residencyOf(m *messages.IndexUpdate) *messages.Residency {
+	r := &messages.Residency{Tier: m.Tier, Changes: make([]messages.ResidencyChange, 0, len(m.Added)+len(m.Remove))}
+	for _, h := range m.Added {
+		r.Changes = append(r.Changes, messages.ResidencyChange{Stored: true, Hash: h})
+	}
+	for _, h := range m.Remove {
+		r.Changes = append(r.Changes, messages.ResidencyChange{Hash: h})
+	}
+	return r
 }

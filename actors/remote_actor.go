@@ -29,6 +29,10 @@ type RemoteConfig struct {
 	// Observe, when set, hears of every batch written or read, from the
 	// goroutine that ran it.
 	Observe messages.LinkObserver
+	// Events, when set, is the KV-event publisher: it hears of blocks this
+	// node wrote and of blocks a read found gone or corrupt (Redis evicts
+	// and expires silently: the stream's REMOTE residency is a hint).
+	Events *actor.PID
 }
 
 // RemoteActor is the thin actor over remote.Store. It speaks the disk
@@ -84,10 +88,11 @@ type remoteWritten struct {
 }
 
 type remoteRead struct {
-	to   *actor.PID
-	id   uint64
-	out  []remote.Outcome
-	late bool
+	to     *actor.PID
+	id     uint64
+	out    []remote.Outcome
+	hashes []uint64 // the items' hashes
+	late   bool
 }
 
 type remoteFound struct {
@@ -198,6 +203,13 @@ func (a *RemoteActor) written(ctx actor.Context, w *remoteWritten) {
 		}
 	}
 	a.stats.Offloaded += uint64(len(ok))
+	if a.cfg.Events != nil && len(ok) > 0 {
+		r := &messages.Residency{Tier: messages.Remote, Changes: make([]messages.ResidencyChange, len(ok))}
+		for i, h := range ok {
+			r.Changes[i] = messages.ResidencyChange{Stored: true, Hash: h}
+		}
+		ctx.Send(a.cfg.Events, r) // before the slots go back: stored below before gone above
+	}
 	ctx.Send(w.to, &messages.DiskWriteDone{Slots: w.slots, Written: ok})
 	a.answerFlushers()
 }
@@ -225,8 +237,10 @@ func (a *RemoteActor) answerFlushers() {
 // (or ReadTimeout).
 func (a *RemoteActor) read(ctx actor.Context, m *messages.DiskRead) {
 	items := make([]remote.GetItem, len(m.Items))
+	hashes := make([]uint64, len(m.Items))
 	for i, it := range m.Items {
 		items[i] = remote.GetItem{Key: remote.Key{Digest: it.Digest}, Hash: it.Hash, Dst: it.Bytes}
+		hashes[i] = it.Hash
 	}
 	deadline := m.Deadline
 	if deadline.IsZero() {
@@ -251,22 +265,29 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.DiskRead) {
 		}
 		late := c.Err() != nil
 		cancel()
-		sys.Root.Send(self, &remoteRead{to: to, id: m.ID, out: out, late: late})
+		sys.Root.Send(self, &remoteRead{to: to, id: m.ID, out: out, hashes: hashes, late: late})
 	}()
 }
 
 func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 	ok := make([]bool, len(r.out))
+	var gone *messages.Residency
+	if a.cfg.Events != nil {
+		gone = &messages.Residency{Tier: messages.Remote}
+	}
 	for i, o := range r.out {
 		switch o {
 		case remote.Hit:
 			ok[i] = true
 			a.stats.Hits++
-		case remote.Missing:
+		case remote.Missing, remote.Corrupt:
 			a.stats.Misses++
-		case remote.Corrupt:
-			a.stats.Mismatches++
-			a.stats.Misses++
+			if o == remote.Corrupt {
+				a.stats.Mismatches++
+			}
+			if gone != nil {
+				gone.Changes = append(gone.Changes, messages.ResidencyChange{Hash: r.hashes[i]})
+			}
 		default:
 			if r.late {
 				a.stats.Timeouts++
@@ -274,6 +295,9 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 				a.stats.Failed++
 			}
 		}
+	}
+	if gone != nil && len(gone.Changes) > 0 {
+		ctx.Send(a.cfg.Events, gone)
 	}
 	ctx.Send(r.to, &messages.DiskReadDone{ID: r.id, OK: ok})
 }

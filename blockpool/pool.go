@@ -25,6 +25,10 @@ type Config struct {
 	// never depend on digests (see "Hits are exact" in the package doc), so a
 	// pool with no tier below leaves it off and hashes only xxh64.
 	Digests bool
+	// Journal records every change of what the pool serves by hash (a block
+	// published, a cached block evicted or uncached), in order, for
+	// DrainJournal: the residency events a KV-aware router consumes.
+	Journal bool
 }
 
 func (c Config) validate() error {
@@ -167,6 +171,7 @@ type Pool struct {
 	scratch   []prefixhash.Hash
 	dscratch  []prefixhash.Digest
 	evicted   []Evicted
+	journal   journal
 	slab      tokenSlab // blocks' token ids
 	ns        nsTable   // namespaces of chains' first blocks
 	sink      uint64    // what prefetch read, kept so its reads stay
@@ -644,6 +649,7 @@ func (p *Pool) Uncache(id BlockID) {
 	}
 	p.byHash.remove(b.hash, id)
 	b.cached = false
+	p.journalRemoved(b.hash)
 	if b.state == stateFree {
 		p.freeCache--
 		p.free.remove(p.blocks, int32(id))
@@ -756,6 +762,7 @@ func (p *Pool) popFree() BlockID {
 	b := &p.blocks[i]
 	if b.cached {
 		p.byHash.remove(b.hash, BlockID(i))
+		p.journalRemoved(b.hash)
 		e := Evicted{Block: BlockID(i), Hash: b.hash}
 		if p.cfg.Digests {
 			e.Digest = p.digests[i]
@@ -831,6 +838,7 @@ func (p *Pool) publish(id BlockID) bool {
 		return false
 	}
 	b.cached = true
+	p.journalStored(b)
 	if b.state == stateFree {
 		p.freeCache++
 		p.free.remove(p.blocks, int32(id))

@@ -526,3 +526,32 @@ func (c *TokenCounts) Add(n int, r *AllocResult) {
 	c.Disk += uint64(r.DiskTokens)
 	c.Remote += uint64(r.RemoteTokens)
 }
+
+// ResidencyChange is one block a tier gained (Stored) or lost.
+type ResidencyChange struct {
+	Stored bool
+	Hash   uint64
+	// Parent is the hash of the block before it in its chain when
+	// HasParent; Tokens its token ids. Known on the GPU tier, which
+	// computed the block; the event publisher fills them in for the tiers
+	// below from what it heard of the block before.
+	Parent    uint64
+	HasParent bool
+	Tokens    []int64
+}
+
+// Residency reports changes of what a tier holds, in the order the tier
+// made them, to the KV-event publisher; Cleared says the tier dropped
+// everything first. The message owns its slices.
+type Residency struct {
+	Tier    Tier
+	Cleared bool
+	Changes []ResidencyChange
+}
+
+// ResidencyQuery asks the GPU actor, or the index for the pinned and disk
+// tiers, which block hashes each tier holds; the reply's map and slices
+// belong to the receiver.
+type ResidencyQuery struct {
+	Reply chan map[Tier][]uint64
+}

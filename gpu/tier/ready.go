@@ -15,9 +15,12 @@ import (
 // machine for Stopped. The executor takes it with Ready and must carry it
 // out in full before the next event; the Tier keeps no reference to it.
 type Ready struct {
-	Copies       []Copy
-	ToPinned     []any // *messages.OffloadRequest, FetchRequest, OffloadDone, FetchRelease
-	ToIndex      []any // *messages.Lookup
+	Copies   []Copy
+	ToPinned []any // *messages.OffloadRequest, FetchRequest, OffloadDone, FetchRelease
+	ToIndex  []any // *messages.Lookup
+	// Residency, with the pool's Journal on, is what became findable on
+	// the GPU or stopped being, for the KV-event publisher.
+	Residency    *messages.Residency
 	Timers       []Timer
 	CancelTimers []uint64 // timers of loads that ended before their deadline
 	// Replies answer callers: each sends on a reply channel or completes a
@@ -58,13 +61,19 @@ type StoppedWait struct {
 func (t *Tier) Ready() Ready {
 	r := t.out
 	t.out = Ready{}
+	if j := t.pool.DrainJournal(); len(j) > 0 {
+		r.Residency = &messages.Residency{Tier: messages.GPU, Changes: make([]messages.ResidencyChange, len(j))}
+		for i, c := range j {
+			r.Residency.Changes[i] = messages.ResidencyChange{Stored: c.Stored, Hash: uint64(c.Hash), Parent: uint64(c.Parent), HasParent: c.HasParent, Tokens: c.Tokens}
+		}
+	}
 	return r
 }
 
 // HasReady reports whether Ready holds work.
 func (t *Tier) HasReady() bool {
 	o := &t.out
-	return len(o.Copies)+len(o.ToPinned)+len(o.ToIndex)+len(o.Timers)+len(o.CancelTimers)+len(o.Replies)+len(o.Stopped) > 0
+	return t.pool.JournalPending() || len(o.Copies)+len(o.ToPinned)+len(o.ToIndex)+len(o.Timers)+len(o.CancelTimers)+len(o.Replies)+len(o.Stopped) > 0
 }
 
 // SetNow advances the Tier's clock; deadlines are computed from it. The
@@ -147,3 +156,13 @@ func (t *Tier) CopyDone(c CopyID, err error) {
 
 // Deadline reports that the timer of a load fired.
 func (t *Tier) Deadline(id uint64) { t.fetchLate(id) }
+
+// CachedHashes returns the hashes of the blocks the GPU serves hits from.
+func (t *Tier) CachedHashes() []uint64 {
+	hs := t.pool.CachedHashes(nil)
+	out := make([]uint64, len(hs))
+	for i, h := range hs {
+		out[i] = uint64(h)
+	}
+	return out
+}

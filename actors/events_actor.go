@@ -1,0 +1,163 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
+
+	"github.com/kvtier/kvtier/events"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// EventsConfig configures the KV-event publisher's actor.
+type EventsConfig struct {
+	Publisher *events.Publisher // owned by the actor from now on
+	// Server sends the frames; nil publishes to the replay buffer only.
+	Server *events.Server
+	Clock  func() time.Time // the batches' timestamps (default time.Now)
+	Log    *zap.Logger
+}
+
+// EventsActor is the thin actor over events.Publisher: the tiers' residency
+// changes come in as messages.Residency (from the GPU and remote actors,
+// and from the index for the pinned and disk tiers), each becomes one
+// numbered batch, handed to the Server's queue without waiting; a full
+// queue drops the batch (counted, and a gap subscribers see) but the
+// replay buffer keeps it.
+type EventsActor struct {
+	cfg       EventsConfig
+	p         *events.Publisher
+	clock     func() time.Time
+	published uint64
+	dropped   uint64
+}
+
+// EventsSync asks for the sequence number of the last batch published
+// (ok false before any). The index forwards it, so the answer covers every
+// change the tiers sent before.
+type EventsSync struct {
+	Reply chan<- EventsSeq
+}
+
+// EventsSeq answers EventsSync.
+type EventsSeq struct {
+	Seq uint64
+	OK  bool
+}
+
+type eventsReplay struct {
+	from  uint64
+	reply chan<- []events.Frame
+}
+
+type eventsSnapshot struct{ reply chan<- events.Frame }
+
+// NewEventsActor returns the actor's producer.
+func NewEventsActor(cfg EventsConfig) actor.Producer {
+	return func() actor.Actor {
+		clock := cfg.Clock
+		if clock == nil {
+			clock = time.Now
+		}
+		return &EventsActor{cfg: cfg, p: cfg.Publisher, clock: clock}
+	}
+}
+
+// Receive implements actor.Actor.
+func (a *EventsActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.send(a.p.Start(a.clock()))
+	case *messages.Residency:
+		if f, ok := a.p.Apply(m, a.clock()); ok {
+			a.send(f)
+		}
+	case *EventsSync:
+		seq, ok := a.p.LastSeq()
+		m.Reply <- EventsSeq{Seq: seq, OK: ok}
+	case *eventsReplay:
+		m.reply <- a.p.Replay(m.from)
+	case *eventsSnapshot:
+		m.reply <- a.p.Snapshot(a.clock())
+	case *messages.StatsRequest:
+		s := messages.TierStats{Extra: map[string]float64{"published": float64(a.published), "dropped": float64(a.dropped)}}
+		for _, md := range events.Mediums {
+			s.Extra["resident_"+string(md)] = float64(a.p.Count(md))
+		}
+		m.Reply <- s
+	case *actor.Stopping:
+		// The node's tiers are going away: consumers drop what they knew
+		// of it (what its disk keeps is announced again when it reopens).
+		a.send(a.p.Start(a.clock()))
+	case *actor.Stopped, *actor.Restarting:
+	default:
+		a.cfg.Log.Warn("events actor: unexpected message", zap.String("type", typeName(m)))
+	}
+}
+
+func (a *EventsActor) send(f events.Frame) {
+	a.published++
+	if a.cfg.Server != nil && !a.cfg.Server.Publish(f) {
+		a.dropped++
+	}
+}
+
+// EventsSource answers the replay socket by asking the actor. The socket
+// is bound before the actor is spawned (the actor sends on it from its
+// start), so requests wait for Bind.
+type EventsSource struct {
+	system *actor.ActorSystem
+	pid    *actor.PID
+	ready  chan struct{}
+}
+
+// NewEventsSource returns a source for an actor of sys not spawned yet.
+func NewEventsSource(sys *actor.ActorSystem) *EventsSource {
+	return &EventsSource{system: sys, ready: make(chan struct{})}
+}
+
+// Bind names the actor; call it once.
+func (s *EventsSource) Bind(pid *actor.PID) {
+	s.pid = pid
+	close(s.ready)
+}
+
+func (s *EventsSource) send(ctx context.Context, msg any) error {
+	select {
+	case <-s.ready:
+		s.system.Root.Send(s.pid, msg)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Replay implements events.Source.
+func (s *EventsSource) Replay(ctx context.Context, from uint64) ([]events.Frame, error) {
+	reply := make(chan []events.Frame, 1)
+	if err := s.send(ctx, &eventsReplay{from: from, reply: reply}); err != nil {
+		return nil, err
+	}
+	select {
+	case fs := <-reply:
+		return fs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Snapshot implements events.Source.
+func (s *EventsSource) Snapshot(ctx context.Context) (events.Frame, error) {
+	reply := make(chan events.Frame, 1)
+	if err := s.send(ctx, &eventsSnapshot{reply: reply}); err != nil {
+		return events.Frame{}, err
+	}
+	select {
+	case f := <-reply:
+		return f, nil
+	case <-ctx.Done():
+		return events.Frame{}, ctx.Err()
+	}
+}

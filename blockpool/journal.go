@@ -1,0 +1,79 @@
+package blockpool
+
+import "github.com/kvtier/kvtier/prefixhash"
+
+// Change is one entry of the pool's journal (Config.Journal): a block
+// became findable by Hash (Stored) or stopped being findable.
+type Change struct {
+	Stored bool
+	Hash   prefixhash.Hash
+	// Parent is the hash of the block before it in its chain, when
+	// HasParent (not a chain's first block); Stored entries only.
+	Parent    prefixhash.Hash
+	HasParent bool
+	// Tokens are the block's token ids (Stored entries only), in memory the
+	// caller of DrainJournal owns.
+	Tokens []int64
+}
+
+// journal is the pool's record of changes since the last DrainJournal; its
+// token ids live in one slab handed over with the entries.
+type journal struct {
+	changes []Change
+	tokens  []int64
+}
+
+func (p *Pool) journalStored(b *block) {
+	if !p.cfg.Journal {
+		return
+	}
+	c := Change{Stored: true, Hash: b.hash}
+	if b.parent != none && p.blocks[b.parent].gen == b.pgen {
+		c.Parent, c.HasParent = p.blocks[b.parent].hash, true
+	}
+	j := &p.journal
+	if cap(j.tokens)-len(j.tokens) < len(b.tokens) {
+		// A new slab: the entries already drained or pending keep the old one.
+		j.tokens = make([]int64, 0, max(64*p.cfg.BlockSize, 2*cap(j.tokens)))
+	}
+	start := len(j.tokens)
+	j.tokens = append(j.tokens, b.tokens...)
+	c.Tokens = j.tokens[start:len(j.tokens):len(j.tokens)]
+	j.changes = append(j.changes, c)
+}
+
+func (p *Pool) journalRemoved(h prefixhash.Hash) {
+	if p.cfg.Journal {
+		p.journal.changes = append(p.journal.changes, Change{Hash: h})
+	}
+}
+
+// DrainJournal returns the changes since the last call, in the order they
+// happened, and forgets them; the caller owns the result (its Tokens too).
+// Nil without Config.Journal.
+func (p *Pool) DrainJournal() []Change {
+	j := &p.journal
+	if len(j.changes) == 0 {
+		return nil
+	}
+	out := j.changes
+	j.changes = nil
+	// The tokens slab stays: Tokens handed out cover only its used part, and
+	// the pool only appends past it, so the caller's slices never change.
+	j.tokens = j.tokens[len(j.tokens):]
+	return out
+}
+
+// JournalPending reports whether DrainJournal has changes to return.
+func (p *Pool) JournalPending() bool { return len(p.journal.changes) > 0 }
+
+// CachedHashes appends the hash of every block findable by hash, in block
+// order.
+func (p *Pool) CachedHashes(dst []prefixhash.Hash) []prefixhash.Hash {
+	for i := range p.blocks {
+		if b := &p.blocks[i]; b.cached {
+			dst = append(dst, b.hash)
+		}
+	}
+	return dst
+}

@@ -1,0 +1,230 @@
+package events
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/messages"
+)
+
+// str is a fixstr, written out by hand.
+func str(s string) string {
+	return hex.EncodeToString([]byte{0xa0 | byte(len(s))}) + hex.EncodeToString([]byte(s))
+}
+
+// TestWireBytes pins the encoding byte for byte, against msgpack written out
+// by hand from vLLM's schema: the batch [ts, events, dp_rank], a map event
+// with "type" first and the fields in vLLM's order, hashes as 0xcf uint64
+// however small, token ids in their shortest form, nil for the absent.
+func TestWireBytes(t *testing.T) {
+	ts := 1.5 // 0x3ff8000000000000
+	b := Batch{TS: ts, DPRank: 2, Events: []Event{
+		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: []int64{1, 200}, BlockSize: 2, Medium: MediumGPU},
+		{Kind: BlockRemoved, Hashes: []uint64{0xfedcba9876543210}, Medium: MediumCPU},
+		{Kind: AllBlocksCleared},
+	}}
+	head := "93" + "cb3ff8000000000000" + "93"
+	storedMap := "88" + str("type") + str("BlockStored") + str("block_hashes") + "91" + "cf0000000000000001" +
+		str("parent_block_hash") + "c0" + str("token_ids") + "92" + "01" + "ccc8" + str("block_size") + "02" +
+		str("lora_id") + "c0" + str("medium") + str("GPU") + str("lora_name") + "c0"
+	removedMap := "83" + str("type") + str("BlockRemoved") + str("block_hashes") + "91" + "cffedcba9876543210" + str("medium") + str("CPU")
+	clearedMap := "81" + str("type") + str("AllBlocksCleared")
+	want := head + storedMap + removedMap + clearedMap + "02"
+	if got := hex.EncodeToString(FormatMap.AppendBatch(nil, &b)); got != want {
+		t.Fatalf("map format:\n got %s\nwant %s", got, want)
+	}
+	storedArr := "98" + str("BlockStored") + "91" + "cf0000000000000001" + "c0" + "92" + "01" + "ccc8" + "02" + "c0" + str("GPU") + "c0"
+	removedArr := "93" + str("BlockRemoved") + "91" + "cffedcba9876543210" + str("CPU")
+	clearedArr := "91" + str("AllBlocksCleared")
+	want = head + storedArr + removedArr + clearedArr + "02"
+	if got := hex.EncodeToString(FormatArray.AppendBatch(nil, &b)); got != want {
+		t.Fatalf("array format:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestRoundTripBothFormats(t *testing.T) {
+	toks := make([]int64, 32)
+	for i := range toks {
+		toks[i] = int64(i * 4099)
+	}
+	b := Batch{TS: 1700000000.25, DPRank: 0, Events: []Event{
+		{Kind: BlockStored, Hashes: []uint64{7, 1 << 63}, Parent: 3, HasParent: true, Tokens: toks, BlockSize: 16, LoRAName: "sql-adapter", Medium: MediumStorage},
+		{Kind: BlockRemoved, Hashes: []uint64{9}, Medium: MediumRemote},
+		{Kind: AllBlocksCleared},
+	}}
+	for _, f := range []Format{FormatMap, FormatArray} {
+		got, err := DecodeBatch(f.AppendBatch(nil, &b))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if !reflect.DeepEqual(got, b) {
+			t.Fatalf("%s: decoded %+v, want %+v", f, got, b)
+		}
+	}
+}
+
+// TestDecodeIsStrict: a hash that is not a msgpack uint64, a truncated
+// payload and an unknown tag are errors, never a silent zero.
+func TestDecodeIsStrict(t *testing.T) {
+	good := FormatMap.AppendBatch(nil, &Batch{Events: []Event{{Kind: BlockRemoved, Hashes: []uint64{5}, Medium: MediumGPU}}})
+	smallHash := bytes.Replace(good, []byte{0xcf, 0, 0, 0, 0, 0, 0, 0, 5}, []byte{0x05}, 1)
+	if len(smallHash) == len(good) {
+		t.Fatal("test setup: hash bytes not found")
+	}
+	unknown := bytes.Replace(good, []byte("BlockRemoved"), []byte("BlockRemovee"), 1)
+	for name, p := range map[string][]byte{"hash as fixint": smallHash, "truncated": good[:len(good)-3], "unknown tag": unknown, "trailing": append(slices.Clone(good), 0xc0)} {
+		if _, err := DecodeBatch(p); !errors.Is(err, ErrDecode) {
+			t.Errorf("%s: err %v, want ErrDecode", name, err)
+		}
+	}
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add(FormatMap.AppendBatch(nil, &Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{1}, Tokens: []int64{1}, BlockSize: 1}}}))
+	f.Add(FormatArray.AppendBatch(nil, &Batch{Events: []Event{{Kind: AllBlocksCleared}}}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		b, err := DecodeBatch(p)
+		if err != nil {
+			return
+		}
+		// What decodes re-encodes and decodes to the same batch.
+		for _, f := range []Format{FormatMap, FormatArray} {
+			again, err := DecodeBatch(f.AppendBatch(nil, &b))
+			if err != nil || !reflect.DeepEqual(again.Events, b.Events) && len(b.Events) > 0 {
+				t.Fatalf("%s: %v: %+v vs %+v", f, err, again, b)
+			}
+		}
+	})
+}
+
+func change(stored bool, h uint64, parent uint64, hasParent bool, toks ...int64) messages.ResidencyChange {
+	return messages.ResidencyChange{Stored: stored, Hash: h, Parent: parent, HasParent: hasParent, Tokens: toks}
+}
+
+// TestPublisherBatches: a chain's stores share one BlockStored with the
+// first block's parent; a store the medium holds already and a removal of
+// what it does not hold publish nothing; lower tiers' stores carry the
+// tokens and parent the GPU told.
+func TestPublisherBatches(t *testing.T) {
+	now := time.Unix(100, 0)
+	p := NewPublisher(Config{BlockSize: 2, BufferSteps: 3})
+	if f := p.Start(now); f.Seq != 0 {
+		t.Fatalf("start seq %d", f.Seq)
+	}
+	f, ok := p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{
+		change(true, 10, 0, false, 1, 2), change(true, 11, 10, true, 3, 4), change(true, 20, 0, false, 9, 9)}}, now)
+	if !ok || f.Seq != 1 {
+		t.Fatalf("apply: %v seq %d", ok, f.Seq)
+	}
+	b, err := DecodeBatch(f.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{Kind: BlockStored, Hashes: []uint64{10, 11}, Tokens: []int64{1, 2, 3, 4}, BlockSize: 2, Medium: MediumGPU},
+		{Kind: BlockStored, Hashes: []uint64{20}, Tokens: []int64{9, 9}, BlockSize: 2, Medium: MediumGPU},
+	}
+	if !reflect.DeepEqual(b.Events, want) || b.TS != 100 {
+		t.Fatalf("events %+v ts %v, want %+v", b.Events, b.TS, want)
+	}
+	if _, ok := p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{change(true, 10, 0, false, 1, 2), change(false, 99, 0, false)}}, now); ok {
+		t.Fatal("a repeated store and a removal of nothing published a batch")
+	}
+	// Down a tier: the pinned tier's store knows only the hash.
+	f, _ = p.Apply(&messages.Residency{Tier: messages.Pinned, Changes: []messages.ResidencyChange{change(true, 11, 0, false)}}, now)
+	b, _ = DecodeBatch(f.Payload)
+	if e := b.Events[0]; e.Medium != MediumCPU || !e.HasParent || e.Parent != 10 || !slices.Equal(e.Tokens, []int64{3, 4}) {
+		t.Fatalf("CPU store %+v", e)
+	}
+	f, _ = p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{change(false, 11, 0, false), change(false, 10, 0, false)}}, now)
+	b, _ = DecodeBatch(f.Payload)
+	if len(b.Events) != 1 || !slices.Equal(b.Events[0].Hashes, []uint64{11, 10}) || b.Events[0].Kind != BlockRemoved {
+		t.Fatalf("removals %+v", b.Events)
+	}
+	if got := p.Residency(); !reflect.DeepEqual(got, map[Medium][]uint64{MediumGPU: {20}, MediumCPU: {11}}) {
+		t.Fatalf("residency %v", got)
+	}
+	// The ring keeps the last 3 batches (seqs 2..4).
+	var seqs []uint64
+	for _, f := range p.Replay(0) {
+		seqs = append(seqs, f.Seq)
+	}
+	if !slices.Equal(seqs, []uint64{1, 2, 3}) {
+		t.Fatalf("replay seqs %v", seqs)
+	}
+	if r := p.Replay(3); len(r) != 1 || r[0].Seq != 3 {
+		t.Fatalf("replay from 3: %v", r)
+	}
+}
+
+// TestViewSnapshotResync: a view that missed batches sees the gap, resets
+// from a snapshot and, with the batches after it, holds the publisher's
+// residency.
+func TestViewSnapshotResync(t *testing.T) {
+	now := time.Unix(1, 0)
+	p := NewPublisher(Config{BlockSize: 1})
+	v := NewView()
+	apply := func(f Frame, ok bool) error {
+		if !ok {
+			return nil
+		}
+		return v.Apply(f.Seq, f.Payload)
+	}
+	if err := apply(p.Start(now), true); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(50) {
+		f, ok := p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{change(true, i, 0, false, int64(i))}}, now)
+		if i%10 == 3 {
+			continue // dropped
+		}
+		if err := apply(f, ok); err != nil && !errors.Is(err, ErrGap) {
+			t.Fatal(err)
+		} else if err != nil {
+			break
+		}
+		if i%7 == 0 {
+			f, ok = p.Apply(&messages.Residency{Tier: messages.Disk, Changes: []messages.ResidencyChange{change(true, i, 0, false)}}, now)
+			if err := apply(f, ok); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if reflect.DeepEqual(v.Residency(), p.Residency()) {
+		t.Fatal("test setup: the view missed nothing")
+	}
+	snap := p.Snapshot(now)
+	later, ok := p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{change(false, 5, 0, false), change(true, 500, 4, true, 1)}}, now)
+	if !ok {
+		t.Fatal("nothing published")
+	}
+	if err := v.Reset(snap.Seq, snap.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Apply(later.Seq, later.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := v.Residency(), p.Residency(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("view after resync %v\npublisher %v", got, want)
+	}
+	if err := v.Apply(later.Seq+2, later.Payload); !errors.Is(err, ErrGap) {
+		t.Fatalf("a skipped sequence number: %v, want ErrGap", err)
+	}
+}
+
+func TestParseFormat(t *testing.T) {
+	for s, want := range map[string]Format{"": FormatMap, "map": FormatMap, "array": FormatArray} {
+		if f, err := ParseFormat(s); err != nil || f != want {
+			t.Errorf("%q: %v %v", s, f, err)
+		}
+	}
+	if _, err := ParseFormat("positional"); err == nil || !strings.Contains(err.Error(), "unknown format") {
+		t.Errorf("bad format: %v", err)
+	}
+}

@@ -1,0 +1,242 @@
+package events
+
+import (
+	"slices"
+	"time"
+
+	"github.com/kvtier/kvtier/messages"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	Format    Format
+	BlockSize int // tokens per block, the events' block_size
+	DPRank    int // the batches' dp_rank
+	// BufferSteps bounds the batches kept for replay (default 10000, as
+	// vLLM's).
+	BufferSteps int
+}
+
+// Frame is one published batch: its sequence number and msgpack payload.
+// A Payload is never changed once made; holders share it read-only.
+type Frame struct {
+	Seq     uint64
+	Payload []byte
+}
+
+// Publisher is the KV-event stream's plain state machine: it turns the
+// tiers' residency changes into numbered batches, keeps the last
+// BufferSteps of them for replay, and keeps the residency they add up to,
+// for snapshots. Its owner (actors.EventsActor) sends the frames; it is not
+// safe for concurrent use.
+type Publisher struct {
+	cfg    Config
+	next   uint64 // the next batch's sequence number
+	ring   []Frame
+	head   int // ring index of the oldest frame
+	blocks map[uint64]*resident
+	count  [4]int // blocks per medium
+}
+
+// resident is a block some medium holds, with what a BlockStored needs.
+type resident struct {
+	mediums   uint8 // bit i: Mediums[i]
+	parent    uint64
+	hasParent bool
+	tokens    []int64 // nil: unknown
+}
+
+// NewPublisher returns a Publisher that has published nothing.
+func NewPublisher(cfg Config) *Publisher {
+	if cfg.BufferSteps <= 0 {
+		cfg.BufferSteps = 10000
+	}
+	return &Publisher{cfg: cfg, blocks: map[uint64]*resident{}}
+}
+
+// Start publishes AllBlocksCleared: a consumer that knew this endpoint
+// before (a restarted node) drops what it knew, and learns again from the
+// stores that follow (the disk's records are announced as it opens).
+func (p *Publisher) Start(now time.Time) Frame {
+	return p.publish(now, []Event{{Kind: AllBlocksCleared}})
+}
+
+func (p *Publisher) publish(now time.Time, evs []Event) Frame {
+	b := Batch{TS: float64(now.UnixNano()) / 1e9, Events: evs, DPRank: p.cfg.DPRank}
+	f := Frame{Seq: p.next, Payload: p.cfg.Format.AppendBatch(nil, &b)}
+	p.next++
+	if len(p.ring) < p.cfg.BufferSteps {
+		p.ring = append(p.ring, f)
+	} else {
+		p.ring[p.head] = f
+		p.head = (p.head + 1) % len(p.ring)
+	}
+	return f
+}
+
+// Apply turns one tier's changes into a batch and publishes it; false when
+// nothing changed (a store of a block the medium holds already, a removal
+// of one it does not). Runs of stores that chain (each the previous one's
+// child) share one BlockStored, as vLLM sends a request's new blocks.
+func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
+	m := MediumOf(r.Tier)
+	bit := mediumBit(m)
+	if bit == 0 {
+		return Frame{}, false
+	}
+	var evs []Event
+	if r.Cleared {
+		var gone []uint64
+		for h, b := range p.blocks {
+			if b.mediums&bit != 0 {
+				gone = append(gone, h)
+			}
+		}
+		slices.Sort(gone)
+		for _, h := range gone {
+			p.drop(h, bit)
+		}
+		if len(gone) > 0 {
+			evs = append(evs, Event{Kind: BlockRemoved, Hashes: gone, Medium: m})
+		}
+	}
+	for _, c := range r.Changes {
+		b := p.blocks[c.Hash]
+		if !c.Stored {
+			if b == nil || b.mediums&bit == 0 {
+				continue
+			}
+			p.drop(c.Hash, bit)
+			if n := len(evs); n > 0 && evs[n-1].Kind == BlockRemoved {
+				evs[n-1].Hashes = append(evs[n-1].Hashes, c.Hash)
+			} else {
+				evs = append(evs, Event{Kind: BlockRemoved, Hashes: []uint64{c.Hash}, Medium: m})
+			}
+			continue
+		}
+		if b == nil {
+			b = &resident{}
+			p.blocks[c.Hash] = b
+		}
+		if c.Tokens != nil { // the GPU, which computed it, knows best
+			b.parent, b.hasParent, b.tokens = c.Parent, c.HasParent, c.Tokens
+		}
+		if b.mediums&bit != 0 {
+			continue
+		}
+		b.mediums |= bit
+		p.count[bitIndex(bit)]++
+		if n := len(evs); n > 0 && p.extends(&evs[n-1], c.Hash, b) {
+			e := &evs[n-1]
+			e.Hashes = append(e.Hashes, c.Hash)
+			e.Tokens = append(e.Tokens, b.tokens...)
+			continue
+		}
+		evs = append(evs, p.stored(c.Hash, b, m))
+	}
+	if len(evs) == 0 {
+		return Frame{}, false
+	}
+	return p.publish(now, evs), true
+}
+
+// extends reports whether block h (held as b) continues BlockStored e:
+// its parent is e's last hash and both carry tokens or neither does.
+func (p *Publisher) extends(e *Event, h uint64, b *resident) bool {
+	if e.Kind != BlockStored || !b.hasParent || b.parent != e.Hashes[len(e.Hashes)-1] {
+		return false
+	}
+	return (len(e.Tokens) > 0) == (b.tokens != nil)
+}
+
+func (p *Publisher) stored(h uint64, b *resident, m Medium) Event {
+	e := Event{Kind: BlockStored, Hashes: []uint64{h}, Parent: b.parent, HasParent: b.hasParent, BlockSize: p.cfg.BlockSize, Medium: m}
+	e.Tokens = append([]int64(nil), b.tokens...)
+	if e.Tokens == nil {
+		e.Tokens = []int64{}
+	}
+	return e
+}
+
+func (p *Publisher) drop(h uint64, bit uint8) {
+	b := p.blocks[h]
+	b.mediums &^= bit
+	p.count[bitIndex(bit)]--
+	if b.mediums == 0 {
+		delete(p.blocks, h)
+	}
+}
+
+func bitIndex(bit uint8) int {
+	for i := range 8 {
+		if bit == 1<<i {
+			return i
+		}
+	}
+	return 0
+}
+
+// Replay returns the buffered frames numbered from on, oldest first (none
+// when from is past the last; the oldest kept when from is older).
+func (p *Publisher) Replay(from uint64) []Frame {
+	var out []Frame
+	for i := range p.ring {
+		f := p.ring[(p.head+i)%len(p.ring)]
+		if f.Seq >= from {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// LastSeq is the sequence number of the last batch published; false
+// before the first.
+func (p *Publisher) LastSeq() (uint64, bool) {
+	if p.next == 0 {
+		return 0, false
+	}
+	return p.next - 1, true
+}
+
+// Snapshot returns every medium's residency as one batch numbered as the
+// last batch published: AllBlocksCleared, then a BlockStored per block. A
+// consumer that applies it, then the batches numbered after it, holds what
+// the tiers hold. It is not buffered for replay.
+func (p *Publisher) Snapshot(now time.Time) Frame {
+	evs := []Event{{Kind: AllBlocksCleared}}
+	for _, m := range Mediums {
+		bit := mediumBit(m)
+		var hs []uint64
+		for h, b := range p.blocks {
+			if b.mediums&bit != 0 {
+				hs = append(hs, h)
+			}
+		}
+		slices.Sort(hs)
+		for _, h := range hs {
+			evs = append(evs, p.stored(h, p.blocks[h], m))
+		}
+	}
+	seq, _ := p.LastSeq()
+	b := Batch{TS: float64(now.UnixNano()) / 1e9, Events: evs, DPRank: p.cfg.DPRank}
+	return Frame{Seq: seq, Payload: p.cfg.Format.AppendBatch(nil, &b)}
+}
+
+// Residency returns the hashes each medium holds, sorted.
+func (p *Publisher) Residency() map[Medium][]uint64 {
+	out := map[Medium][]uint64{}
+	for h, b := range p.blocks {
+		for i, m := range Mediums {
+			if b.mediums&(1<<i) != 0 {
+				out[m] = append(out[m], h)
+			}
+		}
+	}
+	for _, hs := range out {
+		slices.Sort(hs)
+	}
+	return out
+}
+
+// Count returns how many blocks medium m holds.
+func (p *Publisher) Count(m Medium) int { return p.count[bitIndex(mediumBit(m))] }

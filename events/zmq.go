@@ -1,0 +1,249 @@
+package events
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// SnapshotRequest is what a client sends on the replay socket, in place of
+// a starting sequence number, to get a snapshot (kvtier's extension of
+// vLLM's replay protocol: any request that is not 8 bytes is refused by
+// vLLM, so the two never meet).
+const SnapshotRequest = "kvtier-snapshot"
+
+// endSeq is the replay end marker's sequence number: -1 as 8 big-endian
+// bytes, as vLLM sends it, followed by an empty payload.
+var endSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// ErrNoReplay is returned by a replay or snapshot the server cannot answer.
+var ErrNoReplay = errors.New("kvtier: events: replay not answered")
+
+// Source answers the replay socket; the events actor implements it by
+// message (Server calls it from its own goroutine).
+type Source interface {
+	Replay(ctx context.Context, from uint64) ([]Frame, error)
+	Snapshot(ctx context.Context) (Frame, error)
+}
+
+// ServerConfig configures the sockets.
+type ServerConfig struct {
+	// Endpoint is the PUB socket's ZMQ endpoint, "tcp://host:port"
+	// (host "*" for every interface; port 0 picks a free one, see Addrs).
+	Endpoint string
+	// ReplayEndpoint, when set, is the ROUTER socket answering replay and
+	// snapshot requests.
+	ReplayEndpoint string
+	// Topic is every message's first frame.
+	Topic string
+	// QueueSize bounds the batches waiting for the PUB socket; a batch
+	// past it is dropped (the caller counts it; subscribers see a gap).
+	QueueSize int
+}
+
+// Server owns the PUB and ROUTER sockets; their I/O runs on its own
+// goroutines, so a slow subscriber never stalls the publisher's owner.
+type Server struct {
+	cfg    ServerConfig
+	pub    zmq4.Socket
+	router zmq4.Socket
+	queue  chan Frame
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Listen binds the sockets and starts serving.
+func Listen(cfg ServerConfig, src Source) (*Server, error) {
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 100000
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{})}
+	s.pub = zmq4.NewPub(ctx)
+	if err := s.pub.Listen(listenAddr(cfg.Endpoint)); err != nil {
+		cancel()
+		return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
+	}
+	if cfg.ReplayEndpoint != "" {
+		s.router = zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("kvtier-replay")))
+		if err := s.router.Listen(listenAddr(cfg.ReplayEndpoint)); err != nil {
+			_ = s.pub.Close()
+			cancel()
+			return nil, fmt.Errorf("kvtier: events: ROUTER on %q: %w", cfg.ReplayEndpoint, err)
+		}
+		go s.serveReplay(ctx, src)
+	}
+	go s.send()
+	return s, nil
+}
+
+// listenAddr turns vLLM's "tcp://*:5557" into what Go listens on.
+func listenAddr(ep string) string { return strings.Replace(ep, "://*:", "://0.0.0.0:", 1) }
+
+// Addrs returns the endpoints bound, ports resolved ("" for no replay).
+func (s *Server) Addrs() (pub, replay string) {
+	pub = "tcp://" + s.pub.Addr().String()
+	if s.router != nil {
+		replay = "tcp://" + s.router.Addr().String()
+	}
+	return pub, replay
+}
+
+// Publish queues f for the PUB socket; false, and nothing queued, when the
+// queue is full.
+func (s *Server) Publish(f Frame) bool {
+	select {
+	case s.queue <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) send() {
+	defer close(s.done)
+	topic := []byte(s.cfg.Topic)
+	for f := range s.queue {
+		_ = s.pub.Send(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload))
+	}
+}
+
+func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// serveReplay answers [identity, "", request] (a REQ or DEALER client; the
+// empty delimiter may be missing): an 8-byte start sequence number gets the
+// buffered batches from there, a SnapshotRequest the snapshot, each reply
+// [identity, "", seq, payload], then the end marker [identity, "", -1, ""].
+func (s *Server) serveReplay(ctx context.Context, src Source) {
+	for {
+		msg, err := s.router.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		if len(msg.Frames) < 2 {
+			continue
+		}
+		id, req := msg.Frames[0], msg.Frames[len(msg.Frames)-1]
+		var frames []Frame
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		switch {
+		case len(req) == 8:
+			frames, err = src.Replay(rctx, binary.BigEndian.Uint64(req))
+		case string(req) == SnapshotRequest:
+			var f Frame
+			if f, err = src.Snapshot(rctx); err == nil {
+				frames = []Frame{f}
+			}
+		default:
+			err = fmt.Errorf("request of %d bytes", len(req))
+		}
+		cancel()
+		if err == nil {
+			for _, f := range frames {
+				_ = s.router.Send(zmq4.NewMsgFrom(id, nil, seqBytes(f.Seq), f.Payload))
+			}
+		}
+		_ = s.router.Send(zmq4.NewMsgFrom(id, nil, endSeq, nil))
+	}
+}
+
+// Close stops the sockets; batches still queued are sent first.
+func (s *Server) Close() error {
+	close(s.queue)
+	<-s.done
+	s.cancel()
+	err := s.pub.Close()
+	if s.router != nil {
+		err = errors.Join(err, s.router.Close())
+	}
+	return err
+}
+
+// Subscriber receives a publisher's batches (a SUB socket).
+type Subscriber struct {
+	sub zmq4.Socket
+}
+
+// Subscribe connects to a PUB endpoint and subscribes to topic ("" for
+// every topic).
+func Subscribe(ctx context.Context, endpoint, topic string) (*Subscriber, error) {
+	sub := zmq4.NewSub(ctx)
+	if err := sub.Dial(endpoint); err != nil {
+		return nil, fmt.Errorf("kvtier: events: dialing %q: %w", endpoint, err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
+		_ = sub.Close()
+		return nil, err
+	}
+	return &Subscriber{sub: sub}, nil
+}
+
+// Recv returns the next message's topic and frame.
+func (s *Subscriber) Recv() (string, Frame, error) {
+	msg, err := s.sub.Recv()
+	if err != nil {
+		return "", Frame{}, err
+	}
+	if len(msg.Frames) != 3 || len(msg.Frames[1]) != 8 {
+		return "", Frame{}, fmt.Errorf("%w: a message is [topic, seq, payload], got %d frames", ErrDecode, len(msg.Frames))
+	}
+	return string(msg.Frames[0]), Frame{Seq: binary.BigEndian.Uint64(msg.Frames[1]), Payload: msg.Frames[2]}, nil
+}
+
+// Close closes the socket.
+func (s *Subscriber) Close() error { return s.sub.Close() }
+
+// Replay asks a replay endpoint for the batches numbered from on.
+func Replay(ctx context.Context, endpoint string, from uint64) ([]Frame, error) {
+	return ask(ctx, endpoint, seqBytes(from))
+}
+
+// FetchSnapshot asks a replay endpoint for the publisher's snapshot: apply
+// it with View.Reset, then the batches numbered after its Seq.
+func FetchSnapshot(ctx context.Context, endpoint string) (Frame, error) {
+	fs, err := ask(ctx, endpoint, []byte(SnapshotRequest))
+	if err != nil {
+		return Frame{}, err
+	}
+	if len(fs) != 1 {
+		return Frame{}, fmt.Errorf("%w: snapshot answered with %d batches", ErrNoReplay, len(fs))
+	}
+	return fs[0], nil
+}
+
+func ask(ctx context.Context, endpoint string, req []byte) ([]Frame, error) {
+	d := zmq4.NewDealer(ctx)
+	defer d.Close()
+	if err := d.Dial(endpoint); err != nil {
+		return nil, fmt.Errorf("kvtier: events: dialing %q: %w", endpoint, err)
+	}
+	if err := d.Send(zmq4.NewMsgFrom(nil, req)); err != nil {
+		return nil, err
+	}
+	var out []Frame
+	for {
+		msg, err := d.Recv()
+		if err != nil {
+			return out, err
+		}
+		fr := msg.Frames
+		if len(fr) > 0 && len(fr[0]) == 0 {
+			fr = fr[1:] // the delimiter
+		}
+		if len(fr) != 2 || len(fr[0]) != 8 {
+			return out, fmt.Errorf("%w: a reply is [seq, payload], got %d frames", ErrDecode, len(fr))
+		}
+		if string(fr[0]) == string(endSeq) {
+			return out, nil
+		}
+		out = append(out, Frame{Seq: binary.BigEndian.Uint64(fr[0]), Payload: fr[1]})
+	}
+}

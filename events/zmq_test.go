@@ -1,0 +1,143 @@
+package events
+
+import (
+	"context"
+	"encoding/binary"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvtier/kvtier/messages"
+)
+
+// lockedSource serves a Publisher the test goroutine also feeds.
+type lockedSource struct {
+	mu sync.Mutex
+	p  *Publisher
+}
+
+func (s *lockedSource) Replay(_ context.Context, from uint64) ([]Frame, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p.Replay(from), nil
+}
+
+func (s *lockedSource) Snapshot(context.Context) (Frame, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p.Snapshot(time.Now()), nil
+}
+
+// TestOverZMQ: frames on the wire are [topic, 8-byte big-endian seq,
+// payload]; a subscriber gets them in order; replay answers from a
+// sequence number and ends with vLLM's end marker (checked with a raw
+// DEALER, not this package's client); a snapshot plus later batches equals
+// the publisher's residency.
+func TestOverZMQ(t *testing.T) {
+	src := &lockedSource{p: NewPublisher(Config{BlockSize: 1})}
+	s, err := Listen(ServerConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@pod-a@model"}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pubAddr, replayAddr := s.Addrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw := zmq4.NewSub(ctx)
+	defer raw.Close()
+	if err := raw.Dial(pubAddr); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.SetOption(zmq4.OptionSubscribe, "kv@"); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(r *messages.Residency) {
+		src.mu.Lock()
+		f, ok := src.p.Apply(r, time.Now())
+		src.mu.Unlock()
+		if ok && !s.Publish(f) {
+			t.Fatal("queue full")
+		}
+	}
+	// A SUB socket joins asynchronously: publish until one arrives.
+	var first zmq4.Msg
+	got := make(chan zmq4.Msg, 1)
+	go func() {
+		m, err := raw.Recv()
+		if err == nil {
+			got <- m
+		}
+	}()
+	for h := uint64(0); ; h++ {
+		publish(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{{Stored: true, Hash: h, Tokens: []int64{int64(h)}}}})
+		select {
+		case first = <-got:
+		case <-time.After(20 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	if len(first.Frames) != 3 || string(first.Frames[0]) != "kv@pod-a@model" || len(first.Frames[1]) != 8 {
+		t.Fatalf("frames %q", first.Frames)
+	}
+	seq := binary.BigEndian.Uint64(first.Frames[1])
+	if b, err := DecodeBatch(first.Frames[2]); err != nil || b.Events[0].Hashes[0] != seq {
+		t.Fatalf("payload of seq %d: %+v %v", seq, b, err)
+	}
+	// Replay from 0 through a raw DEALER: [ "", seq ] in, then the batches
+	// and [-1, ""].
+	d := zmq4.NewDealer(ctx)
+	defer d.Close()
+	if err := d.Dial(replayAddr); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(zmq4.NewMsgFrom(nil, binary.BigEndian.AppendUint64(nil, 0))); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for {
+		m, err := d.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Frames) != 3 || len(m.Frames[0]) != 0 {
+			t.Fatalf("replay reply %q", m.Frames)
+		}
+		if int64(binary.BigEndian.Uint64(m.Frames[1])) == -1 {
+			if len(m.Frames[2]) != 0 {
+				t.Fatal("end marker with a payload")
+			}
+			break
+		}
+		seqs = append(seqs, binary.BigEndian.Uint64(m.Frames[1]))
+	}
+	if len(seqs) < int(seq)+1 || seqs[0] != 0 || seqs[seq] != seq {
+		t.Fatalf("replayed %v, want 0..%d at least", seqs, seq)
+	}
+	// Snapshot, then a batch after it, through the package's client.
+	snap, err := FetchSnapshot(ctx, replayAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{{Hash: 0}}})
+	v := NewView()
+	if err := v.Reset(snap.Seq, snap.Payload); err != nil {
+		t.Fatal(err)
+	}
+	after, err := Replay(ctx, replayAddr, snap.Seq+1)
+	if err != nil || len(after) != 1 {
+		t.Fatalf("replay after the snapshot: %d frames, %v", len(after), err)
+	}
+	if err := v.Apply(after[0].Seq, after[0].Payload); err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Lock()
+	want := src.p.Residency()
+	src.mu.Unlock()
+	if !reflect.DeepEqual(v.Residency(), want) {
+		t.Fatalf("view %v, publisher %v", v.Residency(), want)
+	}
+}
