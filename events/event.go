@@ -321,7 +321,12 @@ func decodeEvent(v any) (Event, error) {
 		}
 		e.Tokens = make([]int64, len(toks))
 		for i, t := range toks {
-			if e.Tokens[i], ok = t.(int64); !ok {
+			switch t := t.(type) {
+			case int64:
+				e.Tokens[i] = t
+			case U64: // above MaxUint32, any encoder may choose 0xcf
+				e.Tokens[i] = int64(t)
+			default:
 				return e, fmt.Errorf("%w: token id %T", ErrDecode, t)
 			}
 		}

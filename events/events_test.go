@@ -54,7 +54,7 @@ func TestRoundTripBothFormats(t *testing.T) {
 		toks[i] = int64(i * 4099)
 	}
 	b := Batch{TS: 1700000000.25, DPRank: 0, Events: []Event{
-		{Kind: BlockStored, Hashes: []uint64{7, 1 << 63}, Parent: 3, HasParent: true, Tokens: toks, BlockSize: 16, LoRAName: "sql-adapter", Medium: MediumStorage},
+		{Kind: BlockStored, Hashes: []uint64{7, 1 << 63}, Parent: 3, HasParent: true, Tokens: append(toks, 1<<40), BlockSize: 16, LoRAName: "sql-adapter", Medium: MediumStorage},
 		{Kind: BlockRemoved, Hashes: []uint64{9}, Medium: MediumRemote},
 		{Kind: AllBlocksCleared},
 	}}
