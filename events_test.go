@@ -15,7 +15,7 @@ import (
 func eventsManager(t *testing.T, dir string) *Manager {
 	t.Helper()
 	return newManager(t, Config{GPUBlocks: 48, PinnedBytes: 96 * 512, DiskDir: dir, DiskBytes: 1 << 20,
-		Events: &EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@test@model"}})
+		Events: &EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv@test@model"}})
 }
 
 // churn runs clients that share prefixes, so blocks are hits, offloads,
@@ -294,4 +294,3 @@ func summary(r map[events.Medium][]uint64) string {
 	}
 	return s
 }
-

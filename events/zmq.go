@@ -33,8 +33,13 @@ type Source interface {
 
 // ServerConfig configures the sockets.
 type ServerConfig struct {
-	// Endpoint is the PUB socket's ZMQ endpoint, "tcp://host:port"
-	// (host "*" for every interface; port 0 picks a free one, see Addrs).
+	// Endpoint is the PUB socket's ZMQ endpoint. As vLLM decides, the
+	// socket binds when the endpoint has a wildcard host ("tcp://*:5557",
+	// "tcp://[::]:5557") or is ipc:// or inproc://, and otherwise connects
+	// to a subscriber that binds ("tcp://router:5557"), retrying in the
+	// background until it answers (batches published meanwhile reach no
+	// one, as with any PUB socket without subscribers). A bound port 0
+	// picks a free port: see Addrs.
 	Endpoint string
 	// ReplayEndpoint, when set, is the ROUTER socket answering replay and
 	// snapshot requests.
@@ -55,6 +60,8 @@ type Server struct {
 	queue  chan Frame
 	cancel context.CancelFunc
 	done   chan struct{}
+	dialed chan struct{} // closed when a connecting PUB socket's dialer returned
+	bound  bool          // the PUB socket listens (else it connects)
 }
 
 // Listen binds the sockets and starts serving.
@@ -63,11 +70,24 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 		cfg.QueueSize = 100000
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{})}
-	s.pub = zmq4.NewPub(ctx)
-	if err := s.pub.Listen(listenAddr(cfg.Endpoint)); err != nil {
-		cancel()
-		return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
+	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{}), dialed: make(chan struct{}), bound: binds(cfg.Endpoint)}
+	if s.bound {
+		s.pub = zmq4.NewPub(ctx)
+		close(s.dialed)
+		if err := s.pub.Listen(listenAddr(cfg.Endpoint)); err != nil {
+			cancel()
+			return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
+		}
+	} else {
+		if !strings.HasPrefix(cfg.Endpoint, "tcp://") {
+			cancel()
+			return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: want tcp://, ipc:// or inproc://", cfg.Endpoint)
+		}
+		s.pub = zmq4.NewPub(ctx, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
+		go func() {
+			defer close(s.dialed)
+			_ = s.pub.Dial(cfg.Endpoint) // returns once connected, or when Close cancels it
+		}()
 	}
 	if cfg.ReplayEndpoint != "" {
 		s.router = zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("kvtier-replay")))
@@ -82,12 +102,20 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 	return s, nil
 }
 
+// binds reports whether a PUB socket on ep binds (vLLM's rule).
+func binds(ep string) bool {
+	return strings.Contains(ep, "*") || strings.Contains(ep, "::") || strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
+}
+
 // listenAddr turns vLLM's "tcp://*:5557" into what Go listens on.
 func listenAddr(ep string) string { return strings.Replace(ep, "://*:", "://0.0.0.0:", 1) }
 
 // Addrs returns the endpoints bound, ports resolved ("" for no replay).
 func (s *Server) Addrs() (pub, replay string) {
-	pub = "tcp://" + s.pub.Addr().String()
+	pub = s.cfg.Endpoint
+	if a := s.pub.Addr(); s.bound && a != nil && strings.HasPrefix(pub, "tcp://") {
+		pub = "tcp://" + a.String()
+	}
 	if s.router != nil {
 		replay = "tcp://" + s.router.Addr().String()
 	}
@@ -160,6 +188,7 @@ func (s *Server) Close() error {
 	close(s.queue)
 	<-s.done
 	s.cancel()
+	<-s.dialed
 	err := s.pub.Close()
 	if s.router != nil {
 		err = errors.Join(err, s.router.Close())
@@ -173,9 +202,10 @@ type Subscriber struct {
 }
 
 // Subscribe connects to a PUB endpoint and subscribes to topic ("" for
-// every topic).
+// every topic). It waits for the publisher to listen (until ctx ends) and
+// reconnects when the connection drops.
 func Subscribe(ctx context.Context, endpoint, topic string) (*Subscriber, error) {
-	sub := zmq4.NewSub(ctx)
+	sub := zmq4.NewSub(ctx, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
 	if err := sub.Dial(endpoint); err != nil {
 		return nil, fmt.Errorf("kvtier: events: dialing %q: %w", endpoint, err)
 	}
@@ -200,6 +230,23 @@ func (s *Subscriber) Recv() (string, Frame, error) {
 
 // Close closes the socket.
 func (s *Subscriber) Close() error { return s.sub.Close() }
+
+// SubscribeListen binds endpoint and subscribes to topic: the side of a
+// router that publishers connect to (a PUB endpoint with a named host).
+func SubscribeListen(ctx context.Context, endpoint, topic string) (*Subscriber, error) {
+	sub := zmq4.NewSub(ctx)
+	if err := sub.Listen(listenAddr(endpoint)); err != nil {
+		return nil, fmt.Errorf("kvtier: events: listening on %q: %w", endpoint, err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
+		_ = sub.Close()
+		return nil, err
+	}
+	return &Subscriber{sub: sub}, nil
+}
+
+// Addr is the address a SubscribeListen socket bound.
+func (s *Subscriber) Addr() string { return "tcp://" + s.sub.Addr().String() }
 
 // Replay asks a replay endpoint for the batches numbered from on.
 func Replay(ctx context.Context, endpoint string, from uint64) ([]Frame, error) {

@@ -38,7 +38,7 @@ func (s *lockedSource) Snapshot(context.Context) (Frame, error) {
 // the publisher's residency.
 func TestOverZMQ(t *testing.T) {
 	src := &lockedSource{p: NewPublisher(Config{BlockSize: 1})}
-	s, err := Listen(ServerConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@pod-a@model"}, src)
+	s, err := Listen(ServerConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv@pod-a@model"}, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,5 +139,46 @@ func TestOverZMQ(t *testing.T) {
 	src.mu.Unlock()
 	if !reflect.DeepEqual(v.Residency(), want) {
 		t.Fatalf("view %v, publisher %v", v.Residency(), want)
+	}
+}
+
+// TestConnectingPublisher: an endpoint with a named host connects to a
+// router that binds (vLLM's rule), retrying until it listens.
+func TestConnectingPublisher(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub, err := SubscribeListen(ctx, "tcp://127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	p := NewPublisher(Config{BlockSize: 1})
+	s, err := Listen(ServerConfig{Endpoint: sub.Addr()}, &lockedSource{p: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if pub, _ := s.Addrs(); pub != sub.Addr() {
+		t.Fatalf("Addrs %q, want the endpoint dialed %q", pub, sub.Addr())
+	}
+	got := make(chan Frame, 1)
+	go func() {
+		if _, f, err := sub.Recv(); err == nil {
+			got <- f
+		}
+	}()
+	for {
+		f, _ := p.Apply(&messages.Residency{Tier: messages.Disk, Changes: []messages.ResidencyChange{{Stored: true, Hash: uint64(time.Now().UnixNano())}}}, time.Now())
+		s.Publish(f)
+		select {
+		case f := <-got:
+			if _, err := DecodeBatch(f.Payload); err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("nothing arrived")
+		}
 	}
 }

@@ -28,7 +28,7 @@ func TestEventStreamGapless(t *testing.T) {
 	dev := newFaultyDevice(t, f)
 	defer dev.Close()
 	m := newManager(t, kvtier.Config{Device: dev, DiskDir: t.TempDir(), DiskBytes: 1 << 22, ReadDeadlineBase: time.Minute,
-		Events: &kvtier.EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@stress@tiny", Format: "array"}})
+		Events: &kvtier.EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv@stress@tiny", Format: "array"}})
 	defer m.Close(context.Background())
 	pub, replay := m.EventEndpoints()
 	sub, err := events.Subscribe(ctx, pub, "")

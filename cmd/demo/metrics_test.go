@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/kvtier/kvtier/events"
 )
 
 // TestMetricsAfterRun: with -metrics-addr the demo serves /metrics while it
@@ -98,5 +100,49 @@ func TestMetricsAfterRun(t *testing.T) {
 	}
 	if checked < 9 {
 		t.Fatalf("only %d series checked", checked)
+	}
+}
+
+// TestEventsFlag: with -events the demo publishes each configuration's KV
+// events on the endpoint; a subscriber decodes them.
+func TestEventsFlag(t *testing.T) {
+	path, _ := smallTrace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The router binds; the demo's publisher, given a named host, connects.
+	sub, err := events.SubscribeListen(ctx, "tcp://127.0.0.1:0", "kv@kvtier-demo-0@")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-trace", path, "-configs", "pinned", "-plot", "", "-events", sub.Addr(),
+			"-gpu-blocks", "64", "-pinned-blocks", "256", "-block-tokens", "256", "-progress=false"}, io.Discard, io.Discard, false)
+	}()
+	got := make(chan events.Batch, 1)
+	go func() {
+		for {
+			_, f, err := sub.Recv()
+			if err != nil {
+				return
+			}
+			if b, err := events.DecodeBatch(f.Payload); err == nil {
+				for _, e := range b.Events {
+					if e.Kind == events.BlockStored && e.Medium == events.MediumGPU && len(e.Tokens) == len(e.Hashes)*256 {
+						got <- b
+						return
+					}
+				}
+			}
+		}
+	}()
+	select {
+	case <-got:
+	case err := <-done:
+		t.Fatalf("the demo ended (%v) before a GPU BlockStored with 256 tokens a block arrived", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -131,6 +131,7 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 			}
 			mc.Registerer = o.metrics.Registerer(fmt.Sprintf("%s/replica%d", label, i))
 		}
+		mc.Events = eventsConfig(o, i)
 		m, err := kvtier.New(mc)
 		if err != nil {
 			return out, fmt.Errorf("replica %d: %w", i, err)

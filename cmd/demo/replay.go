@@ -95,6 +95,7 @@ func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, dis
 	if o.metrics != nil {
 		mc.Registerer = o.metrics.Registerer(t.String())
 	}
+	mc.Events = eventsConfig(o, 0)
 	m, err := kvtier.New(mc)
 	if err != nil {
 		return out, err

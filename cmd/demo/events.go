@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/kvtier/kvtier"
+)
+
+// eventsConfig is replica i's KV-event publisher for -events (nil without
+// it): its endpoints' ports offset by i, as vLLM offsets them by
+// data-parallel rank, and the topic llm-d's indexer parses.
+func eventsConfig(o options, i int) *kvtier.EventsConfig {
+	if o.events == "" {
+		return nil
+	}
+	c := &kvtier.EventsConfig{Endpoint: offsetPort(o.events, i), Topic: "kv@kvtier-demo-" + strconv.Itoa(i) + "@kvtier-demo-model"}
+	if o.eventsReply != "" {
+		c.ReplayEndpoint = offsetPort(o.eventsReply, i)
+	}
+	return c
+}
+
+// offsetPort adds i to the port at the end of a tcp:// endpoint; others,
+// and port 0, are left alone.
+func offsetPort(ep string, i int) string {
+	k := strings.LastIndexByte(ep, ':')
+	port, err := strconv.Atoi(ep[k+1:])
+	if i == 0 || k < 0 || err != nil || port == 0 {
+		return ep
+	}
+	return ep[:k+1] + strconv.Itoa(port+i)
+}
