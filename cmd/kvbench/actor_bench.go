@@ -13,18 +13,23 @@ import (
 // Config: GPU tier only, host gpu backend): one client,
 // then actorClients clients at once, each sending batches of actorBatch
 // allocations and freeing its previous batch, on a Manager of poolBlocks GPU
-// blocks (the size of the direct run it is compared with).
-func runActor(quick bool) (actorResult, error) {
+// blocks (the size of the direct run it is compared with). The Manager's
+// metrics go to mx, as configuration "alloc/actor".
+func runActor(quick bool, mx metricsSink) (res actorResult, err error) {
 	dur := 3 * time.Second
 	if quick {
 		dur = 300 * time.Millisecond
 	}
 	ctx := context.Background()
-	m, err := kvtier.New(kvtier.Config{GPUBlocks: poolBlocks, BlockTokens: blockTokens})
+	m, err := kvtier.New(kvtier.Config{GPUBlocks: poolBlocks, BlockTokens: blockTokens, Registerer: mx.registerer("alloc/actor")})
 	if err != nil {
 		return actorResult{}, err
 	}
-	defer m.Close(ctx)
+	defer func() {
+		if cerr := mx.close(ctx, m); err == nil && cerr != nil {
+			err = fmt.Errorf("closing the manager: %w", cerr)
+		}
+	}()
 
 	// Warm the pool as the direct run does: enough batches to cycle every block.
 	warm := newActorClient(1)

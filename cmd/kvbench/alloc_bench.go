@@ -111,7 +111,7 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func runAlloc(quick bool) (*AllocResult, error) {
+func runAlloc(quick bool, mx metricsSink) (*AllocResult, error) {
 	rounds, stepsPerRound := 31, 8000
 	if quick {
 		rounds, stepsPerRound = 3, 500
@@ -155,7 +155,7 @@ func runAlloc(quick bool) (*AllocResult, error) {
 	}
 	benches = nil // let the 1M-block pool go before the actor runs
 
-	a, err := runActor(quick)
+	a, err := runActor(quick, mx)
 	if err != nil {
 		return nil, fmt.Errorf("actor path: %w", err)
 	}

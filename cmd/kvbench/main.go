@@ -24,26 +24,40 @@
 // fields). Every ratio is against a reference measured in the same run; the
 // targets are printed with PASS or MISS and never change a reference.
 //
+// # Metrics
+//
+// With -metrics-addr kvbench serves the Prometheus metrics of the Managers
+// its suites create (alloc's actor path, replay's manager paths) at
+// /metrics, each labelled config=<suite>/<path>[/pool<blocks>]; once a
+// Manager closes its final values stay. After the report it keeps serving
+// them until interrupted (SIGINT or SIGTERM).
+//
 // # Usage
 //
 //	go run ./cmd/kvbench                       # all suites, full mode
 //	go run ./cmd/kvbench -json -quick          # seconds-long, for CI
 //	go run ./cmd/kvbench -suite trace -trace /path/conversation_trace.jsonl -capacity 1024,4096
 //	go run ./cmd/kvbench -suite copy -dir /mnt/nvme
+//	go run ./cmd/kvbench -suite replay -metrics-addr :9400
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/kvtier/kvtier/internal/promserve"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "kvbench:", err)
 		os.Exit(2)
 	}
@@ -74,6 +88,7 @@ type options struct {
 	dir         string // parent of the disk suite's temp dir; "" means os.TempDir
 	redis       []string
 	cluster     bool
+	metricsAddr string // -metrics-addr: serve the Managers' Prometheus metrics here
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -91,6 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&redisAddrs, "redis", "", "Redis address(es), comma-separated, for the remote suite (several: a cluster)")
 	fs.BoolVar(&o.cluster, "redis-cluster", false, "the -redis address is a cluster node")
 	fs.StringVar(&o.dir, "dir", "", "directory on the file system the disk benchmark uses (a temp dir is made inside; default: $TMPDIR)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", `serve the Prometheus metrics of the suites' Managers on this address (e.g. ":9400") at /metrics while kvbench runs, then keep serving their final values until interrupted`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -137,13 +153,37 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// run parses args, runs the selected suites and writes the report to out.
-func run(args []string, out io.Writer) error {
-	o, err := parseFlags(args, os.Stderr)
+// run parses args, runs the selected suites and writes the report to out;
+// flag errors and the metrics server's address go to stderr. With
+// -metrics-addr it then serves the final metrics until ctx ends or the
+// process is interrupted.
+func run(ctx context.Context, args []string, out, stderr io.Writer) (err error) {
+	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	rep, err := runSuites(o)
+	var mx metricsSink
+	if o.metricsAddr != "" {
+		if mx.s, err = promserve.Start(o.metricsAddr); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "metrics: http://%s/metrics\n", mx.s.Addr)
+		if !o.suites[suiteAlloc] && !o.suites[suiteReplay] {
+			fmt.Fprintln(stderr, "metrics: only the alloc and replay suites create Managers; nothing else has metrics")
+		}
+		defer func() {
+			if err != nil {
+				_ = mx.s.Close()
+				return
+			}
+			// Only now does an interrupt stop serving: before, it ends
+			// kvbench as it always did.
+			hold, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = mx.s.Hold(hold, stderr)
+		}()
+	}
+	rep, err := runSuites(o, mx)
 	if err != nil {
 		return err
 	}
@@ -153,8 +193,9 @@ func run(args []string, out io.Writer) error {
 	return writeHuman(out, rep)
 }
 
-// runSuites runs the suites o selects, in a fixed order, and fills a report.
-func runSuites(o options) (*Report, error) {
+// runSuites runs the suites o selects, in a fixed order, and fills a report;
+// the Managers they create register their metrics on mx.
+func runSuites(o options, mx metricsSink) (*Report, error) {
 	rep := &Report{Machine: machineInfo(), Mode: "full"}
 	if o.quick {
 		rep.Mode = "quick"
@@ -165,7 +206,7 @@ func runSuites(o options) (*Report, error) {
 		}
 	}
 	if o.suites[suiteAlloc] {
-		a, err := runAlloc(o.quick)
+		a, err := runAlloc(o.quick, mx)
 		if err != nil {
 			return nil, fmt.Errorf("alloc suite: %w", err)
 		}
@@ -186,7 +227,7 @@ func runSuites(o options) (*Report, error) {
 		rep.Trace = t
 	}
 	if o.suites[suiteReplay] {
-		r, err := runReplay(o.tracePath, o.quick)
+		r, err := runReplay(o.tracePath, o.quick, mx)
 		if err != nil {
 			return nil, fmt.Errorf("replay suite: %w", err)
 		}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -15,7 +17,7 @@ import (
 // (actor_built false): its fields are then 0 by contract and the note says so.
 func TestQuickJSON(t *testing.T) {
 	var out bytes.Buffer
-	if err := run([]string{"-json", "-quick", "-dir", t.TempDir()}, &out); err != nil {
+	if err := run(context.Background(), []string{"-json", "-quick", "-dir", t.TempDir()}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
@@ -112,7 +114,7 @@ func TestParseFlags(t *testing.T) {
 // prints a PASS or MISS per capacity for the default policy, and its memory per id.
 func TestHumanTraceOnly(t *testing.T) {
 	var out bytes.Buffer
-	if err := run([]string{"-suite", "trace", "-capacity", "256,100000"}, &out); err != nil {
+	if err := run(context.Background(), []string{"-suite", "trace", "-capacity", "256,100000"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()

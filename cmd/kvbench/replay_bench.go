@@ -151,14 +151,19 @@ func replayDirect(reqs []trace.Request, n int) (time.Duration, replayCount, erro
 
 // replayManager replays reqs through a Manager whose GPU tier has n blocks,
 // batch requests a Step: each Step commits and frees the previous batch and
-// allocates the next, so one message carries a request's whole life.
-func replayManager(reqs []trace.Request, n, batch int) (time.Duration, replayCount, error) {
+// allocates the next, so one message carries a request's whole life. The
+// Manager's metrics go to mx, as configuration config.
+func replayManager(reqs []trace.Request, n, batch int, mx metricsSink, config string) (_ time.Duration, _ replayCount, err error) {
 	ctx := context.Background()
-	m, err := kvtier.New(kvtier.Config{GPUBlocks: n, BlockTokens: trace.BlockTokens})
+	m, err := kvtier.New(kvtier.Config{GPUBlocks: n, BlockTokens: trace.BlockTokens, Registerer: mx.registerer(config)})
 	if err != nil {
 		return 0, replayCount{}, err
 	}
-	defer m.Close(ctx)
+	defer func() {
+		if cerr := mx.close(ctx, m); err == nil && cerr != nil {
+			err = fmt.Errorf("closing the manager: %w", cerr)
+		}
+	}()
 	var c replayCount
 	var seq uint64
 	var held []uint64
@@ -218,7 +223,9 @@ func replayManager(reqs []trace.Request, n, batch int) (time.Duration, replayCou
 	return d, c, err
 }
 
-func runReplay(path string, quick bool) (*ReplayResult, error) {
+// runReplay runs the replay suite; the Managers' metrics go to mx, as
+// configurations "replay/<path>/pool<blocks>".
+func runReplay(path string, quick bool, mx metricsSink) (*ReplayResult, error) {
 	reqs, name := trace.Sample(), trace.SampleName
 	if path != "" {
 		var err error
@@ -242,9 +249,11 @@ func runReplay(path string, quick bool) (*ReplayResult, error) {
 		run  func([]trace.Request, int) (time.Duration, replayCount, error)
 	}{
 		{"direct", replayDirect},
-		{"manager", func(q []trace.Request, n int) (time.Duration, replayCount, error) { return replayManager(q, n, 1) }},
+		{"manager", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
+			return replayManager(q, n, 1, mx, fmt.Sprintf("replay/manager/pool%d", n))
+		}},
 		{"manager_batch8", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
-			return replayManager(q, n, replayBatch)
+			return replayManager(q, n, replayBatch, mx, fmt.Sprintf("replay/manager_batch%d/pool%d", replayBatch, n))
 		}},
 	}
 	for _, n := range replayPools {
