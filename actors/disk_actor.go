@@ -137,7 +137,9 @@ type DiskActor struct {
 	// unannounced maps hashes published on disk but not yet announced to
 	// the index (their DiskWrite is still pending) to that request.
 	unannounced map[uint64]*diskWriteReq
-	flushers    []diskFlusher
+	// writing maps hashes being written to the request writing them.
+	writing  map[uint64]*diskWriteReq
+	flushers []diskFlusher
 	// doomed maps hashes deleted while their write was in flight to the
 	// deletes waiting on them: the write is removed (durably) as it lands.
 	doomed map[uint64][]*diskDeleteReq
@@ -178,6 +180,7 @@ func NewDiskActor(cfg DiskConfig) (actor.Producer, error) {
 			log:         cfg.Log,
 			writes:      make(map[uint64]*diskWriteReq),
 			unannounced: make(map[uint64]*diskWriteReq),
+			writing:     make(map[uint64]*diskWriteReq),
 			doomed:      make(map[uint64][]*diskDeleteReq),
 			reads:       make(map[uint64]*diskReadReq),
 			readJobs:    make(map[*disk.ReadOp]*diskReadJob),

@@ -526,3 +526,45 @@ func TestDiskStopCancelsQueuedIO(t *testing.T) {
 	m, done := e.read(1, 2)
 	checkRead(t, m, done, true, true)
 }
+
+// A write of a block another request is still writing answers only after
+// that request announced it: the slot above is given back once the block
+// is on the disk for the index (and the event stream), never before.
+func TestDiskRewriteWaitsForTheWriteInFlight(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newDiskEnv(t, 0)
+	defer e.stop()
+	e.gate.armWrite()
+	first := e.sys.Root.RequestFuture(e.pid, writeMsg(7), testWait)
+	recv(t, e.gate.entered)
+	second := e.sys.Root.RequestFuture(e.pid, writeMsg(7), testWait)
+	if s := e.stats(); s.Extra["skipped"] != 1 { // the second request was planned before this
+		t.Fatalf("stats %+v", s.Extra)
+	}
+	select {
+	case <-time.After(50 * time.Millisecond):
+	case <-futureDone(second):
+		e.gate.release <- struct{}{}
+		t.Fatal("the second write answered while the first was writing its block")
+	}
+	e.gate.release <- struct{}{}
+	for _, f := range []*actor.Future{first, second} {
+		if _, err := f.Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := e.nextUpdate(); !slices.Equal(u.Added, []uint64{7}) {
+		t.Fatalf("announced %+v", u)
+	}
+	e.noUpdate()
+}
+
+// futureDone is closed when f has its result.
+func futureDone(f *actor.Future) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		_, _ = f.Result()
+		close(c)
+	}()
+	return c
+}

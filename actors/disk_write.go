@@ -19,7 +19,25 @@ type diskWriteReq struct {
 	// announce is written minus the hashes that left the disk again before
 	// the request finished; it goes to the index as Added.
 	announce []uint64
-	pending  int // items handed to workers, not yet completed
+	pending  int // items handed to workers, and earlier requests waited on, not yet completed
+	// after are later requests that skipped a hash this one writes: each
+	// answers only once this one has announced it, so the block is on the
+	// disk, for the index and the event stream, before the slot that held
+	// it above is given back.
+	after []*diskWriteReq
+}
+
+// waitFor makes req wait for the earlier request that is writing hash h or
+// has written it without announcing it yet, if any.
+func (a *DiskActor) waitFor(req *diskWriteReq, h uint64) {
+	owner := a.writing[h]
+	if owner == nil {
+		owner = a.unannounced[h]
+	}
+	if owner != nil && owner != req {
+		owner.after = append(owner.after, req)
+		req.pending++
+	}
 }
 
 // write plans every item of m and hands the planned ones to the workers.
@@ -43,6 +61,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.DiskWrite) {
 		req.slots[i] = it.Slot
 		if a.store.Contains(it.Hash) {
 			a.stats.skipped++
+			a.waitFor(req, it.Hash)
 			continue
 		}
 		if a.writesInFlight >= a.cfg.WriteQuota {
@@ -61,6 +80,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.DiskWrite) {
 		switch {
 		case errors.Is(err, disk.ErrExists): // being written by an earlier request
 			a.stats.skipped++
+			a.waitFor(req, it.Hash)
 			continue
 		case errors.Is(err, disk.ErrNoSpace):
 			a.stats.denied++
@@ -75,6 +95,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.DiskWrite) {
 		}
 		a.writesInFlight++
 		req.pending++
+		a.writing[it.Hash] = req
 		a.workers.submit(&diskJob{write: op, payload: it.Bytes, wreq: req})
 	}
 	a.forget(ctx, evicted)
@@ -94,6 +115,9 @@ func (a *DiskActor) finishWrite(ctx actor.Context, j *diskJob) {
 	a.writesInFlight--
 	req := j.wreq
 	h := j.write.Meta().Hash
+	if a.writing[h] == req {
+		delete(a.writing, h)
+	}
 	switch {
 	case a.removeLanded(h, err == nil): // deleted while it was written
 	case err == nil:
@@ -126,5 +150,11 @@ func (a *DiskActor) replyWrite(ctx actor.Context, req *diskWriteReq) {
 		a.log.Warn("disk actor: DiskWrite without a sender (use ctx.Request); slots not returned",
 			zap.Int("slots", len(req.slots)))
 	}
+	for _, next := range req.after {
+		if next.pending--; next.pending == 0 {
+			a.replyWrite(ctx, next)
+		}
+	}
+	req.after = nil
 	a.answerFlushers()
 }

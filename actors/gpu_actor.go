@@ -39,7 +39,8 @@ type GPUConfig struct {
 	// Pinned and Index are nil for a GPU-only manager.
 	Pinned, Index *actor.PID
 	// Events, when set, is the KV-event publisher: it hears what became
-	// findable on the GPU or stopped being (the pool needs Journal on).
+	// findable on the GPU or stopped being (the pool needs Journal on), by
+	// way of the pinned actor and the index when there is a pinned tier.
 	Events *actor.PID
 
 	Ingestion        Ingestion
@@ -180,11 +181,6 @@ func (a *GPUActor) execute(ctx actor.Context) {
 	}
 	r := a.t.Ready()
 	self, sys := ctx.Self(), ctx.ActorSystem()
-	if r.Residency != nil && a.cfg.Events != nil {
-		// First: a block is stored on the GPU before any copy of it is
-		// offered to the tiers below.
-		ctx.Send(a.cfg.Events, r.Residency)
-	}
 	for _, c := range r.Copies {
 		ev, err := a.enqueue(c)
 		if err != nil {
@@ -215,6 +211,12 @@ func (a *GPUActor) execute(ctx actor.Context) {
 	for _, msg := range r.ToIndex {
 		ctx.Request(a.cfg.Index, msg)
 	}
+	// After ToPinned: a block the event evicted right after its write down
+	// ended (the OffloadDone above) is stored below before it leaves the
+	// GPU. A block's store here comes before any OffloadDone of it, which
+	// only a later event can send.
+	a.residency(ctx, r.Residency)
+	a.residency(ctx, r.ResidencyAfter)
 	for _, id := range r.CancelTimers {
 		if tm, ok := a.timers[id]; ok {
 			tm.Stop()
@@ -243,6 +245,20 @@ func (a *GPUActor) execute(ctx actor.Context) {
 			}
 			s.Complete()
 		}()
+	}
+}
+
+// residency sends the GPU's changes to the event publisher: through the
+// pinned actor and the index when they exist, behind the OffloadDones sent
+// before, so a block written down is stored in pinned memory before the
+// GPU's removal of it reaches the publisher.
+func (a *GPUActor) residency(ctx actor.Context, r *messages.Residency) {
+	switch {
+	case r == nil || a.cfg.Events == nil:
+	case a.cfg.Pinned != nil:
+		ctx.Send(a.cfg.Pinned, r)
+	default:
+		ctx.Send(a.cfg.Events, r)
 	}
 }
 

@@ -50,6 +50,10 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *IndexWatch:
 		a.gpu, a.pinned = m.GPU, m.Pinned
+	case *messages.Residency: // the GPU's, relayed by the pinned actor
+		if a.events != nil {
+			ctx.Send(a.events, m)
+		}
 	case *EventsSync:
 		if a.events != nil {
 			ctx.Send(a.events, m)

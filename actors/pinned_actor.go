@@ -73,6 +73,10 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		a.t.LowerRead(m)
 	case *messages.BelowGone:
 		a.t.BelowGone(m.Hashes)
+	case *messages.Residency:
+		// The GPU's changes, on their way to the event publisher: relayed
+		// in order with this tier's own index updates.
+		ctx.Send(a.cfg.Index, m)
 	case *messages.PinnedQuery:
 		a.t.Query(m)
 	case *messages.Flush:

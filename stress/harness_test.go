@@ -127,6 +127,9 @@ type worker struct {
 	buf, want []byte
 	// closing: errors.Is(err, kvtier.ErrClosed) ends the worker without failing.
 	closing bool
+	// noDeletes skips the Delete operations (a phase that checks how blocks
+	// move down, which a Delete racing a write down does not follow).
+	noDeletes bool
 	// closed, when set, is closed once Close has returned: a Ready still
 	// pending then is abandoned (counted) rather than waited for.
 	closed    <-chan struct{}
@@ -215,6 +218,9 @@ func (k *worker) step(ctx context.Context) error {
 			return fmt.Errorf("goroutine %d: exists: presence %+v of a %d-token stem", k.g, pr, len(p))
 		}
 	case r < 11:
+		if k.noDeletes {
+			return nil
+		}
 		k.c.deletes++
 		_, err := k.m.Delete(ctx, stem(k.rng.IntN(numStems)), salt(k.tenant))
 		if errors.Is(err, kvtier.ErrNotDurable) {

@@ -49,6 +49,11 @@ func (t *Tier) offloadEvicted(w *waiter) *offloadOp {
 	if len(op.blocks) == 0 {
 		return nil
 	}
+	if t.pool.Config().Journal {
+		for _, it := range op.items {
+			t.evictWrites[it.Hash]++
+		}
+	}
 	op.waiters = append(op.waiters, w)
 	w.pending++
 	t.startOffload(op)
@@ -160,6 +165,32 @@ func (t *Tier) releaseOffloadBlock(op *offloadOp, id blockpool.BlockID, below bo
 
 func (t *Tier) finishOffload(id uint64, op *offloadOp) {
 	delete(t.offload, id)
+	if op.evict && t.pool.Config().Journal {
+		// Removals held back while the evicted blocks were written down:
+		// now, after the OffloadDone above, unless a block serves the hash
+		// again or another write of it is still in flight.
+		var gone []messages.ResidencyChange
+		for _, it := range op.items {
+			h := it.Hash
+			if t.evictWrites[h]--; t.evictWrites[h] > 0 {
+				continue
+			}
+			delete(t.evictWrites, h)
+			if !t.held[h] {
+				continue
+			}
+			delete(t.held, h)
+			if _, ok := t.pool.Lookup(prefixhash.Hash(h)); !ok {
+				gone = append(gone, messages.ResidencyChange{Hash: h})
+			}
+		}
+		if len(gone) > 0 {
+			if t.out.ResidencyAfter == nil {
+				t.out.ResidencyAfter = &messages.Residency{Tier: messages.GPU}
+			}
+			t.out.ResidencyAfter.Changes = append(t.out.ResidencyAfter.Changes, gone...)
+		}
+	}
 	for _, w := range op.waiters {
 		w.done(t)
 	}

@@ -19,10 +19,13 @@ type Ready struct {
 	ToPinned []any // *messages.OffloadRequest, FetchRequest, OffloadDone, FetchRelease
 	ToIndex  []any // *messages.Lookup
 	// Residency, with the pool's Journal on, is what became findable on
-	// the GPU or stopped being, for the KV-event publisher.
-	Residency    *messages.Residency
-	Timers       []Timer
-	CancelTimers []uint64 // timers of loads that ended before their deadline
+	// the GPU or stopped being, for the KV-event publisher; then
+	// ResidencyAfter removes evicted blocks whose write down just ended.
+	// Both go after ToPinned: an OffloadDone there stores a block below
+	// before the GPU's removal of it is reported.
+	Residency, ResidencyAfter *messages.Residency
+	Timers                    []Timer
+	CancelTimers              []uint64 // timers of loads that ended before their deadline
 	// Replies answer callers: each sends on a reply channel or completes a
 	// Completion. They run after everything above.
 	Replies []func()
@@ -62,9 +65,17 @@ func (t *Tier) Ready() Ready {
 	r := t.out
 	t.out = Ready{}
 	if j := t.pool.DrainJournal(); len(j) > 0 {
-		r.Residency = &messages.Residency{Tier: messages.GPU, Changes: make([]messages.ResidencyChange, len(j))}
-		for i, c := range j {
-			r.Residency.Changes[i] = messages.ResidencyChange{Stored: c.Stored, Hash: uint64(c.Hash), Parent: uint64(c.Parent), HasParent: c.HasParent, Tokens: c.Tokens}
+		r.Residency = &messages.Residency{Tier: messages.GPU, Changes: make([]messages.ResidencyChange, 0, len(j))}
+		for _, c := range j {
+			h := uint64(c.Hash)
+			if !c.Stored && t.evictWrites[h] > 0 { // reported when its writes down end
+				t.held[h] = true
+				continue
+			}
+			r.Residency.Changes = append(r.Residency.Changes, messages.ResidencyChange{Stored: c.Stored, Hash: h, Parent: uint64(c.Parent), HasParent: c.HasParent, Tokens: c.Tokens})
+		}
+		if len(r.Residency.Changes) == 0 {
+			r.Residency = nil
 		}
 	}
 	return r
@@ -73,7 +84,7 @@ func (t *Tier) Ready() Ready {
 // HasReady reports whether Ready holds work.
 func (t *Tier) HasReady() bool {
 	o := &t.out
-	return t.pool.JournalPending() || len(o.Copies)+len(o.ToPinned)+len(o.ToIndex)+len(o.Timers)+len(o.CancelTimers)+len(o.Replies)+len(o.Stopped) > 0
+	return t.pool.JournalPending() || o.ResidencyAfter != nil || len(o.Copies)+len(o.ToPinned)+len(o.ToIndex)+len(o.Timers)+len(o.CancelTimers)+len(o.Replies)+len(o.Stopped) > 0
 }
 
 // SetNow advances the Tier's clock; deadlines are computed from it. The

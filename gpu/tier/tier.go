@@ -96,7 +96,16 @@ type Tier struct {
 	stats   messages.TierStats
 	tokens  map[string]*messages.TokenCounts // by namespace label, bounded by Config.Namespaces
 	evicted []blockpool.Evicted
-	scratch []blockpool.BlockID
+	// For the event stream (the pool's Journal on): evictWrites counts,
+	// by hash, the writes down of evicted blocks in flight; while one is,
+	// Ready holds back the GPU's removals of the hash (held), reported once
+	// the last of them ended (ResidencyAfter, behind its OffloadDone) if
+	// no block serves the hash again by then. So a block is stored below
+	// before it is gone from the GPU, even when a second write of it found
+	// the first still filling its slot.
+	evictWrites map[uint64]int
+	held        map[uint64]bool
+	scratch     []blockpool.BlockID
 	// notReady counts, per sequence, allocations whose loads from lower
 	// tiers have not completed: commits wait for them, since a finishing
 	// load publishes its blocks.
@@ -114,8 +123,8 @@ func New(cfg Config) *Tier {
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
 		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
-		notReady: map[blockpool.SeqID]int{},
-		stats:    messages.TierStats{Tier: messages.GPU},
+		notReady: map[blockpool.SeqID]int{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
+		stats: messages.TierStats{Tier: messages.GPU},
 	}
 }
 
