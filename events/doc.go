@@ -1,0 +1,46 @@
+// Package events publishes kvtier's KV events in vLLM's wire format, so
+// KV-aware routers (llm-d's KV-cache indexer, Dynamo's router, anything
+// that reads vLLM's stream) see which blocks each tier of a replica holds.
+//
+// Wire format (vllm/distributed/kv_events.py): a ZMQ PUB socket sends
+// messages of three frames, [topic, 8-byte big-endian sequence number,
+// msgpack payload]. The payload is a batch, the array [ts, events,
+// dp_rank]; each event is, in FormatMap (vLLM >= 0.24), a map whose "type"
+// is the tag:
+//
+//	{"type": "BlockStored", "block_hashes": [...], "parent_block_hash": h|nil,
+//	 "token_ids": [...], "block_size": n, "lora_id": nil, "medium": m, "lora_name": s|nil}
+//	{"type": "BlockRemoved", "block_hashes": [...], "medium": m}
+//	{"type": "AllBlocksCleared"}
+//
+// and in FormatArray (older vLLM) the same fields as an array after the
+// tag. Block hashes are kvtier's chained 64-bit prefix hashes, always
+// msgpack uint64 (0xcf). Mediums: GPU, CPU (pinned host memory), STORAGE
+// (the local disk, as vLLM's file-system tier names itself) and REMOTE (the
+// shared Redis tier).
+//
+// What is published: every change of what a tier serves hits from. A
+// block becomes GPU-resident when the engine commits it (never before its
+// KV is computed), and lower-tier resident when its copy there is verified
+// and indexed. A block moving down is stored on the lower medium before it
+// is removed from the upper one. A publisher starts (and stops) with
+// AllBlocksCleared; a disk reopened after a restart then announces its
+// records (their token ids unknown: stored with none). The remote tier is
+// shared and evicts on its own: its stores and removals are what this
+// node wrote and found gone.
+//
+// Replay (vLLM's protocol) on a ROUTER socket: a client sends an 8-byte
+// big-endian starting sequence number and receives [seq, payload] for each
+// buffered batch from there, then [-1, ""]. Beyond vLLM, a client that
+// sends SnapshotRequest instead receives one batch numbered as the last
+// published — AllBlocksCleared, then every block each medium holds — then
+// the end marker: a router that lost batches applies it (View.Reset) and
+// the batches numbered after it, and holds exactly the tiers' residency.
+//
+// Publisher is the plain state machine (numbered batches, the bounded
+// replay buffer, the residency they add up to); actors.EventsActor owns
+// one; Server does the socket I/O off the actor, dropping a batch (counted,
+// a gap subscribers see) rather than ever stalling a tier; Subscribe,
+// Replay, FetchSnapshot and View are the consumer side, for Go routers and
+// the tests.
+package events
