@@ -537,21 +537,23 @@ func TestDiskRewriteWaitsForTheWriteInFlight(t *testing.T) {
 	e.gate.armWrite()
 	first := e.sys.Root.RequestFuture(e.pid, writeMsg(7), testWait)
 	recv(t, e.gate.entered)
-	second := e.sys.Root.RequestFuture(e.pid, writeMsg(7), testWait)
+	second := futureResult(e.sys.Root.RequestFuture(e.pid, writeMsg(7), testWait))
 	if s := e.stats(); s.Extra["skipped"] != 1 { // the second request was planned before this
+		e.gate.release <- struct{}{}
 		t.Fatalf("stats %+v", s.Extra)
 	}
 	select {
 	case <-time.After(50 * time.Millisecond):
-	case <-futureDone(second):
+	case <-second:
 		e.gate.release <- struct{}{}
 		t.Fatal("the second write answered while the first was writing its block")
 	}
 	e.gate.release <- struct{}{}
-	for _, f := range []*actor.Future{first, second} {
-		if _, err := f.Result(); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := first.Result(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
 	}
 	if u := e.nextUpdate(); !slices.Equal(u.Added, []uint64{7}) {
 		t.Fatalf("announced %+v", u)
@@ -559,12 +561,13 @@ func TestDiskRewriteWaitsForTheWriteInFlight(t *testing.T) {
 	e.noUpdate()
 }
 
-// futureDone is closed when f has its result.
-func futureDone(f *actor.Future) <-chan struct{} {
-	c := make(chan struct{})
+// futureResult delivers f's error once it has its result. One goroutine
+// waits: a protoactor Future wakes a single waiter.
+func futureResult(f *actor.Future) <-chan error {
+	c := make(chan error, 1)
 	go func() {
-		_, _ = f.Result()
-		close(c)
+		_, err := f.Result()
+		c <- err
 	}()
 	return c
 }
