@@ -86,13 +86,7 @@ func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 	}
 	var evs []Event
 	if r.Cleared {
-		var gone []uint64
-		for h, b := range p.blocks {
-			if b.mediums&bit != 0 {
-				gone = append(gone, h)
-			}
-		}
-		slices.Sort(gone)
+		gone := p.held(bit)
 		for _, h := range gone {
 			p.drop(h, bit)
 		}
@@ -176,6 +170,18 @@ func bitIndex(bit uint8) int {
 	return 0
 }
 
+// held returns the hashes of the blocks the medium of bit holds, sorted.
+func (p *Publisher) held(bit uint8) []uint64 {
+	var hs []uint64
+	for h, b := range p.blocks {
+		if b.mediums&bit != 0 {
+			hs = append(hs, h)
+		}
+	}
+	slices.Sort(hs)
+	return hs
+}
+
 // Replay returns the buffered frames numbered from on, oldest first (none
 // when from is past the last; the oldest kept when from is older).
 func (p *Publisher) Replay(from uint64) []Frame {
@@ -205,15 +211,7 @@ func (p *Publisher) LastSeq() (uint64, bool) {
 func (p *Publisher) Snapshot(now time.Time) Frame {
 	evs := []Event{{Kind: AllBlocksCleared}}
 	for _, m := range Mediums {
-		bit := mediumBit(m)
-		var hs []uint64
-		for h, b := range p.blocks {
-			if b.mediums&bit != 0 {
-				hs = append(hs, h)
-			}
-		}
-		slices.Sort(hs)
-		for _, h := range hs {
+		for _, h := range p.held(mediumBit(m)) {
 			evs = append(evs, p.stored(h, p.blocks[h], m))
 		}
 	}
@@ -222,18 +220,14 @@ func (p *Publisher) Snapshot(now time.Time) Frame {
 	return Frame{Seq: seq, Payload: p.cfg.Format.AppendBatch(nil, &b)}
 }
 
-// Residency returns the hashes each medium holds, sorted.
+// Residency returns the hashes each medium holds, sorted; mediums holding
+// none are left out.
 func (p *Publisher) Residency() map[Medium][]uint64 {
 	out := map[Medium][]uint64{}
-	for h, b := range p.blocks {
-		for i, m := range Mediums {
-			if b.mediums&(1<<i) != 0 {
-				out[m] = append(out[m], h)
-			}
+	for _, m := range Mediums {
+		if hs := p.held(mediumBit(m)); len(hs) > 0 {
+			out[m] = hs
 		}
-	}
-	for _, hs := range out {
-		slices.Sort(hs)
 	}
 	return out
 }
