@@ -17,7 +17,18 @@
 // the disk actor's workers; a completion comes back as a message, so no actor
 // blocks on I/O or on a future. Mailboxes are protoactor's default unbounded
 // queues: nothing is dropped; the Manager bounds the calls in flight
-// (Config.MaxPendingCalls), so memory stays bounded under any flood. Each actor runs on its own goroutine (Dedicated).
+// (Config.MaxPendingCalls), so memory stays bounded under any flood.
+//
+// Dispatch. The pinned, disk, remote, index and event actors each run on a
+// goroutine of their own (Dedicated). The Manager runs the GPU actor on
+// protoactor's synchronized dispatcher instead: whoever sends it a message
+// while its mailbox is idle processes the mailbox on its own goroutine, one
+// message at a time as ever (the mailbox's atomic status admits one runner),
+// so a call needs no goroutine hand-off and the prompt's tokens, hashed by
+// the caller, are read on the core that hashed them. Nothing the GPU actor
+// does blocks (copies, timers and lower tiers answer by message), which is
+// what makes running it on a sender's goroutine safe; the disk actor, whose
+// stop waits for its I/O workers, must never run on one of them.
 //
 // # Files
 //
