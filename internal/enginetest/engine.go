@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/kvtier/kvtier"
 	"github.com/kvtier/kvtier/refengine"
@@ -16,6 +17,10 @@ import (
 type Engine struct {
 	M     *kvtier.Manager
 	Model *refengine.Model
+	// LoadTimeout, when > 0, gives every allocation a load deadline this
+	// long after it is made (AllocRequest.LoadDeadline), in place of the
+	// Manager's.
+	LoadTimeout time.Duration
 	// Chunk, when > 0, prefills at most Chunk tokens per forward pass and
 	// commits after each (chunked prefill); 0 prefills in one pass.
 	Chunk int
@@ -146,6 +151,9 @@ func (g *Gen) Admit(ctx context.Context) error {
 		return fmt.Errorf("enginetest: seq %d admitted twice", g.Seq)
 	}
 	req := kvtier.AllocRequest{Seq: g.Seq, Tokens: g.Tokens, Salt: g.Salt, MaxHitTokens: len(g.Tokens) - 1}
+	if g.e.LoadTimeout > 0 {
+		req.LoadDeadline = time.Now().Add(g.e.LoadTimeout)
+	}
 	var r kvtier.AllocResult
 	err := g.call(ctx, "allocate", func(ctx context.Context) (err error) {
 		r, err = g.e.M.Allocate(ctx, req)
