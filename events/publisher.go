@@ -63,7 +63,7 @@ func (p *Publisher) Start(now time.Time) Frame {
 
 func (p *Publisher) publish(now time.Time, evs []Event) Frame {
 	b := Batch{TS: float64(now.UnixNano()) / 1e9, Events: evs, DPRank: p.cfg.DPRank}
-	f := Frame{Seq: p.next, Payload: p.cfg.Format.AppendBatch(nil, &b)}
+	f := Frame{Seq: p.next, Payload: p.cfg.Format.AppendBatch(make([]byte, 0, sizeHint(evs)), &b)}
 	p.next++
 	if len(p.ring) < p.cfg.BufferSteps {
 		p.ring = append(p.ring, f)
@@ -72,6 +72,15 @@ func (p *Publisher) publish(now time.Time, evs []Event) Frame {
 		p.head = (p.head + 1) % len(p.ring)
 	}
 	return f
+}
+
+// sizeHint is about the encoded size of evs, so the payload is made once.
+func sizeHint(evs []Event) int {
+	n := 16
+	for i := range evs {
+		n += 128 + 9*len(evs[i].Hashes) + 3*len(evs[i].Tokens)
+	}
+	return n
 }
 
 // Apply turns one tier's changes into a batch and publishes it; false when
@@ -145,7 +154,9 @@ func (p *Publisher) extends(e *Event, h uint64, b *resident) bool {
 
 func (p *Publisher) stored(h uint64, b *resident, m Medium) Event {
 	e := Event{Kind: BlockStored, Hashes: []uint64{h}, Parent: b.parent, HasParent: b.hasParent, BlockSize: p.cfg.BlockSize, Medium: m}
-	e.Tokens = append([]int64(nil), b.tokens...)
+	// Shared, read-only, for the encoding only; capped so that a chain's
+	// next block appends to a copy.
+	e.Tokens = b.tokens[:len(b.tokens):len(b.tokens)]
 	if e.Tokens == nil {
 		e.Tokens = []int64{}
 	}
