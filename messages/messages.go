@@ -152,27 +152,48 @@ type OnboardOutcome struct {
 }
 
 // Completion is a one-shot future set by an actor and read by the caller.
+// Its channel is made only when a caller asks for it before the outcome is
+// set; most allocations complete before they are answered (GPU hits and
+// misses load nothing) and share one closed channel instead.
 type Completion struct {
-	done chan struct{}
+	done atomic.Pointer[chan struct{}]
 	out  OnboardOutcome
 }
 
+// closed is the Done channel of every Completion set before anyone waited.
+var closed = func() *chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return &c
+}()
+
 // NewCompletion returns an incomplete Completion.
-func NewCompletion() *Completion { return &Completion{done: make(chan struct{})} }
+func NewCompletion() *Completion { return &Completion{} }
 
 // Done is closed when the outcome is set.
-func (c *Completion) Done() <-chan struct{} { return c.done }
+func (c *Completion) Done() <-chan struct{} {
+	if p := c.done.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if c.done.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *c.done.Load() // set meanwhile: closed, or another waiter's
+}
 
 // Outcome returns the outcome; valid once Done is closed.
 func (c *Completion) Outcome() OnboardOutcome {
-	<-c.done
+	<-c.Done()
 	return c.out
 }
 
 // Complete sets the outcome. Only the owning actor calls it, once.
 func (c *Completion) Complete(o OnboardOutcome) {
 	c.out = o
-	close(c.done)
+	if !c.done.CompareAndSwap(nil, closed) {
+		close(*c.done.Load()) // a waiter made the channel first
+	}
 }
 
 // AllocateBatch carries one scheduler step's allocations.

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"hash"
+	"slices"
 )
 
 // Digest is the collision-resistant identity of a block and its whole prefix:
@@ -54,6 +55,7 @@ func (d *Digester) Chain(dst []Digest, ns string, tokens []int64, blockSize int)
 	if blockSize <= 0 {
 		panic("kvtier: prefixhash.Digester.Chain: blockSize must be > 0")
 	}
+	dst = slices.Grow(dst, len(tokens)/blockSize) // one allocation, not a doubling per block
 	prev := DigestSeed(ns)
 	for off := 0; off+blockSize <= len(tokens); off += blockSize {
 		prev = d.Block(prev, tokens[off:off+blockSize])

@@ -2,6 +2,7 @@ package prefixhash
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -57,6 +58,7 @@ func (h *Hasher) Chain(dst []Hash, salt string, tokens []int64, blockSize int) [
 	if blockSize <= 0 {
 		panic("kvtier: prefixhash.Chain: blockSize must be > 0")
 	}
+	dst = slices.Grow(dst, len(tokens)/blockSize) // one allocation, not a doubling per block
 	prev, hasPrev := Seed(salt)
 	for off := 0; off+blockSize <= len(tokens); off += blockSize {
 		prev = h.Block(prev, hasPrev, tokens[off:off+blockSize])
