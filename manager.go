@@ -720,7 +720,12 @@ type Stats struct {
 	IndexBlocks int // blocks the prefix index knows below the GPU
 	// DiskOpen is what opening the disk tier found (records, dropped, time).
 	DiskOpen disk.OpenReport
+	// Events counts the KV-event stream, with Config.Events.
+	Events *EventStats
 }
+
+// EventStats counts the KV-event stream (see actors.EventStats).
+type EventStats = actors.EventStats
 
 // Stats returns a snapshot of every tier's counters.
 func (m *Manager) Stats(ctx context.Context) (Stats, error) {
@@ -755,6 +760,14 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 		if s.Remote, err = ask(ctx, m, m.remPID, nil, req, req.Reply); err != nil {
 			return s, err
 		}
+	}
+	if m.evPID != nil {
+		req := &actors.EventsStatsRequest{Reply: make(chan EventStats, 1)}
+		ev, err := ask(ctx, m, m.evPID, nil, req, req.Reply)
+		if err != nil {
+			return s, err
+		}
+		s.Events = &ev
 	}
 	s.Tiers = append(s.Tiers, s.GPU)
 	for _, t := range []struct {

@@ -45,6 +45,9 @@ var tierMetrics = []metricDef{
 	{"kvtier_tier_double_get_skips_total", "Lower-tier hits not fetched: below the double-get thresholds.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_lookup_tokens_total", "Prompt tokens allocations looked up, by namespace: the denominator of the hit ratios.", prometheus.CounterValue, []string{"namespace"}},
 	{"kvtier_hit_tokens_total", "Leading prompt tokens served by each tier, by namespace.", prometheus.CounterValue, []string{"tier", "namespace"}},
+	{"kvtier_events_published_batches_total", "KV-event batches numbered and published (Config.Events).", prometheus.CounterValue, nil},
+	{"kvtier_events_dropped_batches_total", "KV-event batches dropped because the send queue was full: sequence gaps subscribers see (still replayable).", prometheus.CounterValue, nil},
+	{"kvtier_events_resident_blocks", "Blocks each medium holds as the KV-event stream says (GPU, CPU, STORAGE, REMOTE).", prometheus.GaugeValue, []string{"medium"}},
 }
 
 // Link metrics, observed as transfers finish.
@@ -167,6 +170,13 @@ func (x *metricsSet) Collect(ch chan<- prometheus.Metric) {
 		emit(11, float64(ts.Timeouts), t, "late")
 		emit(11, float64(ts.Mismatches), t, "mismatch")
 		emit(12, float64(ts.DoubleGetSkips), t)
+	}
+	if ev := st.Events; ev != nil {
+		emit(15, float64(ev.Published))
+		emit(16, float64(ev.Dropped))
+		for md, n := range ev.Resident {
+			emit(17, float64(n), md)
+		}
 	}
 	for ns, c := range st.GPU.Tokens {
 		emit(13, float64(c.Prompt), ns)

@@ -157,8 +157,8 @@ func TestMetricsScrapeMatchesStats(t *testing.T) {
 		t.Error("no gpu_to_host transfer observed")
 	}
 	for _, name := range MetricNames() {
-		if name == metricLinkFailures || name == metricScrapeErrors {
-			continue // zero here: absent or 0
+		if name == metricLinkFailures || name == metricScrapeErrors || strings.HasPrefix(name, "kvtier_events_") {
+			continue // zero here: absent or 0; events: TestMetricsEvents
 		}
 		if _, ok := fams[name]; !ok {
 			t.Errorf("metric %s not exported", name)
@@ -187,5 +187,51 @@ func TestMetricsRegistration(t *testing.T) {
 	}
 	if err := m2.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMetricsEvents: with Config.Events the event stream's counters are
+// exported and equal Stats.Events.
+func TestMetricsEvents(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	m := newManager(t, Config{GPUBlocks: 8, Registerer: reg, Events: &EventsConfig{Endpoint: "tcp://*:0"}})
+	for seq := range uint64(4) {
+		if _, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: toks(int(seq)*100, 2*bt)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := commitFree(ctx, m, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := m.EventsSeq(ctx); err != nil { // every change published before the scrape
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Events == nil || st.Events.Published < 2 || st.Events.Resident["GPU"] != 8 {
+		t.Fatalf("stats %+v", st.Events)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range mt.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = mt.GetCounter().GetValue() + mt.GetGauge().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{"kvtier_events_published_batches_total": float64(st.Events.Published),
+		"kvtier_events_dropped_batches_total": 0, "kvtier_events_resident_blocks/GPU": 8} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
 	}
 }

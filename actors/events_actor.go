@@ -11,11 +11,17 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
+// EventSender takes frames for the sockets without blocking; false drops
+// one (events.Server does this).
+type EventSender interface {
+	Publish(events.Frame) bool
+}
+
 // EventsConfig configures the KV-event publisher's actor.
 type EventsConfig struct {
 	Publisher *events.Publisher // owned by the actor from now on
 	// Server sends the frames; nil publishes to the replay buffer only.
-	Server *events.Server
+	Server EventSender
 	Clock  func() time.Time // the batches' timestamps (default time.Now)
 	Log    *zap.Logger
 }
@@ -45,6 +51,22 @@ type EventsSync struct {
 type EventsSeq struct {
 	Seq uint64
 	OK  bool
+}
+
+// EventsStatsRequest asks for the publisher's counters.
+type EventsStatsRequest struct {
+	Reply chan EventStats
+}
+
+// EventStats counts the event stream: batches published (numbered) and
+// dropped (their send queue was full: a gap subscribers see, still in the
+// replay buffer), the last sequence number, and the blocks each medium
+// holds as the stream says (Resident, by medium name).
+type EventStats struct {
+	Published, Dropped uint64
+	LastSeq            uint64
+	HasSeq             bool
+	Resident           map[string]int
 }
 
 type eventsReplay struct {
@@ -81,10 +103,11 @@ func (a *EventsActor) Receive(ctx actor.Context) {
 		m.reply <- a.p.Replay(m.from)
 	case *eventsSnapshot:
 		m.reply <- a.p.Snapshot(a.clock())
-	case *messages.StatsRequest:
-		s := messages.TierStats{Extra: map[string]float64{"published": float64(a.published), "dropped": float64(a.dropped)}}
+	case *EventsStatsRequest:
+		s := EventStats{Published: a.published, Dropped: a.dropped, Resident: map[string]int{}}
+		s.LastSeq, s.HasSeq = a.p.LastSeq()
 		for _, md := range events.Mediums {
-			s.Extra["resident_"+string(md)] = float64(a.p.Count(md))
+			s.Resident[string(md)] = a.p.Count(md)
 		}
 		m.Reply <- s
 	case *actor.Stopping:
