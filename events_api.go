@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 
-	"github.com/kvtier/kvtier/actors"
 	"github.com/kvtier/kvtier/messages"
 )
 
@@ -25,8 +24,8 @@ func (m *Manager) EventsSeq(ctx context.Context) (seq uint64, ok bool, err error
 	if m.evPID == nil {
 		return 0, false, nil
 	}
-	reply := make(chan actors.EventsSeq, 1)
-	req := &actors.EventsSync{Reply: reply}
+	reply := make(chan messages.EventsSeq, 1)
+	req := &messages.EventsSync{Reply: reply}
 	to := m.evPID
 	if m.idxPID != nil {
 		to = m.idxPID // through the index, behind the lower tiers' changes

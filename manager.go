@@ -724,8 +724,8 @@ type Stats struct {
 	Events *EventStats
 }
 
-// EventStats counts the KV-event stream (see actors.EventStats).
-type EventStats = actors.EventStats
+// EventStats counts the KV-event stream (see messages.EventStats).
+type EventStats = messages.EventStats
 
 // Stats returns a snapshot of every tier's counters.
 func (m *Manager) Stats(ctx context.Context) (Stats, error) {
@@ -762,7 +762,7 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 		}
 	}
 	if m.evPID != nil {
-		req := &actors.EventsStatsRequest{Reply: make(chan EventStats, 1)}
+		req := &messages.EventsStatsRequest{Reply: make(chan EventStats, 1)}
 		ev, err := ask(ctx, m, m.evPID, nil, req, req.Reply)
 		if err != nil {
 			return s, err

@@ -27,8 +27,10 @@ type EventsConfig struct {
 }
 
 // EventsActor is the thin actor over events.Publisher: the tiers' residency
-// changes come in as messages.Residency (from the GPU and remote actors,
-// and from the index for the pinned and disk tiers), each becomes one
+// changes come in as messages.Residency (from the index, which relays the
+// GPU's through the pinned actor and adds the pinned and disk tiers'; from
+// the GPU directly when there is no tier below; from the remote actor),
+// each becomes one
 // numbered batch, handed to the Server's queue without waiting; a full
 // queue drops the batch (counted, and a gap subscribers see) but the
 // replay buffer keeps it.
@@ -38,35 +40,6 @@ type EventsActor struct {
 	clock     func() time.Time
 	published uint64
 	dropped   uint64
-}
-
-// EventsSync asks for the sequence number of the last batch published
-// (ok false before any). The index forwards it, so the answer covers every
-// change the tiers sent before.
-type EventsSync struct {
-	Reply chan<- EventsSeq
-}
-
-// EventsSeq answers EventsSync.
-type EventsSeq struct {
-	Seq uint64
-	OK  bool
-}
-
-// EventsStatsRequest asks for the publisher's counters.
-type EventsStatsRequest struct {
-	Reply chan EventStats
-}
-
-// EventStats counts the event stream: batches published (numbered) and
-// dropped (their send queue was full: a gap subscribers see, still in the
-// replay buffer), the last sequence number, and the blocks each medium
-// holds as the stream says (Resident, by medium name).
-type EventStats struct {
-	Published, Dropped uint64
-	LastSeq            uint64
-	HasSeq             bool
-	Resident           map[string]int
 }
 
 type eventsReplay struct {
@@ -96,15 +69,15 @@ func (a *EventsActor) Receive(ctx actor.Context) {
 		if f, ok := a.p.Apply(m, a.clock()); ok {
 			a.send(f)
 		}
-	case *EventsSync:
+	case *messages.EventsSync:
 		seq, ok := a.p.LastSeq()
-		m.Reply <- EventsSeq{Seq: seq, OK: ok}
+		m.Reply <- messages.EventsSeq{Seq: seq, OK: ok}
 	case *eventsReplay:
 		m.reply <- a.p.Replay(m.from)
 	case *eventsSnapshot:
 		m.reply <- a.p.Snapshot(a.clock())
-	case *EventsStatsRequest:
-		s := EventStats{Published: a.published, Dropped: a.dropped, Resident: map[string]int{}}
+	case *messages.EventsStatsRequest:
+		s := messages.EventStats{Published: a.published, Dropped: a.dropped, Resident: map[string]int{}}
 		s.LastSeq, s.HasSeq = a.p.LastSeq()
 		for _, md := range events.Mediums {
 			s.Resident[string(md)] = a.p.Count(md)

@@ -32,9 +32,9 @@ func TestEventsActorCountsDrops(t *testing.T) {
 	for h := range uint64(9) {
 		sys.Root.Send(pid, &messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{{Stored: true, Hash: h, Tokens: []int64{1}}}})
 	}
-	reply := make(chan EventStats, 1)
-	sys.Root.Send(pid, &EventsStatsRequest{Reply: reply})
-	var st EventStats
+	reply := make(chan messages.EventStats, 1)
+	sys.Root.Send(pid, &messages.EventsStatsRequest{Reply: reply})
+	var st messages.EventStats
 	select {
 	case st = <-reply:
 	case <-time.After(10 * time.Second):

@@ -54,11 +54,11 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 		if a.events != nil {
 			ctx.Send(a.events, m)
 		}
-	case *EventsSync:
+	case *messages.EventsSync:
 		if a.events != nil {
 			ctx.Send(a.events, m)
 		} else {
-			m.Reply <- EventsSeq{}
+			m.Reply <- messages.EventsSeq{}
 		}
 	case *messages.IndexUpdate:
 		if a.events != nil {

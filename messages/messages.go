@@ -576,3 +576,32 @@ type Residency struct {
 type ResidencyQuery struct {
 	Reply chan map[Tier][]uint64
 }
+
+// EventsSync asks for the sequence number of the last batch published
+// (ok false before any). The index forwards it, so the answer covers every
+// change the tiers sent before (answered by the events actor).
+type EventsSync struct {
+	Reply chan<- EventsSeq
+}
+
+// EventsSeq answers EventsSync.
+type EventsSeq struct {
+	Seq uint64
+	OK  bool
+}
+
+// EventsStatsRequest asks for the publisher's counters.
+type EventsStatsRequest struct {
+	Reply chan EventStats
+}
+
+// EventStats counts the event stream: batches published (numbered) and
+// dropped (their send queue was full: a gap subscribers see, still in the
+// replay buffer), the last sequence number, and the blocks each medium
+// holds as the stream says (Resident, by medium name).
+type EventStats struct {
+	Published, Dropped uint64
+	LastSeq            uint64
+	HasSeq             bool
+	Resident           map[string]int
+}
