@@ -80,7 +80,7 @@ func TestFaults(t *testing.T) {
 	ops := envInt(t, "KVTIER_STRESS_OPS", 100)
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 	defer cancel()
-	f := &faults{rng: rand.New(rand.NewPCG(7, 7)), failH2D: 15, slowH2D: 15, failD2H: 10, slowD2H: 10, slow: 5 * time.Millisecond}
+	f := &faults{rng: rand.New(rand.NewPCG(7, 7)), failH2D: 15, slowH2D: 15, failD2H: 10, slowD2H: 10, slow: slowBuild * 5 * time.Millisecond} // slowed copies outlast the scaled deadline in either build
 	dev := newFaultyDevice(t, f)
 	defer dev.Close()
 	m := newManager(t, kvtier.Config{Device: dev, ReadDeadlineBase: slowBuild * 2 * time.Millisecond, ReadDeadlinePerToken: slowBuild * time.Microsecond})
