@@ -45,6 +45,10 @@ func BenchmarkAllocateScale(b *testing.B) {
 				if _, err := p.Allocate(seq, s, ""); err != nil {
 					b.Fatal(err)
 				}
+				// Computed: only committed blocks are cached, and so evicted.
+				if _, err := p.Commit(seq, len(s), nil); err != nil {
+					b.Fatal(err)
+				}
 				evs = p.DrainEvicted(evs[:0])
 				if seq > live {
 					if err := p.Deallocate(seq - live); err != nil {
