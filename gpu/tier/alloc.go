@@ -346,15 +346,24 @@ func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatch
 // step runs one scheduler step in one message: commits, frees, then appends,
 // then allocations, answering once all are decided.
 func (t *Tier) step(m *messages.StepBatch) {
-	res := &messages.StepResult{Commit: t.commitBatch(m.Commit)}
-	parts := 3
+	res := &messages.StepResult{Commit: t.commitBatch(m.Commit), Free: &messages.FreeBatchResult{}, Append: &messages.AppendBatchResult{}}
+	parts := 1 // the allocations, always answered through the Ready's replies
 	done := func() {
 		if parts--; parts == 0 {
 			m.Reply <- res
 		}
 	}
-	t.freeBatch(m.Free, false /* swap */, func(r *messages.FreeBatchResult) { res.Free = r; done() })
-	t.appendBatch(m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
+	// Parts with nothing to do answer nothing: a step of a scheduler often
+	// has no appends, or no frees, and their bookkeeping is most of a small
+	// step's allocations.
+	if len(m.Free) > 0 {
+		parts++
+		t.freeBatch(m.Free, false /* swap */, func(r *messages.FreeBatchResult) { res.Free = r; done() })
+	}
+	if len(m.Append) > 0 {
+		parts++
+		t.appendBatch(m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
+	}
 	if !t.allocateBatch(m.Allocate, m.Keys, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
 		t.afterBatch()
 	}
