@@ -188,6 +188,15 @@ func TestEventsLateSubscriberMatchesTiers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A SUB socket joins asynchronously: work until a batch arrives live,
+	// so the churn below is followed live, not only replayed.
+	for i := 0; len(live) == 0; i++ {
+		if i == 500 {
+			t.Fatal("no batch ever arrived live")
+		}
+		churn(t, m, 1, 1, 10+i)
+		time.Sleep(10 * time.Millisecond)
+	}
 	churn(t, m, 4, 30, 2)
 	applied, gaps := follow(t, v, live, replay, barrier(t, m), false, nil)
 	want := tiersByMedium(t, m)

@@ -96,18 +96,27 @@ func TestMetricsScrapeMatchesStats(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if round == 1 { // push everything to pinned memory: the last round loads
-			for i := range 3 {
-				seq++
-				r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: toks(5000+100*i, 2*bt)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				wait(t, r)
-				promptTokens[""] += 2 * bt
-				if err := commitFree(ctx, m, seq); err != nil {
-					t.Fatal(err)
-				}
+		if round == 1 {
+			// Push every tenant block down to pinned memory, so the last
+			// round loads: once the copies ahead of need are out (they pin
+			// the blocks they read), one request as large as the GPU
+			// evicts them all, and their writes land in the index before
+			// the last round looks.
+			if err := m.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			seq++
+			r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: toks(5000, 8*bt)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait(t, r)
+			promptTokens[""] += 8 * bt
+			if err := commitFree(ctx, m, seq); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Flush(ctx); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
