@@ -84,7 +84,11 @@ func collect(ctx context.Context, t *testing.T, pub string) <-chan events.Frame 
 		for {
 			topic, f, err := sub.Recv()
 			if err != nil {
-				return
+				if ctx.Err() != nil {
+					return
+				}
+				time.Sleep(time.Millisecond) // a connection dropped: the socket reconnects
+				continue
 			}
 			if topic != "kv@test@model" {
 				panic("topic " + topic)
@@ -177,7 +181,8 @@ func TestEventsLateSubscriberMatchesTiers(t *testing.T) {
 	pub, replay := m.EventEndpoints()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	live := collect(ctx, t, pub)
+	subCtx, subCancel := context.WithCancel(ctx)
+	live := collect(subCtx, t, pub)
 	v := events.NewView()
 	fs, err := events.Replay(ctx, replay, 0)
 	if err != nil || len(fs) == 0 || fs[0].Seq != 0 {
@@ -190,13 +195,24 @@ func TestEventsLateSubscriberMatchesTiers(t *testing.T) {
 	}
 	// A SUB socket joins asynchronously: work until a batch arrives live,
 	// so the churn below is followed live, not only replayed.
+	// Each probe computes two new blocks, so it publishes a batch.
+	joined := time.Now().Add(30 * time.Second)
 	for i := 0; len(live) == 0; i++ {
-		if i == 500 {
-			t.Fatal("no batch ever arrived live")
+		if time.Now().After(joined) {
+			t.Fatalf("no batch arrived live in 30 s (%d probes)", i)
 		}
-		churn(t, m, 1, 1, 10+i)
+		seq := uint64(900_000_000 + i)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: toks(900_000_000+i*100, 2*bt)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-r.Ready.Done()
+		if err := commitFree(ctx, m, seq); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	defer subCancel()
 	churn(t, m, 4, 30, 2)
 	applied, gaps := follow(t, v, live, replay, barrier(t, m), false, nil)
 	want := tiersByMedium(t, m)
