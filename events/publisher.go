@@ -1,6 +1,7 @@
 package events
 
 import (
+	"math/bits"
 	"slices"
 	"time"
 
@@ -94,15 +95,6 @@ func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 		return Frame{}, false
 	}
 	var evs []Event
-	if r.Cleared {
-		gone := p.held(bit)
-		for _, h := range gone {
-			p.drop(h, bit)
-		}
-		if len(gone) > 0 {
-			evs = append(evs, Event{Kind: BlockRemoved, Hashes: gone, Medium: m})
-		}
-	}
 	for _, c := range r.Changes {
 		b := p.blocks[c.Hash]
 		if !c.Stored {
@@ -172,14 +164,7 @@ func (p *Publisher) drop(h uint64, bit uint8) {
 	}
 }
 
-func bitIndex(bit uint8) int {
-	for i := range 8 {
-		if bit == 1<<i {
-			return i
-		}
-	}
-	return 0
-}
+func bitIndex(bit uint8) int { return bits.TrailingZeros8(bit) }
 
 // held returns the hashes of the blocks the medium of bit holds, sorted.
 func (p *Publisher) held(bit uint8) []uint64 {

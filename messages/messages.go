@@ -562,11 +562,9 @@ type ResidencyChange struct {
 }
 
 // Residency reports changes of what a tier holds, in the order the tier
-// made them, to the KV-event publisher; Cleared says the tier dropped
-// everything first. The message owns its slices.
+// made them, to the KV-event publisher. The message owns its slices.
 type Residency struct {
 	Tier    Tier
-	Cleared bool
 	Changes []ResidencyChange
 }
 
