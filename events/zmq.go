@@ -206,12 +206,20 @@ type Subscriber struct {
 // reconnects when the connection drops.
 func Subscribe(ctx context.Context, endpoint, topic string) (*Subscriber, error) {
 	sub := zmq4.NewSub(ctx, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
-	if err := sub.Dial(endpoint); err != nil {
-		return nil, fmt.Errorf("kvtier: events: dialing %q: %w", endpoint, err)
+	return subscribe(sub, topic, endpoint, "dialing", func() error { return sub.Dial(endpoint) })
+}
+
+// subscribe attaches sub to endpoint with attach (a Dial or a Listen, named
+// by verb in errors) and subscribes it to topic. On any error the socket is
+// closed, so a failed call holds nothing.
+func subscribe(sub zmq4.Socket, topic, endpoint, verb string, attach func() error) (*Subscriber, error) {
+	if err := attach(); err != nil {
+		_ = sub.Close()
+		return nil, fmt.Errorf("kvtier: events: %s %q: %w", verb, endpoint, err)
 	}
 	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		_ = sub.Close()
-		return nil, err
+		return nil, fmt.Errorf("kvtier: events: subscribing to %q on %q: %w", topic, endpoint, err)
 	}
 	return &Subscriber{sub: sub}, nil
 }
@@ -235,14 +243,7 @@ func (s *Subscriber) Close() error { return s.sub.Close() }
 // router that publishers connect to (a PUB endpoint with a named host).
 func SubscribeListen(ctx context.Context, endpoint, topic string) (*Subscriber, error) {
 	sub := zmq4.NewSub(ctx)
-	if err := sub.Listen(listenAddr(endpoint)); err != nil {
-		return nil, fmt.Errorf("kvtier: events: listening on %q: %w", endpoint, err)
-	}
-	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
-		_ = sub.Close()
-		return nil, err
-	}
-	return &Subscriber{sub: sub}, nil
+	return subscribe(sub, topic, endpoint, "listening on", func() error { return sub.Listen(listenAddr(endpoint)) })
 }
 
 // Addr is the address a SubscribeListen socket bound.

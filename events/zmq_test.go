@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"go.uber.org/goleak"
 
 	"github.com/kvtier/kvtier/messages"
 )
@@ -180,5 +182,21 @@ func TestConnectingPublisher(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("nothing arrived")
 		}
+	}
+}
+
+// TestSubscribeErrors: a Subscribe or SubscribeListen that fails returns an
+// error naming the endpoint and leaves no goroutine behind while the
+// caller's context stays alive. (The socket it made is closed too; nothing
+// outside zmq4 can observe that.)
+func TestSubscribeErrors(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := Subscribe(ctx, "nosuch://127.0.0.1:1", ""); err == nil || !strings.Contains(err.Error(), "nosuch://127.0.0.1:1") {
+		t.Fatalf("Subscribe to a bad endpoint: %v, want an error naming it", err)
+	}
+	if _, err := SubscribeListen(ctx, "tcp://256.0.0.1:0", ""); err == nil || !strings.Contains(err.Error(), "256.0.0.1") {
+		t.Fatalf("SubscribeListen on a bad address: %v, want an error naming it", err)
 	}
 }
