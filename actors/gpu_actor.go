@@ -228,7 +228,7 @@ func (a *GPUActor) execute(ctx actor.Context) {
 		a.timers[id] = time.AfterFunc(tm.At.Sub(a.clock()), func() { sys.Root.Send(self, &fetchTimeout{id: id}) })
 	}
 	for _, reply := range r.Replies {
-		reply()
+		reply.Reply()
 	}
 	// After Stop: callers whose blocks copies still touch are answered once
 	// those copies have left the stream, off the actor.

@@ -132,12 +132,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	}
 	alloc, err := t.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead, MaxHits: maxHits})
 	if t.parkable(err) {
-		b.parked++
-		t.parked = append(t.parked, func() {
-			b.parked--
-			t.allocate(r, k, out, gpuAt, below, b)
-			b.maybeSend(t)
-		})
+		t.park(r, k, out, gpuAt, below, b)
 		return
 	}
 	if err != nil {
@@ -148,7 +143,8 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	out.GPUTokens = alloc.CachedTokens
 	t.stats.Hits += uint64(alloc.HitBlocks)
 	t.stats.Misses += uint64(nb - alloc.HitBlocks)
-	w := &waiter{seq: blockpool.SeqID(r.Seq), c: messages.NewCompletion(), pending: 1}
+	w := &waiter{seq: blockpool.SeqID(r.Seq), pending: 1}
+	w.c = &w.comp
 	w.out.ValidTokens = alloc.CachedTokens
 	out.Ready = w.c
 	evictOp := t.offloadEvicted(w) // before the reused blocks' flags are reset
@@ -224,6 +220,17 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	w.done(t)
 }
 
+// park retries allocate once offloads ahead of need release blocks. It is its
+// own function so that allocate's arguments escape only when it parks.
+func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
+	b.parked++
+	t.parked = append(t.parked, func() {
+		b.parked--
+		t.allocate(r, k, out, gpuAt, below, b)
+		b.maybeSend(t)
+	})
+}
+
 // appendBatch appends and answers once the evicted bytes of any block the
 // appends took are copied out, since the caller writes those blocks next.
 func (t *Tier) appendBatch(items []messages.AppendItem, send func(*messages.AppendBatchResult)) {
@@ -285,6 +292,9 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 // parkable says whether err is a lack of blocks that offloads ahead of need
 // will end: the blocks their copies pin come free when the copies are out.
 func (t *Tier) parkable(err error) bool {
+	if err == nil {
+		return false
+	}
 	var ns *blockpool.NoSpaceError
 	if !errors.As(err, &ns) {
 		return false

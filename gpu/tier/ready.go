@@ -13,7 +13,8 @@ import (
 // and ToIndex (with the executor as the sender, so answers come back as
 // events), arm and cancel Timers, run Replies, and wait off the state
 // machine for Stopped. The executor takes it with Ready and must carry it
-// out in full before the next event; the Tier keeps no reference to it.
+// out in full before the next event. The Tier reuses the memory of Replies
+// from the Ready after next on, and keeps no other reference to it.
 type Ready struct {
 	Copies   []Copy
 	ToPinned []any // *messages.OffloadRequest, FetchRequest, OffloadDone, FetchRelease
@@ -28,9 +29,18 @@ type Ready struct {
 	CancelTimers              []uint64 // timers of loads that ended before their deadline
 	// Replies answer callers: each sends on a reply channel or completes a
 	// Completion. They run after everything above.
-	Replies []func()
+	Replies []Reply
 	Stopped []StoppedWait
 }
+
+// Reply is one answer to a caller, run by the executor.
+type Reply interface{ Reply() }
+
+// ReplyFunc is a Reply that calls the function.
+type ReplyFunc func()
+
+// Reply calls f.
+func (f ReplyFunc) Reply() { f() }
 
 // Copy is one batch of block copies. The executor reports its end with
 // CopyDone(ID, Fetch, err), also when the batch could not be enqueued.
@@ -63,7 +73,12 @@ type StoppedWait struct {
 // Ready returns the work the events so far asked for and clears it.
 func (t *Tier) Ready() Ready {
 	r := t.out
-	t.out = Ready{}
+	// Replies' memory alternates between two slices: the one handed out
+	// two calls ago has been carried out (and is cleared of its answers).
+	spare := t.spareReplies
+	clear(spare)
+	t.spareReplies = r.Replies
+	t.out = Ready{Replies: spare[:0]}
 	if j := t.pool.DrainJournal(); len(j) > 0 {
 		r.Residency = &messages.Residency{Tier: messages.GPU, Changes: make([]messages.ResidencyChange, 0, len(j))}
 		for _, c := range j {
@@ -91,7 +106,7 @@ func (t *Tier) HasReady() bool {
 // executor sets it before each event it feeds.
 func (t *Tier) SetNow(now time.Time) { t.now = now }
 
-func (t *Tier) reply(f func())   { t.out.Replies = append(t.out.Replies, f) }
+func (t *Tier) reply(f func())   { t.out.Replies = append(t.out.Replies, ReplyFunc(f)) }
 func (t *Tier) toPinned(msg any) { t.out.ToPinned = append(t.out.ToPinned, msg) }
 func (t *Tier) toIndex(msg any)  { t.out.ToIndex = append(t.out.ToIndex, msg) }
 func (t *Tier) timer(id uint64, at time.Time) {

@@ -75,13 +75,15 @@ const (
 
 // Tier is the GPU tier's state machine. See the package doc.
 type Tier struct {
-	cfg   Config
-	pool  *blockpool.Pool
-	bs    int
-	now   time.Time
-	out   Ready
-	flags []uint8
-	hits  []uint16
+	cfg  Config
+	pool *blockpool.Pool
+	bs   int
+	now  time.Time
+	out  Ready
+	// spareReplies is the Replies memory Ready hands out next (see Ready).
+	spareReplies []Reply
+	flags        []uint8
+	hits         []uint16
 	// fence holds, per block, the fence its last commit named: every copy
 	// that reads the block down waits on it. Cleared once seen done.
 	fence   []gpu.Fence
@@ -131,8 +133,9 @@ func New(cfg Config) *Tier {
 // waiter gathers what one allocation waits on before its Completion fires.
 type waiter struct {
 	seq     blockpool.SeqID
-	c       *messages.Completion
-	onDone  func() // instead of c, for a batch reply that waits
+	c       *messages.Completion // &comp for an allocation; nil with onDone
+	comp    messages.Completion  // in the waiter: one allocation for both
+	onDone  func()               // instead of c, for a batch reply that waits
 	pending int
 	loading bool // blocks are loading from a lower tier: commits wait
 	out     messages.OnboardOutcome
@@ -149,10 +152,11 @@ func (w *waiter) done(t *Tier) {
 			delete(t.notReady, w.seq)
 		}
 	}
-	t.reply(w.complete)
+	t.out.Replies = append(t.out.Replies, w)
 }
 
-func (w *waiter) complete() {
+// Reply answers w's caller.
+func (w *waiter) Reply() {
 	if w.onDone != nil {
 		w.onDone()
 	} else {
@@ -279,7 +283,7 @@ func (t *Tier) Stop() {
 	t.offload = map[uint64]*offloadOp{}
 	for w, ids := range waits {
 		w.loading = false
-		t.out.Stopped = append(t.out.Stopped, StoppedWait{Copies: ids, Complete: w.complete})
+		t.out.Stopped = append(t.out.Stopped, StoppedWait{Copies: ids, Complete: w.Reply})
 	}
 	for _, f := range t.flushes {
 		t.reply(func() { f.reply <- ErrStopped })

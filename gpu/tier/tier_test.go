@@ -43,7 +43,7 @@ func drain(t *testing.T, tr *Tier) Ready {
 	t.Helper()
 	r := tr.Ready()
 	for _, f := range r.Replies {
-		f()
+		f.Reply()
 	}
 	if err := tr.CheckInvariants(); err != nil {
 		t.Fatal(err)
