@@ -571,7 +571,7 @@ func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys,
 		p.PinnedTokens = pr.PinnedTokens * m.cfg.BlockTokens
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryExists, Hashes: below, Digests: digestArrays(k.Digests[from:]), Reply: make(chan *messages.QueryResult, 1)}
+		dq := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: below, Digests: digestArrays(k.Digests[from:]), Reply: make(chan *messages.QueryResult, 1)}
 		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return Presence{}, err
@@ -639,7 +639,7 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		n += pr.Deleted
 	}
 	if m.diskPID != nil {
-		dq := &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: hs, Digests: digestArrays(k.Digests), Reply: make(chan *messages.QueryResult, 1)}
+		dq := &messages.LowerQuery{Kind: messages.QueryDelete, Hashes: hs, Digests: digestArrays(k.Digests), Reply: make(chan *messages.QueryResult, 1)}
 		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
 		if err != nil {
 			return n, err

@@ -90,16 +90,16 @@ func (c DiskConfig) withDefaults() (DiskConfig, error) {
 //
 // # Messages
 //
-//   - *messages.DiskWrite (ctx.Request) -> one *messages.DiskWriteDone.
-//   - *messages.DiskRead (ctx.Request) -> one *messages.DiskReadDone.
-//   - *messages.DiskQuery, *messages.Flush, *messages.StatsRequest: answered
+//   - *messages.LowerWrite (ctx.Request) -> one *messages.LowerWriteDone.
+//   - *messages.LowerRead (ctx.Request) -> one *messages.LowerReadDone.
+//   - *messages.LowerQuery, *messages.Flush, *messages.StatsRequest: answered
 //     on their Reply channel; a QueryDelete only once the removed blocks'
 //     headers are zeroed on disk (a worker runs disk.RemoveOp), so a block
 //     reported deleted does not come back after a crash.
 //
 // # Memory of pinned slots
 //
-// A write's Bytes are read in place by a worker; DiskWriteDone is sent only
+// A write's Bytes are read in place by a worker; LowerWriteDone is sent only
 // after every worker of the request reported, so the pinned actor may reuse
 // the slots from then on. A read goes into a private aligned buffer owned by
 // the actor; once the store has completed it, a worker copies the verified
@@ -107,7 +107,7 @@ func (c DiskConfig) withDefaults() (DiskConfig, error) {
 // included), so no memcpy runs on the actor goroutine. The copy into a
 // request's slots happens under that request's mutex and only while it is
 // unanswered, and the actor marks it answered under the same mutex before
-// sending DiskReadDone, so no byte of a pinned slot is written after it,
+// sending LowerReadDone, so no byte of a pinned slot is written after it,
 // even by a read that finishes past the deadline (whose answer may wait
 // for one memcpy in progress).
 //
@@ -135,7 +135,7 @@ type DiskActor struct {
 	writes         map[uint64]*diskWriteReq // pending DiskWrites by seq
 	writesInFlight int                      // planned write items not completed
 	// unannounced maps hashes published on disk but not yet announced to
-	// the index (their DiskWrite is still pending) to that request.
+	// the index (their LowerWrite is still pending) to that request.
 	unannounced map[uint64]*diskWriteReq
 	// writing maps hashes being written to the request writing them.
 	writing  map[uint64]*diskWriteReq
@@ -162,7 +162,7 @@ type diskCounters struct {
 }
 
 type diskFlusher struct {
-	barrier uint64 // answered once no DiskWrite with seq < barrier is pending
+	barrier uint64 // answered once no LowerWrite with seq < barrier is pending
 	reply   chan error
 }
 
@@ -197,11 +197,11 @@ func (a *DiskActor) Receive(ctx actor.Context) {
 		}
 	case *diskReadExpired:
 		a.expire(ctx, m.seq)
-	case *messages.DiskWrite:
+	case *messages.LowerWrite:
 		a.write(ctx, m)
-	case *messages.DiskRead:
+	case *messages.LowerRead:
 		a.read(ctx, m)
-	case *messages.DiskQuery:
+	case *messages.LowerQuery:
 		a.query(ctx, m)
 	case *messages.Flush:
 		a.flush(m)
@@ -293,7 +293,7 @@ func (a *DiskActor) flush(m *messages.Flush) {
 	a.flushers = append(a.flushers, f)
 }
 
-// oldestWrite returns the seq of the oldest pending DiskWrite, or MaxUint64.
+// oldestWrite returns the seq of the oldest pending LowerWrite, or MaxUint64.
 func (a *DiskActor) oldestWrite() uint64 {
 	oldest := uint64(math.MaxUint64)
 	for seq := range a.writes {
@@ -326,7 +326,7 @@ func (a *DiskActor) holds(hash uint64, digests [][32]byte, i int) bool {
 	return ok && (digests == nil || (i < len(digests) && meta.Digest == digests[i]))
 }
 
-func (a *DiskActor) query(ctx actor.Context, m *messages.DiskQuery) {
+func (a *DiskActor) query(ctx actor.Context, m *messages.LowerQuery) {
 	res := &messages.QueryResult{}
 	if a.stopped {
 		res.Err = ErrDiskStopped

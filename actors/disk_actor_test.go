@@ -151,7 +151,7 @@ func TestDiskDigestMismatchIsMiss(t *testing.T) {
 	// Block 2 is asked for with block 1's digest: same hash, other prefix.
 	m := readMsg(5, time.Time{}, 1, 2)
 	m.Items[1].Digest = digestOf(1)
-	done := request[*messages.DiskReadDone](e, m)
+	done := request[*messages.LowerReadDone](e, m)
 	checkRead(t, m, done, true, false)
 	for i, b := range m.Items[1].Bytes {
 		if b != 0xAA {
@@ -161,7 +161,7 @@ func TestDiskDigestMismatchIsMiss(t *testing.T) {
 	// A reader with no digest is refused too.
 	m = readMsg(6, time.Time{}, 2)
 	m.Items[0].Digest = [32]byte{}
-	checkRead(t, m, request[*messages.DiskReadDone](e, m), false)
+	checkRead(t, m, request[*messages.LowerReadDone](e, m), false)
 
 	s := e.stats()
 	if s.Extra["verify_mismatch"] != 2 || s.Failed != 2 || s.Misses != 2 || s.Hits != 1 || s.UsedBlocks != 2 {
@@ -244,7 +244,7 @@ func TestDiskFlushWaitsForEarlierWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := res.(*messages.DiskWriteDone); !slices.Equal(d.Written, []uint64{1}) {
+	if d := res.(*messages.LowerWriteDone); !slices.Equal(d.Written, []uint64{1}) {
 		t.Fatalf("write %+v", d)
 	}
 	if u := e.nextUpdate(); !slices.Equal(u.Added, []uint64{1}) {
@@ -280,14 +280,14 @@ func TestDiskCoalescesReads(t *testing.T) {
 	}
 	e.gate.release <- struct{}{}
 	for _, x := range []struct {
-		m *messages.DiskRead
+		m *messages.LowerRead
 		f interface{ Result() (any, error) }
 	}{{m1, f1}, {m2, f2}} {
 		res, err := x.f.Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkRead(t, x.m, res.(*messages.DiskReadDone), true)
+		checkRead(t, x.m, res.(*messages.LowerReadDone), true)
 	}
 	if n := e.fault.Counts().Reads - before; n != 1 {
 		t.Fatalf("%d reads for two coalesced requests, want 1", n)
@@ -310,7 +310,7 @@ func TestDiskReadDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRead(t, late, res.(*messages.DiskReadDone), false)
+	checkRead(t, late, res.(*messages.LowerReadDone), false)
 	if s := e.stats(); s.Timeouts != 1 || s.Misses != 1 || s.InFlight != 1 {
 		t.Fatalf("stats %v", s)
 	}
@@ -321,12 +321,12 @@ func TestDiskReadDeadline(t *testing.T) {
 	checkRead(t, m, done, true)
 	for i, b := range late.Items[0].Bytes {
 		if b != 0xAA {
-			t.Fatalf("late read wrote byte %d of a slot after DiskReadDone", i)
+			t.Fatalf("late read wrote byte %d of a slot after LowerReadDone", i)
 		}
 	}
 	// A deadline already passed is answered at once.
 	m = readMsg(3, time.Now().Add(-time.Second), 2)
-	checkRead(t, m, request[*messages.DiskReadDone](e, m), false)
+	checkRead(t, m, request[*messages.LowerReadDone](e, m), false)
 	if s := e.stats(); s.Timeouts != 2 || s.InFlight != 0 || s.UsedBlocks != 2 {
 		t.Fatalf("stats %v", s)
 	}
@@ -387,7 +387,7 @@ func TestDiskDeleteAnswersWhenDurable(t *testing.T) {
 
 	e.gate.armWrite() // hold the scrub
 	reply := make(chan *messages.QueryResult, 1)
-	e.sys.Root.Send(e.pid, &messages.DiskQuery{Kind: messages.QueryDelete, Hashes: []uint64{2, 99}, Reply: reply})
+	e.sys.Root.Send(e.pid, &messages.LowerQuery{Kind: messages.QueryDelete, Hashes: []uint64{2, 99}, Reply: reply})
 	recv(t, e.gate.entered)
 	// The block is gone from the index and the store at once...
 	if u := e.nextUpdate(); !slices.Equal(u.Remove, []uint64{2}) {
@@ -458,7 +458,7 @@ func TestDiskStopDrainsInFlightIO(t *testing.T) {
 	}
 	// The held read finished during the stop and was delivered before the
 	// store closed.
-	checkRead(t, m, res.(*messages.DiskReadDone), true)
+	checkRead(t, m, res.(*messages.LowerReadDone), true)
 	if err := e.sys.Root.StopFuture(e.index).Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestDiskStopCancelsQueuedIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range []struct {
-		m  *messages.DiskRead
+		m  *messages.LowerRead
 		f  interface{ Result() (any, error) }
 		ok bool
 	}{{m1, f1, true}, {m2, f2, false}} {
@@ -507,7 +507,7 @@ func TestDiskStopCancelsQueuedIO(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkRead(t, x.m, res.(*messages.DiskReadDone), x.ok)
+		checkRead(t, x.m, res.(*messages.LowerReadDone), x.ok)
 	}
 	for i, b := range m2.Items[0].Bytes {
 		if b != 0xAA {

@@ -165,46 +165,46 @@ func request[R any](e *diskEnv, msg any) R {
 	return r
 }
 
-func (e *diskEnv) write(hashes ...uint64) *messages.DiskWriteDone {
+func (e *diskEnv) write(hashes ...uint64) *messages.LowerWriteDone {
 	e.t.Helper()
-	return request[*messages.DiskWriteDone](e, writeMsg(hashes...))
+	return request[*messages.LowerWriteDone](e, writeMsg(hashes...))
 }
 
-func writeMsg(hashes ...uint64) *messages.DiskWrite {
-	m := &messages.DiskWrite{}
+func writeMsg(hashes ...uint64) *messages.LowerWrite {
+	m := &messages.LowerWrite{}
 	for i, h := range hashes {
-		m.Items = append(m.Items, messages.DiskWriteItem{
+		m.Items = append(m.Items, messages.LowerWriteItem{
 			Hash: h, Parent: h - 1, Namespace: 7, Tokens: 16, Digest: digestOf(h), Slot: 100 + i, Bytes: payloadOf(h),
 		})
 	}
 	return m
 }
 
-// readMsg builds a DiskRead whose item buffers are filled with a sentinel.
-func readMsg(id uint64, deadline time.Time, hashes ...uint64) *messages.DiskRead {
-	m := &messages.DiskRead{ID: id, Deadline: deadline}
+// readMsg builds a LowerRead whose item buffers are filled with a sentinel.
+func readMsg(id uint64, deadline time.Time, hashes ...uint64) *messages.LowerRead {
+	m := &messages.LowerRead{ID: id, Deadline: deadline}
 	for i, h := range hashes {
 		b := disk.AlignedBuffer(testDiskPayload)
 		for j := range b {
 			b[j] = 0xAA
 		}
-		m.Items = append(m.Items, messages.DiskReadItem{Hash: h, Digest: digestOf(h), Slot: 200 + i, Bytes: b})
+		m.Items = append(m.Items, messages.LowerReadItem{Hash: h, Digest: digestOf(h), Slot: 200 + i, Bytes: b})
 	}
 	return m
 }
 
-func (e *diskEnv) read(hashes ...uint64) (*messages.DiskRead, *messages.DiskReadDone) {
+func (e *diskEnv) read(hashes ...uint64) (*messages.LowerRead, *messages.LowerReadDone) {
 	e.t.Helper()
 	m := readMsg(1, time.Time{}, hashes...)
-	return m, request[*messages.DiskReadDone](e, m)
+	return m, request[*messages.LowerReadDone](e, m)
 }
 
 // checkRead checks that each item reported ok[i] and, when ok, holds its
 // block's exact payload.
-func checkRead(t *testing.T, m *messages.DiskRead, done *messages.DiskReadDone, ok ...bool) {
+func checkRead(t *testing.T, m *messages.LowerRead, done *messages.LowerReadDone, ok ...bool) {
 	t.Helper()
 	if done.ID != m.ID || !slices.Equal(done.OK, ok) {
-		t.Fatalf("DiskReadDone %d %v, want %d %v", done.ID, done.OK, m.ID, ok)
+		t.Fatalf("LowerReadDone %d %v, want %d %v", done.ID, done.OK, m.ID, ok)
 	}
 	for i, it := range m.Items {
 		if ok[i] && !bytes.Equal(it.Bytes, payloadOf(it.Hash)) {
@@ -232,7 +232,7 @@ func (e *diskEnv) stats() messages.TierStats {
 func (e *diskEnv) query(kind messages.QueryKind, hashes ...uint64) *messages.QueryResult {
 	e.t.Helper()
 	reply := make(chan *messages.QueryResult, 1)
-	e.sys.Root.Send(e.pid, &messages.DiskQuery{Kind: kind, Hashes: hashes, Reply: reply})
+	e.sys.Root.Send(e.pid, &messages.LowerQuery{Kind: kind, Hashes: hashes, Reply: reply})
 	return recv(e.t, reply)
 }
 

@@ -12,10 +12,10 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
-// diskReadReq tracks one DiskRead until it is answered.
+// diskReadReq tracks one LowerRead until it is answered.
 type diskReadReq struct {
 	seq     uint64
-	msg     *messages.DiskRead
+	msg     *messages.LowerRead
 	sender  *actor.PID
 	ok      []bool
 	waiting []bool // item still waits for its read or its copy
@@ -25,7 +25,7 @@ type diskReadReq struct {
 
 	// mu orders a worker's copy into the items' Bytes before the answer:
 	// a worker copies only while !answered, under mu, and the actor sets
-	// answered under mu before it sends DiskReadDone. The actor waits on
+	// answered under mu before it sends LowerReadDone. The actor waits on
 	// mu at most for one copy in progress.
 	mu       sync.Mutex
 	answered bool
@@ -64,12 +64,12 @@ type diskWaiter struct {
 	item int
 }
 
-// diskReadExpired is sent by a DiskRead's deadline timer.
+// diskReadExpired is sent by a LowerRead's deadline timer.
 type diskReadExpired struct{ seq uint64 }
 
 // read plans every item of m: a miss is answered at once, a hash already
 // being read joins that read, any other starts one.
-func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
+func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 	n := len(m.Items)
 	req := &diskReadReq{seq: a.readSeq, msg: m, sender: ctx.Sender(), ok: make([]bool, n), waiting: make([]bool, n)}
 	a.readSeq++
@@ -113,7 +113,7 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.DiskRead) {
 			// The read still runs (and completes) for the other waiters.
 			a.stats.failed++
 			a.stats.misses++
-			a.log.Error("disk actor: DiskRead item shorter than the payload",
+			a.log.Error("disk actor: LowerRead item shorter than the payload",
 				zap.Uint64("hash", it.Hash), zap.Int("bytes", len(it.Bytes)), zap.Int("payload", op.Len()))
 			continue
 		}
@@ -235,7 +235,7 @@ func (a *DiskActor) expire(ctx actor.Context, seq uint64) {
 	a.replyRead(ctx, req)
 }
 
-// replyRead sends DiskReadDone; from here on the request's Bytes belong to
+// replyRead sends LowerReadDone; from here on the request's Bytes belong to
 // the requester again.
 func (a *DiskActor) replyRead(ctx actor.Context, req *diskReadReq) {
 	if req.done {
@@ -250,10 +250,10 @@ func (a *DiskActor) replyRead(ctx actor.Context, req *diskReadReq) {
 	}
 	delete(a.reads, req.seq)
 	if req.sender == nil {
-		a.log.Warn("disk actor: DiskRead without a sender (use ctx.Request)", zap.Uint64("id", req.msg.ID))
+		a.log.Warn("disk actor: LowerRead without a sender (use ctx.Request)", zap.Uint64("id", req.msg.ID))
 		return
 	}
-	ctx.Send(req.sender, &messages.DiskReadDone{ID: req.msg.ID, OK: req.ok})
+	ctx.Send(req.sender, &messages.LowerReadDone{ID: req.msg.ID, OK: req.ok})
 }
 
 // getBuf returns a private aligned buffer that holds any payload with its

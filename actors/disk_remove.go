@@ -11,7 +11,7 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
-// diskDeleteReq tracks one DiskQuery{Kind: QueryDelete} until the header of
+// diskDeleteReq tracks one LowerQuery{Kind: QueryDelete} until the header of
 // every removed block has been zeroed on disk.
 type diskDeleteReq struct {
 	reply   chan *messages.QueryResult
@@ -26,7 +26,7 @@ type diskDeleteReq struct {
 // the last scrub completes, so a block reported deleted stays deleted after
 // a crash. A scrub that fails leaves the block deleted in this process and
 // sets QueryResult.Err.
-func (a *DiskActor) remove(ctx actor.Context, m *messages.DiskQuery) {
+func (a *DiskActor) remove(ctx actor.Context, m *messages.LowerQuery) {
 	req := &diskDeleteReq{reply: m.Reply}
 	var removed []uint64
 	for i, h := range m.Hashes {

@@ -10,11 +10,11 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
-// diskWriteReq tracks one DiskWrite until every item has finished.
+// diskWriteReq tracks one LowerWrite until every item has finished.
 type diskWriteReq struct {
 	seq     uint64
 	sender  *actor.PID
-	slots   []int    // every item's slot, returned in DiskWriteDone
+	slots   []int    // every item's slot, returned in LowerWriteDone
 	written []uint64 // published hashes
 	// announce is written minus the hashes that left the disk again before
 	// the request finished; it goes to the index as Added.
@@ -44,7 +44,7 @@ func (a *DiskActor) waitFor(req *diskWriteReq, h uint64) {
 // Items already on disk are skipped; items over the quota or with no
 // evictable slot are denied. Victims evicted to make room leave the index
 // at once.
-func (a *DiskActor) write(ctx actor.Context, m *messages.DiskWrite) {
+func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 	req := &diskWriteReq{seq: a.writeSeq, sender: ctx.Sender(), slots: make([]int, len(m.Items))}
 	a.writeSeq++
 	a.writes[req.seq] = req
@@ -145,9 +145,9 @@ func (a *DiskActor) replyWrite(ctx actor.Context, req *diskWriteReq) {
 	}
 	delete(a.writes, req.seq)
 	if req.sender != nil {
-		ctx.Send(req.sender, &messages.DiskWriteDone{Slots: req.slots, Written: req.written})
+		ctx.Send(req.sender, &messages.LowerWriteDone{Slots: req.slots, Written: req.written})
 	} else {
-		a.log.Warn("disk actor: DiskWrite without a sender (use ctx.Request); slots not returned",
+		a.log.Warn("disk actor: LowerWrite without a sender (use ctx.Request); slots not returned",
 			zap.Int("slots", len(req.slots)))
 	}
 	for _, next := range req.after {

@@ -35,7 +35,7 @@
 //	gpu_actor.go      the GPU actor: messages to gpu/tier events, Ready executed
 //	pinned_actor.go   the pinned actor: messages to pinned.Tier events, Ready executed
 //	disk_*.go         the disk actor and its I/O workers
-//	remote_actor.go   the shared Redis tier, speaking the disk protocol
+//	remote_actor.go   the shared Redis tier, speaking the lower-tier protocol
 //	lower_actor.go    the fan-out below pinned memory to disk and remote
 //	index_actor.go    hash -> tiers below the GPU, longest-prefix lookups,
 //	                  BelowGone to the tiers above when a copy leaves
@@ -45,9 +45,41 @@
 // The GPU actor sees lower tiers only through two conversations with the pinned
 // actor: OffloadRequest/OffloadGrant/OffloadDone to write blocks down and
 // FetchRequest/FetchGrant/FetchRelease to read them up. The index actor answers
-// which lower tier holds a chain. The disk actor sits below the pinned actor with
-// the same shape — DiskWrite/DiskWriteDone and DiskRead/DiskReadDone — so the GPU
-// actor does not know whether a block comes from pinned memory or from disk.
+// which lower tier holds a chain. Every tier below the pinned actor (disk,
+// remote, and the fan-out over both) speaks one protocol with it, in
+// messages/lower.go: LowerWrite/LowerWriteDone and LowerRead/LowerReadDone
+// through pinned slots, LowerQuery, Flush and StatsRequest. So the GPU actor
+// does not know whether a block comes from pinned memory, disk or Redis, and
+// the pinned actor does not know which tier it drains to.
+//
+// # Adding a tier below host memory
+//
+// The remote tier was added this way; a new one (say, an object store) takes
+// the same steps:
+//
+//  1. A package with the tier's plain logic and its own tests, like remote/:
+//     no actors, no goroutines of its own, every deadline from a context or
+//     an injected clock. Every record it returns is verified against the
+//     digest it was asked for (messages.LowerReadItem.Digest) and the
+//     record's checksum; anything else is a miss.
+//  2. A thin actor here that speaks the lower-tier protocol of
+//     messages/lower.go: answer each LowerWrite with exactly one
+//     LowerWriteDone that returns every slot, each LowerRead with exactly one
+//     LowerReadDone (writing a slot's bytes only before it), and Flush and
+//     StatsRequest. Its I/O runs on worker goroutines that report back by
+//     message; the actor keeps the quota and the counters (remote_actor.go).
+//  3. A messages.Tier value and its name, a Config entry, and the Manager's
+//     wiring: spawn the actor, give it to the pinned actor as its lower tier
+//     (alone, or under the fan-out actor beside the disk), and list it in
+//     Flush, Stats and Close.
+//  4. How lookups find its blocks: a tier this node owns announces what it
+//     holds with IndexUpdate (the disk); a shared one answers the index's
+//     RemoteLookup instead, since other nodes change it.
+//
+// Still named per tier, and the next things to make generic: the Manager's
+// actor fields and Stats' named fields (Stats.Tiers is the generic walk),
+// AllocResult's per-tier token counts, and the fan-out actor, which takes
+// exactly two lower tiers.
 //
 // # Invariants
 //

@@ -9,8 +9,8 @@ import (
 
 // LowerActor stands below the pinned actor when a node has both a disk
 // tier and the shared remote tier, speaking to the pinned actor the same
-// protocol either speaks alone. A DiskWrite goes to both, and its slots go
-// back once both are done with them; a DiskRead goes to the disk first and
+// protocol either speaks alone. A LowerWrite goes to both, and its slots go
+// back once both are done with them; a LowerRead goes to the disk first and
 // what the disk missed to the remote tier, under the same deadline.
 type LowerActor struct {
 	disk, remote *actor.PID
@@ -29,7 +29,7 @@ type lowerWrite struct {
 
 type lowerRead struct {
 	to   *actor.PID
-	req  *messages.DiskRead
+	req  *messages.LowerRead
 	ok   []bool
 	miss []int // indexes of req.Items sent to the remote tier
 	step int   // 1: at the disk, 2: at the remote tier
@@ -45,9 +45,9 @@ func NewLowerActor(disk, remote *actor.PID, log *zap.Logger) actor.Producer {
 // Receive implements actor.Actor.
 func (a *LowerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.DiskWrite:
+	case *messages.LowerWrite:
 		if len(m.Items) == 0 {
-			ctx.Send(ctx.Sender(), &messages.DiskWriteDone{})
+			ctx.Send(ctx.Sender(), &messages.LowerWriteDone{})
 			return
 		}
 		w := &lowerWrite{to: ctx.Sender(), waiting: 2}
@@ -57,7 +57,7 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 		a.writes[w.slots[0]] = w
 		ctx.Request(a.disk, m)
 		ctx.Request(a.remote, m)
-	case *messages.DiskWriteDone:
+	case *messages.LowerWriteDone:
 		if len(m.Slots) == 0 {
 			return
 		}
@@ -69,14 +69,14 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 		w.written = append(w.written, m.Written...)
 		if w.waiting--; w.waiting == 0 {
 			delete(a.writes, m.Slots[0])
-			ctx.Send(w.to, &messages.DiskWriteDone{Slots: w.slots, Written: dedup(w.written)})
+			ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, Written: dedup(w.written)})
 		}
-	case *messages.DiskRead:
+	case *messages.LowerRead:
 		a.nextID++
 		r := &lowerRead{to: ctx.Sender(), req: m, step: 1}
 		a.reads[a.nextID] = r
-		ctx.Request(a.disk, &messages.DiskRead{ID: a.nextID, Items: m.Items, Deadline: m.Deadline})
-	case *messages.DiskReadDone:
+		ctx.Request(a.disk, &messages.LowerRead{ID: a.nextID, Items: m.Items, Deadline: m.Deadline})
+	case *messages.LowerReadDone:
 		a.readDone(ctx, m)
 	case *messages.Flush:
 		// Flushes go to the disk and remote actors themselves.
@@ -87,7 +87,7 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 	}
 }
 
-func (a *LowerActor) readDone(ctx actor.Context, m *messages.DiskReadDone) {
+func (a *LowerActor) readDone(ctx actor.Context, m *messages.LowerReadDone) {
 	r, ok := a.reads[m.ID]
 	if !ok {
 		a.log.Error("lower actor: read done for an unknown request", zap.Uint64("id", m.ID))
@@ -95,7 +95,7 @@ func (a *LowerActor) readDone(ctx actor.Context, m *messages.DiskReadDone) {
 	}
 	if r.step == 1 {
 		r.ok = make([]bool, len(r.req.Items))
-		var items []messages.DiskReadItem
+		var items []messages.LowerReadItem
 		for i := range r.req.Items {
 			if i < len(m.OK) && m.OK[i] {
 				r.ok[i] = true
@@ -106,7 +106,7 @@ func (a *LowerActor) readDone(ctx actor.Context, m *messages.DiskReadDone) {
 		}
 		if len(items) > 0 {
 			r.step = 2
-			ctx.Request(a.remote, &messages.DiskRead{ID: m.ID, Items: items, Deadline: r.req.Deadline})
+			ctx.Request(a.remote, &messages.LowerRead{ID: m.ID, Items: items, Deadline: r.req.Deadline})
 			return
 		}
 	} else {
@@ -115,7 +115,7 @@ func (a *LowerActor) readDone(ctx actor.Context, m *messages.DiskReadDone) {
 		}
 	}
 	delete(a.reads, m.ID)
-	ctx.Send(r.to, &messages.DiskReadDone{ID: r.req.ID, OK: r.ok})
+	ctx.Send(r.to, &messages.LowerReadDone{ID: r.req.ID, OK: r.ok})
 }
 
 func dedup(hs []uint64) []uint64 {

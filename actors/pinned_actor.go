@@ -67,9 +67,9 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		a.t.Fetch(m, ctx.Sender())
 	case *messages.FetchRelease:
 		a.t.Release(m.Slots)
-	case *messages.DiskWriteDone:
+	case *messages.LowerWriteDone:
 		a.t.LowerWritten(m)
-	case *messages.DiskReadDone:
+	case *messages.LowerReadDone:
 		a.t.LowerRead(m)
 	case *messages.BelowGone:
 		a.t.BelowGone(m.Hashes)

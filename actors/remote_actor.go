@@ -35,9 +35,9 @@ type RemoteConfig struct {
 	Events *actor.PID
 }
 
-// RemoteActor is the thin actor over remote.Store. It speaks the disk
-// tier's protocol to the pinned actor above it (DiskWrite/DiskWriteDone,
-// DiskRead/DiskReadDone: a block leaving host memory is written, a block no
+// RemoteActor is the thin actor over remote.Store. It speaks the lower-tier
+// protocol to the pinned actor above it (LowerWrite/LowerWriteDone,
+// LowerRead/LowerReadDone: a block leaving host memory is written, a block no
 // local tier holds is read into a pinned slot) and answers the index's
 // RemoteLookup. Every Redis call runs on its own goroutine under a context
 // with a deadline and reports back by message; the actor keeps the quota,
@@ -81,7 +81,7 @@ func NewRemoteActor(cfg RemoteConfig) actor.Producer {
 type remoteWritten struct {
 	seq    uint64
 	to     *actor.PID
-	slots  []int    // every item's slot, returned in DiskWriteDone
+	slots  []int    // every item's slot, returned in LowerWriteDone
 	hashes []uint64 // the blocks put, parallel to errs
 	bytes  int64
 	errs   []error
@@ -104,11 +104,11 @@ type remoteFound struct {
 // Receive implements actor.Actor.
 func (a *RemoteActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.DiskWrite:
+	case *messages.LowerWrite:
 		a.write(ctx, m)
 	case *remoteWritten:
 		a.written(ctx, m)
-	case *messages.DiskRead:
+	case *messages.LowerRead:
 		a.read(ctx, m)
 	case *remoteRead:
 		a.readDone(ctx, m)
@@ -148,7 +148,7 @@ func (a *RemoteActor) Receive(ctx actor.Context) {
 // denied. The pinned actor gets every slot back once the Put is done. Keys
 // are by prefix digest alone (namespace id 0): the digest covers tenant,
 // model, LoRA, layout and the whole prefix.
-func (a *RemoteActor) write(ctx actor.Context, m *messages.DiskWrite) {
+func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 	w := &remoteWritten{seq: a.seq, to: ctx.Sender(), slots: make([]int, len(m.Items))}
 	a.seq++
 	var blocks []remote.Block
@@ -164,7 +164,7 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.DiskWrite) {
 		blocks = append(blocks, remote.Block{Key: remote.Key{Digest: it.Digest}, Hash: it.Hash, Tokens: it.Tokens, Payload: it.Bytes})
 	}
 	if len(blocks) == 0 {
-		ctx.Send(w.to, &messages.DiskWriteDone{Slots: w.slots})
+		ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots})
 		return
 	}
 	a.inFlight += w.bytes
@@ -210,7 +210,7 @@ func (a *RemoteActor) written(ctx actor.Context, w *remoteWritten) {
 		}
 		ctx.Send(a.cfg.Events, r) // before the slots go back: stored below before gone above
 	}
-	ctx.Send(w.to, &messages.DiskWriteDone{Slots: w.slots, Written: ok})
+	ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, Written: ok})
 	a.answerFlushers()
 }
 
@@ -235,7 +235,7 @@ func (a *RemoteActor) answerFlushers() {
 
 // read starts one Get into the pinned slots, under the request's deadline
 // (or ReadTimeout).
-func (a *RemoteActor) read(ctx actor.Context, m *messages.DiskRead) {
+func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
 	items := make([]remote.GetItem, len(m.Items))
 	hashes := make([]uint64, len(m.Items))
 	for i, it := range m.Items {
@@ -299,7 +299,7 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 	if gone != nil && len(gone.Changes) > 0 {
 		ctx.Send(a.cfg.Events, gone)
 	}
-	ctx.Send(r.to, &messages.DiskReadDone{ID: r.id, OK: ok})
+	ctx.Send(r.to, &messages.LowerReadDone{ID: r.id, OK: ok})
 }
 
 // lookup asks how much of each chain the remote tier holds, in one round

@@ -48,7 +48,7 @@ type Send struct {
 // LowerWritten and LowerRead), messages to peers, then replies to run.
 type Ready struct {
 	ToIndex []*messages.IndexUpdate
-	ToLower []any // *messages.DiskWrite, *messages.DiskRead
+	ToLower []any // *messages.LowerWrite, *messages.LowerRead
 	Sends   []Send
 	Replies []func()
 }

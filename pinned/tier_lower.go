@@ -25,7 +25,7 @@ type pendingRead struct {
 type lowerRead struct {
 	replyTo  Peer                 // the GPU tier, for a fetch
 	grant    *messages.FetchGrant // the pinned part, granted already
-	items    []messages.DiskReadItem
+	items    []messages.LowerReadItem
 	digests  []prefixhash.Digest // per item: what the block must be
 	deadline time.Time
 	prefetch chan *messages.QueryResult
@@ -63,14 +63,14 @@ func (t *Tier) drain(extra int) {
 	t.drainVictims(t.pool.Evict(n))
 }
 
-// drainVictims writes evicted (Draining) slots to disk; DiskWriteDone frees them.
+// drainVictims writes evicted (Draining) slots to disk; LowerWriteDone frees them.
 func (t *Tier) drainVictims(victims []Victim) {
 	if len(victims) == 0 {
 		return
 	}
-	w := &messages.DiskWrite{Items: make([]messages.DiskWriteItem, len(victims))}
+	w := &messages.LowerWrite{Items: make([]messages.LowerWriteItem, len(victims))}
 	for i, v := range victims {
-		w.Items[i] = messages.DiskWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: t.pool.Bytes(v.Slot), Digest: t.digests[v.Slot]}
+		w.Items[i] = messages.LowerWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: t.pool.Bytes(v.Slot), Digest: t.digests[v.Slot]}
 		t.draining[v.Slot] = true
 		t.drainEp[v.Slot] = t.cause
 		t.begin(t.cause)
@@ -85,7 +85,7 @@ func (t *Tier) drainVictims(victims []Victim) {
 // writeThrough writes resident blocks to disk, holding read references on their
 // slots until the disk actor is done with them.
 func (t *Tier) writeThrough(hashes []uint64) {
-	w := &messages.DiskWrite{}
+	w := &messages.LowerWrite{}
 	for _, h := range hashes {
 		slot, ok := t.pool.Lookup(h)
 		if !ok || t.pool.Below(slot) {
@@ -98,7 +98,7 @@ func (t *Tier) writeThrough(hashes []uint64) {
 		t.draining[slot] = false
 		t.drainEp[slot] = t.cause
 		t.begin(t.cause)
-		w.Items = append(w.Items, messages.DiskWriteItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: t.digests[slot]})
+		w.Items = append(w.Items, messages.LowerWriteItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: t.digests[slot]})
 	}
 	if len(w.Items) > 0 {
 		t.toLower(w)
@@ -107,7 +107,7 @@ func (t *Tier) writeThrough(hashes []uint64) {
 
 // LowerWritten finishes a write below: the drained slots are freed (after
 // their last reader), the written-through ones released.
-func (t *Tier) LowerWritten(m *messages.DiskWriteDone) {
+func (t *Tier) LowerWritten(m *messages.LowerWriteDone) {
 	t.event()
 	if len(m.Written) > 0 {
 		written := make(map[uint64]bool, len(m.Written))
@@ -196,7 +196,7 @@ func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Dig
 			break
 		}
 		t.digests[slot] = digests[i] // what the slot will hold if the read verifies
-		f.items = append(f.items, messages.DiskReadItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: digests[i]})
+		f.items = append(f.items, messages.LowerReadItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: digests[i]})
 		f.digests = append(f.digests, digests[i])
 	}
 	if len(evicted) > 0 {
@@ -210,12 +210,12 @@ func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Dig
 	}
 	t.nextID++
 	t.reads[t.nextID] = f
-	t.toLower(&messages.DiskRead{ID: t.nextID, Items: f.items, Deadline: deadline})
+	t.toLower(&messages.LowerRead{ID: t.nextID, Items: f.items, Deadline: deadline})
 }
 
 // LowerRead commits what arrived from below and finishes the fetch or
 // prefetch that asked for it.
-func (t *Tier) LowerRead(m *messages.DiskReadDone) {
+func (t *Tier) LowerRead(m *messages.LowerReadDone) {
 	t.event()
 	f, ok := t.reads[m.ID]
 	if !ok {

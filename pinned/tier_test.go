@@ -120,7 +120,7 @@ func TestTierDrainsBeforeGranting(t *testing.T) {
 	if len(r.Sends) != 0 || len(r.ToLower) != 1 {
 		t.Fatalf("full pool: %+v, want no grant yet and one write below", r)
 	}
-	w := r.ToLower[0].(*messages.DiskWrite)
+	w := r.ToLower[0].(*messages.LowerWrite)
 	if len(w.Items) != 1 || w.Items[0].Hash != 1 {
 		t.Fatalf("drained %+v, want the LRU victim 1", w.Items)
 	}
@@ -130,20 +130,20 @@ func TestTierDrainsBeforeGranting(t *testing.T) {
 	if len(fg.Slots) != 1 {
 		t.Fatalf("a draining block was not served: %+v", fg)
 	}
-	tr.LowerWritten(&messages.DiskWriteDone{Slots: []int{w.Items[0].Slot}, Written: []uint64{1}})
+	tr.LowerWritten(&messages.LowerWriteDone{Slots: []int{w.Items[0].Slot}, Written: []uint64{1}})
 	r = step(t, tr)
 	// Block 1 left pinned memory, but its slot waits for its reader: the
 	// offer still has no slot, so the next victim drains.
 	if len(r.ToIndex) != 1 || len(r.ToIndex[0].Remove) != 1 || len(r.Sends) != 0 || len(r.ToLower) != 1 {
 		t.Fatalf("after the write below: %+v, want 1 removed, no grant, the next victim draining", r)
 	}
-	w2 := r.ToLower[0].(*messages.DiskWrite)
+	w2 := r.ToLower[0].(*messages.LowerWrite)
 	tr.Release(fg.Slots) // the last reader frees the drained slot
 	step(t, tr)
 	if st := tr.Pool().Stats(); st.Draining != 1 {
 		t.Fatalf("pool %+v: the drained slot was not freed after its reader", st)
 	}
-	tr.LowerWritten(&messages.DiskWriteDone{Slots: []int{w2.Items[0].Slot}, Written: []uint64{2}})
+	tr.LowerWritten(&messages.LowerWriteDone{Slots: []int{w2.Items[0].Slot}, Written: []uint64{2}})
 	r = step(t, tr)
 	if len(r.Sends) != 1 {
 		t.Fatalf("after the second write below: %+v, want the grant", r)
@@ -165,12 +165,12 @@ func TestTierReadDeadlineOnInjectedClock(t *testing.T) {
 		m.Deadline = t0.Add(100 * time.Millisecond)
 		tr.Fetch(m, gpuPeer{})
 		r := step(t, tr)
-		rd := r.ToLower[0].(*messages.DiskRead)
+		rd := r.ToLower[0].(*messages.LowerRead)
 		if !rd.Deadline.Equal(m.Deadline) || len(rd.Items) != 1 {
 			t.Fatalf("read below: %+v", rd)
 		}
 		tr.SetNow(c.now)
-		tr.LowerRead(&messages.DiskReadDone{ID: rd.ID, OK: []bool{false}})
+		tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{false}})
 		fg := step(t, tr).Sends[0].Msg.(*messages.FetchGrant)
 		if len(fg.Slots) != 0 || fg.Short != c.want {
 			t.Fatalf("at %v: %+v, want %v", c.now.Sub(t0), fg, c.want)
