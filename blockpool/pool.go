@@ -694,14 +694,20 @@ func (p *Pool) newSequence() *sequence {
 // prefetch brings into cache the hash table slots that taking the next n blocks
 // of the free queue and registering hashes will touch: those of the new hashes,
 // and those of the hashes the taken blocks hold (each is removed when its block
-// is evicted). The reads do not depend on each other, so their cache misses
+// is evicted); and the ends of those blocks' token places. The reads do not depend on each other, so their cache misses
 // overlap, with each other and with the walk down the free queue, instead of
 // stalling one at a time. A hint only: it changes nothing but p.sink.
 func (p *Pool) prefetch(n int, hashes []prefixhash.Hash) {
 	x := p.byHash.touch(hashes)
 	for id := p.free.head; id != none && n > 0; id, n = p.blocks[id].next, n-1 {
-		if b := &p.blocks[id]; b.cached {
+		b := &p.blocks[id]
+		if b.cached {
 			x ^= p.byHash.touchOne(b.hash)
+		}
+		// The first and last words of its place in the token slab, which
+		// the block's new tokens overwrite.
+		if t := b.tokens[:cap(b.tokens)]; len(t) > 0 {
+			x ^= uint64(t[0]) ^ uint64(t[len(t)-1])
 		}
 	}
 	p.sink += x
