@@ -4,14 +4,14 @@ import "github.com/kvtier/kvtier/trace"
 
 // Infinite replays reqs against a cache that never evicts: the ideal hit ratio
 // under prefix semantics. Each request hits the leading run of its ids that
-// some earlier request already used.
-func Infinite(reqs []trace.Request) Result {
+// some earlier request already used. Of opts, only BlockTokens is read (for
+// the token counts).
+func Infinite(reqs []trace.Request, opts ...Options) Result {
 	seen := make(map[int64]struct{})
+	bt := blockTokens(opts)
 	var res Result
-	for _, r := range reqs {
-		res.Requests++
-		res.BlockRefs += int64(len(r.HashIDs))
-		res.Hits += int64(leadingRun(r.HashIDs, func(id int64) bool { _, ok := seen[id]; return ok }))
+	for i, r := range reqs {
+		res.count(&reqs[i], leadingRun(r.HashIDs, func(id int64) bool { _, ok := seen[id]; return ok }), bt)
 		for _, id := range r.HashIDs {
 			seen[id] = struct{}{}
 		}

@@ -19,19 +19,22 @@ import (
 // See the package doc for why. On other traces it is a strong clairvoyant
 // heuristic, not a bound.
 //
-// It costs O(refs log capacity) time and O(refs) memory.
-func OPT(reqs []trace.Request, capacity int) Result {
+// It costs O(refs log capacity) time and O(refs) memory. Of opts, only
+// BlockTokens is read (for the token counts).
+func OPT(reqs []trace.Request, capacity int, opts ...Options) Result {
 	capacity = max(capacity, 0)
+	bt := blockTokens(opts)
 	var res Result
 	// Compact the ids to 0..n-1 and flatten the references.
 	index := make(map[int64]int32)
 	starts := make([]int, len(reqs)+1)
+	total := 0
 	for i, r := range reqs {
-		starts[i] = int(res.BlockRefs)
-		res.BlockRefs += int64(len(r.HashIDs))
+		starts[i] = total
+		total += len(r.HashIDs)
 	}
-	starts[len(reqs)] = int(res.BlockRefs)
-	refs := make([]int32, res.BlockRefs)
+	starts[len(reqs)] = total
+	refs := make([]int32, total)
 	for i, r := range reqs {
 		for j, id := range r.HashIDs {
 			c, ok := index[id]
@@ -62,14 +65,15 @@ func OPT(reqs []trace.Request, capacity int) Result {
 
 	h := newFarthestHeap(n)
 	for i := range reqs {
-		res.Requests++
 		span := refs[starts[i]:starts[i+1]]
+		hits := 0
 		for _, c := range span {
 			if !h.contains(c) {
 				break
 			}
-			res.Hits++
+			hits++
 		}
+		res.count(&reqs[i], hits, bt)
 		for j, c := range span {
 			h.set(c, next[starts[i]+j], int32(j))
 		}

@@ -214,3 +214,29 @@ func TestLRUMatchesModel(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenCounts: a request's hit tokens are its whole prompt when every
+// block hit (its partial last block included), else hits x BlockTokens; OPT,
+// Infinite and Simulate count alike.
+func TestTokenCounts(t *testing.T) {
+	tr := []trace.Request{
+		{InputLength: 6, HashIDs: ids(1, 2)},     // 4 + a partial 2
+		{InputLength: 6, HashIDs: ids(1, 2)},     // identical: 6 tokens hit
+		{InputLength: 10, HashIDs: ids(1, 3, 4)}, // 1 block hits: 4 tokens
+	}
+	opts := Options{BlockTokens: 4}
+	check := func(name string, r Result) {
+		t.Helper()
+		if r.PromptTokens != 22 || r.HitTokens != 10 || r.TokenHitRatio != 10.0/22 || r.Hits != 3 {
+			t.Errorf("%s: %+v, want 10 of 22 tokens and 3 blocks hit", name, r)
+		}
+	}
+	check("Infinite", Infinite(tr, opts))
+	check("OPT", OPT(tr, 8, opts))
+	check("Simulate", mustSimulate(t, tr, 8, policy.LRU, opts))
+	// Without BlockTokens a hash id holds Mooncake's 512 tokens, capped by
+	// the prompt: the third request's one hit block is its first 10 tokens.
+	if r := OPT(tr, 8); r.HitTokens != 16 {
+		t.Errorf("OPT with the default block size: %d hit tokens, want 6 + 10", r.HitTokens)
+	}
+}

@@ -84,9 +84,7 @@ func SimulatePolicy(reqs []trace.Request, capacity int, p policy.Policy, opts Op
 	}
 	var res Result
 	for _, r = range reqs {
-		res.Requests++
-		res.BlockRefs += int64(len(r.HashIDs))
-		res.Hits += int64(leadingRun(r.HashIDs, resident))
+		res.count(&r, leadingRun(r.HashIDs, resident), blockTokens)
 		if opts.ReverseTouch {
 			for j := len(r.HashIDs) - 1; j >= 0; j-- {
 				touch(j)

@@ -137,6 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		if err != nil {
 			return err
 		}
+		out.opt = optBound(o, out, reqs)
 		outs = append(outs, out)
 	}
 
@@ -145,6 +146,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	fmt.Fprintln(table, "\nserved from: share of admitted tokens (a preempted request is admitted again) found on each tier;")
 	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
 	fmt.Fprintln(table, "GPU busy: modelled time in steps (a decode step costs at least one read of the weights, however small its batch).")
+	fmt.Fprintln(table, "OPT: the clairvoyant bound, Belady's MIN with every tier's blocks as one cache (cachesim.OPT), as a share of prompt tokens; hit ratio / OPT compares the run with it.")
 	fmt.Fprintf(table, "link bytes: blocks moved x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))
 	if o.preempt == scheduler.Swap {

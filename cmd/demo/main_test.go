@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier/cachesim"
 	"github.com/kvtier/kvtier/trace"
 )
 
@@ -166,8 +167,20 @@ func TestRunJSONAndPlot(t *testing.T) {
 	if c := rep.Configs[2]; c.DiskTokens == 0 || c.Links[2].Blocks == 0 {
 		t.Errorf("the disk configuration served no disk tokens or wrote no disk blocks: %+v", c)
 	}
+	// The clairvoyant bound grows with the total capacity and is what
+	// cachesim.OPT gives at it.
+	inf := cachesim.Infinite(reqs).TokenHitRatio
+	for i, c := range rep.Configs {
+		total := (c.GPUBlocks + c.PinnedBlocks + c.DiskBlocks) * rep.BlockTokens / trace.BlockTokens
+		if want := cachesim.OPT(reqs, total).TokenHitRatio; c.OPTHitRatio != want || want <= 0 || want > inf {
+			t.Errorf("config %s: opt_hit_ratio %v, want OPT at %d ids = %v (infinite %v)", c.Name, c.OPTHitRatio, total, want, inf)
+		}
+		if i > 0 && c.OPTHitRatio < rep.Configs[i-1].OPTHitRatio {
+			t.Errorf("config %s: OPT %v below the smaller configuration's %v", c.Name, c.OPTHitRatio, rep.Configs[i-1].OPTHitRatio)
+		}
+	}
 	table := stderr.String()
-	for _, want := range []string{"gpu+pinned+disk", "prefill tokens computed", "TTFT p99", "pinned -> disk", "plot: " + png,
+	for _, want := range []string{"gpu+pinned+disk", "prefill tokens computed", "OPT at total capacity", "hit ratio / OPT", "TTFT p99", "pinned -> disk", "plot: " + png,
 		"removed " + stale} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/cachesim"
 	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/schedcache"
@@ -25,6 +26,16 @@ type outcome struct {
 	ttfts  []time.Duration // per finished request, in trace order
 	busy   time.Duration   // modelled time the GPU spent in steps
 	wall   time.Duration
+	// opt is the clairvoyant bound: Belady's MIN over the same requests
+	// with every tier's blocks as one cache (optBound).
+	opt cachesim.Result
+}
+
+// optBound replays reqs against OPT with the blocks of every tier of out as
+// one cache, counted in trace hash ids (trace.BlockTokens tokens each).
+func optBound(o options, out outcome, reqs []trace.Request) cachesim.Result {
+	ids := (out.gpu + out.pinned + out.disk) * o.blockTokens / trace.BlockTokens
+	return cachesim.OPT(reqs, ids, cachesim.Options{BlockTokens: trace.BlockTokens})
 }
 
 // managerConfig returns the Manager configuration for one tier set. Blocks

@@ -74,17 +74,21 @@ type jsonTierSeconds struct {
 func (t jsonTierSeconds) total() float64 { return t.GPU + t.Pinned + t.Disk }
 
 type jsonConfig struct {
-	Name              string             `json:"name"`
-	GPUBlocks         int                `json:"gpu_blocks"`
-	PinnedBlocks      int                `json:"pinned_blocks"`
-	DiskBlocks        int                `json:"disk_blocks"`
-	Requests          int                `json:"requests"`
-	PromptTokens      int64              `json:"prompt_tokens"`
-	AdmittedTokens    int64              `json:"admitted_tokens"`
-	GPUTokens         int64              `json:"gpu_tokens"`
-	PinnedTokens      int64              `json:"pinned_tokens"`
-	DiskTokens        int64              `json:"disk_tokens"`
-	HitRatio          float64            `json:"hit_ratio"`
+	Name           string  `json:"name"`
+	GPUBlocks      int     `json:"gpu_blocks"`
+	PinnedBlocks   int     `json:"pinned_blocks"`
+	DiskBlocks     int     `json:"disk_blocks"`
+	Requests       int     `json:"requests"`
+	PromptTokens   int64   `json:"prompt_tokens"`
+	AdmittedTokens int64   `json:"admitted_tokens"`
+	GPUTokens      int64   `json:"gpu_tokens"`
+	PinnedTokens   int64   `json:"pinned_tokens"`
+	DiskTokens     int64   `json:"disk_tokens"`
+	HitRatio       float64 `json:"hit_ratio"`
+	// OPTHitRatio is the clairvoyant bound at the configuration's total
+	// capacity (every tier's blocks as one cache): hit tokens over prompt
+	// tokens under Belady's MIN (cachesim.OPT).
+	OPTHitRatio       float64            `json:"opt_hit_ratio"`
 	PrefillTokens     int64              `json:"prefill_tokens"`
 	PrefillSavedS     jsonTierSeconds    `json:"prefill_saved_s"`
 	OutputTokens      int64              `json:"output_tokens"`
@@ -144,6 +148,7 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 			Name: out.tiers.String(), GPUBlocks: out.gpu, PinnedBlocks: out.pinned, DiskBlocks: out.disk,
 			Requests: res.Requests, PromptTokens: res.PromptTokens, AdmittedTokens: res.AdmittedTokens,
 			GPUTokens: res.GPUTokens, PinnedTokens: res.PinnedTokens, DiskTokens: res.DiskTokens, HitRatio: res.HitRatio,
+			OPTHitRatio:   out.opt.TokenHitRatio,
 			PrefillTokens: res.PrefillTokens, OutputTokens: res.OutputTokens,
 			PrefillSavedS: jsonTierSeconds{res.PrefillSaved.GPU.Seconds(), res.PrefillSaved.Pinned.Seconds(), res.PrefillSaved.Disk.Seconds()},
 			GPUBusyS:      out.busy.Seconds(),
@@ -205,6 +210,13 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.AdmittedTokens) })
 	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.AdmittedTokens) })
 	row("hit ratio", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
+	row("OPT at total capacity", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.OPTHitRatio) })
+	row("hit ratio / OPT", func(c jsonConfig) string {
+		if c.OPTHitRatio == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", c.HitRatio/c.OPTHitRatio)
+	})
 	row("prefill tokens computed", func(c jsonConfig) string { return commas(c.PrefillTokens) })
 	pct := func(v, of float64) string {
 		if of <= 0 {
