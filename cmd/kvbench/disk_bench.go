@@ -13,8 +13,11 @@ import (
 // DiskResult compares the disk tier with plain positioned I/O of the same block
 // size on the same file system, one goroutine each, no fdatasync on either side.
 // Rates count payload bytes only: the store's 4 KiB header per block and its
-// checksums are part of its cost. Each is the median over rounds of one round's
-// rate (copyBatch blocks).
+// checksums are part of its cost. Each rate is the median over rounds of one
+// round's rate (copyBatch blocks). The ratios are the median over rounds of
+// the store's rate over the reference's in the same round: pairing the two
+// cancels the drift of a shared machine's disk between rounds, which the
+// ratio of the two medians keeps.
 type DiskResult struct {
 	Dir        string `json:"dir"`
 	IOMode     string `json:"io_mode"` // the store's mode; the reference file uses the same
@@ -26,6 +29,8 @@ type DiskResult struct {
 	DiskWriteGBps float64 `json:"disk_write_gbps"`
 	RawReadGBps   float64 `json:"raw_read_gbps"`
 	DiskReadGBps  float64 `json:"disk_read_gbps"`
+	WriteRatio    float64 `json:"write_ratio"` // median of per-round disk/raw write rates
+	ReadRatio     float64 `json:"read_ratio"`
 }
 
 // runDisk writes and reads copyBatch blocks per round through a disk.Store
@@ -124,7 +129,7 @@ func runDisk(quick bool, parent string, bb int) (_ *DiskResult, err error) {
 		return time.Since(start), nil
 	}
 
-	var rawW, rawR, diskW, diskR []float64
+	var rawW, rawR, diskW, diskR, ratioW, ratioR []float64
 	batchGB := float64(copyBatch*bb) / 1e9
 	for round := -1; round < rounds; round++ { // round -1 warms up, untimed
 		var rw, rr, dw, dr time.Duration
@@ -155,6 +160,8 @@ func runDisk(quick bool, parent string, bb int) (_ *DiskResult, err error) {
 			rawR = append(rawR, batchGB/rr.Seconds())
 			diskW = append(diskW, batchGB/dw.Seconds())
 			diskR = append(diskR, batchGB/dr.Seconds())
+			ratioW = append(ratioW, rw.Seconds()/dw.Seconds())
+			ratioR = append(ratioR, rr.Seconds()/dr.Seconds())
 		}
 	}
 	return &DiskResult{
@@ -167,6 +174,8 @@ func runDisk(quick bool, parent string, bb int) (_ *DiskResult, err error) {
 		DiskWriteGBps: median(diskW),
 		RawReadGBps:   median(rawR),
 		DiskReadGBps:  median(diskR),
+		WriteRatio:    median(ratioW),
+		ReadRatio:     median(ratioR),
 	}, nil
 }
 
