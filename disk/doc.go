@@ -29,12 +29,12 @@
 //
 // # Crash consistency
 //
-// A write puts header and payload in one pwritev (the header carries the
-// payload's checksum); with Config.Sync, or on a File without WritevAt, the
-// payload goes first and the header second, each followed by fdatasync.
-// A write torn by a crash leaves either no valid header or a header whose
-// payload checksum does not match what landed, which the first read
-// detects: the block is then dropped, never served. A slot is unpublished before it is
+// A write puts the payload first and its header second (the header carries
+// the payload's checksum, computed while the payload is written); with
+// Config.Sync each is followed by fdatasync. A write torn by a crash leaves
+// either no valid header or a header whose payload checksum does not match
+// what landed (the slot's previous header over a new payload included),
+// which the first read detects: the block is then dropped, never served. A slot is unpublished before it is
 // overwritten, and read pins keep a slot from being reused while a read is
 // in flight. Config.Sync extends the guarantee from process crashes to power
 // loss. Files use

@@ -174,15 +174,17 @@ func (op *ReadOp) corruptErr(dst []byte, reason string, sentinel error) error {
 }
 
 // readChunk is the size of the reads a big payload is read in, so that its
-// checksum is computed chunk by chunk while the next chunk is read (in
-// series, the xxh64 of a 2 MiB payload cost about 15% of its read).
-const readChunk = 512 << 10
+// checksum is computed chunk by chunk as the chunks arrive (in series, the
+// xxh64 of a 2 MiB payload cost about 15% of its read).
+const readChunk = 256 << 10
 
 // readRecordSum reads a slot's header block and payload as readRecord does
 // and returns the checksum of the payload's first n bytes. A payload of more
-// than two chunks is read a chunk at a time (the first with the header, in
-// one preadv), each chunk summed on another goroutine while the next is
-// read.
+// than two chunks is read in chunks, all at once (the first with the header,
+// in one preadv), so the device sees them together as it would one big read;
+// each chunk is summed, in order, as soon as it and those before it have
+// arrived. It returns only once every read has ended: the caller owns
+// payload again.
 func readRecordSum(f File, hdr, payload []byte, off int64, n int) (uint64, error) {
 	if len(payload) <= 2*readChunk {
 		if err := readRecord(f, hdr, payload, off); err != nil {
@@ -190,34 +192,33 @@ func readRecordSum(f File, hdr, payload []byte, off int64, n int) (uint64, error
 		}
 		return Checksum(payload[:n]), nil
 	}
-	if err := readRecord(f, hdr, payload[:readChunk], off); err != nil {
-		return 0, err
+	nc := (len(payload) + readChunk - 1) / readChunk
+	errs := make([]error, nc)
+	done := make([]chan struct{}, nc)
+	for i := range nc {
+		done[i] = make(chan struct{})
+		go func() {
+			defer close(done[i])
+			at, end := i*readChunk, min((i+1)*readChunk, len(payload))
+			if i == 0 {
+				errs[i] = readRecord(f, hdr, payload[:end], off)
+			} else {
+				errs[i] = readFull(f, payload[at:end], off+int64(len(hdr)+at))
+			}
+		}()
 	}
-	chunks := make(chan []byte, len(payload)/readChunk+1)
-	sum := make(chan uint64, 1)
-	go func() {
-		d := xxhash.New()
-		for c := range chunks {
-			_, _ = d.Write(c)
-		}
-		sum <- d.Sum64()
-	}()
-	summed := func(from, to int) { // the part of payload[from:to] the checksum covers
-		if from < n {
-			chunks <- payload[from:min(to, n)]
-		}
-	}
-	summed(0, readChunk)
+	d := xxhash.New()
 	var err error
-	for at := readChunk; at < len(payload) && err == nil; at += readChunk {
-		end := min(at+readChunk, len(payload))
-		if err = readFull(f, payload[at:end], off+int64(len(hdr)+at)); err == nil {
-			summed(at, end)
+	for i := range nc {
+		<-done[i]
+		if err == nil {
+			err = errs[i]
+		}
+		if at := i * readChunk; err == nil && at < n {
+			_, _ = d.Write(payload[at:min((i+1)*readChunk, n)])
 		}
 	}
-	close(chunks)
-	s := <-sum
-	return s, err
+	return d.Sum64(), err
 }
 
 // readRecord reads a slot's header block and payload, with one preadv
