@@ -82,7 +82,15 @@ type Config struct {
 
 	// PinnedBytes is the pinned host tier's capacity; 0 disables the tier.
 	PinnedBytes int64
-	// PinnedPolicy is the pinned tier's eviction policy (default policy.Adaptive).
+	// PinnedPolicy is the pinned tier's eviction policy. The default depends
+	// on where the tier sits. When its victims are what the tier below
+	// receives (DiskDir or Remote set, DiskIngestion IngestEvict), it is
+	// policy.LRU: the lower tier then receives blocks in the order of their
+	// last use, and its own policy makes the final choice. Otherwise the
+	// pinned tier is the last to hold a block, and the default is
+	// policy.Adaptive. On both shared Mooncake traces, three tiers with
+	// pinned LRU and disk Adaptive beat Adaptive on both (29.74% against
+	// 28.22% and 57.59% against 56.80% hit ratio; see the README).
 	PinnedPolicy policy.Kind
 	// PinnedLock asks for mlock'ed memory; refusal is reported in Stats, not an error.
 	PinnedLock bool
@@ -254,11 +262,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PinnedBytes < 0 {
 		bad("PinnedBytes", c.PinnedBytes, "must be >= 0")
 	}
-	evictionPolicy("PinnedPolicy", &c.PinnedPolicy)
 	ingestion("Ingestion", &c.Ingestion)
 	// Every disk field is checked, whether or not DiskDir enables the tier.
 	evictionPolicy("DiskPolicy", &c.DiskPolicy)
 	ingestion("DiskIngestion", &c.DiskIngestion)
+	if c.PinnedPolicy == 0 && (c.DiskDir != "" || c.Remote != nil) && c.DiskIngestion == IngestEvict {
+		c.PinnedPolicy = policy.LRU // it drains to the tier below: see the field's doc
+	}
+	evictionPolicy("PinnedPolicy", &c.PinnedPolicy)
 	count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
 	if e := c.Events; e != nil {
 		if e.Endpoint == "" {

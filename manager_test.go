@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/policy"
 	"github.com/kvtier/kvtier/prefixhash"
 )
 
@@ -117,6 +118,32 @@ func TestConfigValidation(t *testing.T) {
 	var ce *ConfigError
 	if _, err := New(Config{GPUBlocks: 4, WriteQuota: -2}); !errors.As(err, &ce) || ce.Field != "WriteQuota" {
 		t.Fatalf("got %v, want a ConfigError naming WriteQuota", err)
+	}
+}
+
+// TestPinnedPolicyDefault: the pinned tier defaults to LRU when its victims
+// are what a tier below receives (a disk or a remote tier, drained on
+// eviction), to Adaptive when it is the last tier to hold a block; a policy
+// the caller names is kept.
+func TestPinnedPolicyDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Config
+		want policy.Kind
+	}{
+		{"pinned only", Config{GPUBlocks: 4, PinnedBytes: 1 << 20}, policy.Adaptive},
+		{"over a disk", Config{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: "d", DiskBytes: 1 << 30}, policy.LRU},
+		{"over a remote tier", Config{GPUBlocks: 4, PinnedBytes: 1 << 20, Remote: &RemoteConfig{Addrs: []string{"localhost:1"}}}, policy.LRU},
+		{"over a disk written through", Config{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: "d", DiskBytes: 1 << 30, DiskIngestion: IngestAll}, policy.Adaptive},
+		{"named by the caller", Config{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: "d", DiskBytes: 1 << 30, PinnedPolicy: policy.ARC}, policy.ARC},
+	} {
+		c, err := tc.c.withDefaults()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.PinnedPolicy != tc.want || c.DiskPolicy != policy.Adaptive {
+			t.Errorf("%s: pinned %v, disk %v; want pinned %v, disk adaptive", tc.name, c.PinnedPolicy, c.DiskPolicy, tc.want)
+		}
 	}
 }
 

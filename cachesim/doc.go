@@ -43,7 +43,8 @@
 // below 64k blocks, because OPT knows which of the once-seen blocks will be
 // reused and no key-only signal predicts it.
 //
-// policy.Adaptive (the tiers' default) remembers every id seen (16 bytes of
+// policy.Adaptive (the disk tier's default, and the pinned tier's when it is
+// the last tier) remembers every id seen (16 bytes of
 // times per id, about 119 bytes with its index), ranks the deeper blocks of
 // a chain and a request's partial last block first, and picks, per capacity,
 // among seven rankings scored on metadata-only shadow caches. Hit ratios

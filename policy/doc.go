@@ -24,7 +24,9 @@
 //     blocks (the tails of prompts) are used once and would flush the reused
 //     prefixes out of an LRU; see package cachesim's report for how close it
 //     gets to the clairvoyant optimum.
-//   - Adaptive: the default for the host and disk tiers. It remembers ids
+//   - Adaptive: the default for the disk tier, and for the host tier when
+//     it is the last tier (over a disk it drains to, kvtier.Config
+//     defaults the host tier to LRU; see Config.PinnedPolicy). It remembers ids
 //     after eviction (LRU-2 needs a block's previous use however long ago),
 //     uses Hints (chain depth, partial last block) where the tier has them,
 //     and picks among a few rankings (AdaptiveConfig.Candidates) the one
