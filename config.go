@@ -119,7 +119,11 @@ type Config struct {
 	// OffloadThreshold: above this fraction of GPU blocks holding data, free
 	// cached blocks are offloaded ahead of need (default 0.85, in (0, 1]).
 	OffloadThreshold float64
-	// OffloadAhead bounds blocks offloaded ahead of need per batch (default 64).
+	// OffloadAhead is the window of blocks written down ahead of need: of the
+	// OffloadAhead free cached blocks next to be evicted, those with no copy
+	// below are written after each batch (default 64). Blocks further back
+	// wait: until evicted they stay on the GPU, where they may be hit again,
+	// and their copies would take room below.
 	OffloadAhead int
 	// WriteQuota bounds block writes in flight to the lower tier (default 256).
 	WriteQuota int

@@ -380,7 +380,11 @@ func (t *Tier) step(m *messages.StepBatch) {
 }
 
 // afterBatch offloads free cached blocks ahead of need when the GPU holds data in
-// more than OffloadThreshold of its blocks, starting with the next to be evicted.
+// more than OffloadThreshold of its blocks: those among the OffloadAhead next
+// to be evicted that are not below yet. The window is bounded, not the
+// blocks written per batch: a block written ahead stays on the GPU, and may
+// be hit there again, until it is evicted, and meanwhile its copy holds a
+// slot below that a block the GPU no longer has could use.
 func (t *Tier) afterBatch() {
 	if !t.lower() || t.cfg.Ingestion != IngestEvict || t.cfg.OffloadAhead <= 0 {
 		return
@@ -390,11 +394,13 @@ func (t *Tier) afterBatch() {
 		return
 	}
 	var ids []blockpool.BlockID
+	seen := 0
 	t.pool.FreeCached(func(id blockpool.BlockID, _ prefixhash.Hash) bool {
 		if t.flags[id]&(flagBelow|flagMoving) == 0 {
 			ids = append(ids, id)
 		}
-		return len(ids) < t.cfg.OffloadAhead
+		seen++
+		return seen < t.cfg.OffloadAhead
 	})
 	t.offloadResident(ids)
 }

@@ -48,7 +48,7 @@ type Config struct {
 	Ingestion        Ingestion
 	HotHits          int
 	OffloadThreshold float64 // fraction of blocks holding data above which free cached blocks are offloaded ahead of need
-	OffloadAhead     int     // blocks offloaded ahead of need per batch
+	OffloadAhead     int     // window of free blocks, from the next to be evicted, written down ahead of need
 
 	// Double get: ask the lower tiers only when they hold at least
 	// DoubleGetMinBlocks blocks of the chain and that is at least

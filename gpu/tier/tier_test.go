@@ -366,3 +366,59 @@ func TestLoadDeadlineFromRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestOffloadAheadIsAWindow: blocks are written ahead of need only among the
+// OffloadAhead free cached blocks next to be evicted. When those are below
+// already, nothing more is written, however many free blocks further back are
+// not: a block written ahead stays on the GPU until it is evicted, and its
+// copy below holds a slot that a block the GPU no longer has could use.
+func TestOffloadAheadIsAWindow(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true, OffloadAhead: 2, OffloadThreshold: 0.1})
+	// complete grants and copies every offload in r, and returns how many
+	// blocks they wrote.
+	var complete func(r Ready) int
+	complete = func(r Ready) int {
+		n := 0
+		for _, m := range r.ToPinned {
+			o, ok := m.(*messages.OffloadRequest)
+			if !ok {
+				continue
+			}
+			n += len(o.Items)
+			slots := make([]int, len(o.Items))
+			for i := range slots {
+				slots[i] = i
+			}
+			tr.OffloadGranted(&messages.OffloadGrant{ID: o.ID, Slots: slots, Bytes: make([][]byte, len(o.Items))})
+			for _, c := range drain(t, tr).Copies {
+				tr.CopyDone(c.CopyID, nil)
+				n += complete(drain(t, tr))
+			}
+		}
+		return n
+	}
+	cycle := func(seq uint64, blocks int) int { // allocate, commit and free one sequence
+		res, r := allocate(t, tr, seq, prompt(int(seq)*1000, blocks*bs), []messages.Tier{})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		n := complete(r)
+		tr.CommitBatch([]messages.CommitItem{{Seq: seq, Tokens: blocks * bs}}, func(*messages.CommitBatchResult) {})
+		n += complete(drain(t, tr))
+		tr.FreeBatch([]uint64{seq}, false, func(*messages.FreeBatchResult) {})
+		return n + complete(drain(t, tr))
+	}
+	written := cycle(1, 6)
+	for i := 0; written < 6; i++ { // batches that free nothing write the window ahead
+		if i == 10 {
+			t.Fatalf("%d of 6 free blocks written ahead after 10 batches", written)
+		}
+		tr.FreeBatch(nil, false, func(*messages.FreeBatchResult) {})
+		written += complete(drain(t, tr))
+	}
+	// Six free cached blocks are below, next to be evicted; four more come
+	// free behind them. The window holds blocks that are below already.
+	if n := cycle(2, 4); n != 0 {
+		t.Fatalf("%d blocks written ahead of need past a window of blocks already below", n)
+	}
+}
