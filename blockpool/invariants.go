@@ -9,7 +9,7 @@ import "fmt"
 // O(blocks + held blocks + table slots); tests and the invariants build call it.
 func (p *Pool) CheckInvariants() error {
 	seen := make([]bool, len(p.blocks))
-	n, prev := 0, int32(none)
+	n, prev, queued := 0, int32(none), 0
 	for id := p.free.head; id != none; id = p.blocks[id].next {
 		if seen[id] {
 			return fmt.Errorf("free queue: cycle at block %d", id)
@@ -19,7 +19,12 @@ func (p *Pool) CheckInvariants() error {
 		if b.prev != prev {
 			return fmt.Errorf("free queue: block %d prev %d, want %d", id, b.prev, prev)
 		}
-		if b.state != stateFree || b.ref != 0 {
+		if b.queuedPin {
+			queued++
+			if b.state != stateUsed || b.ref == 0 || b.ref != p.pins[BlockID(id)] {
+				return fmt.Errorf("free queue: block %d pinned in place has state %d ref %d pins %d", id, b.state, b.ref, p.pins[BlockID(id)])
+			}
+		} else if b.state != stateFree || b.ref != 0 {
 			return fmt.Errorf("free queue: block %d has state %d ref %d", id, b.state, b.ref)
 		}
 		prev = id
@@ -27,6 +32,14 @@ func (p *Pool) CheckInvariants() error {
 	}
 	if n != p.free.n || prev != p.free.tail {
 		return fmt.Errorf("free queue: %d linked, count %d, tail %d want %d", n, p.free.n, p.free.tail, prev)
+	}
+	if queued != p.queuedPins {
+		return fmt.Errorf("free queue: %d blocks pinned in place, count %d", queued, p.queuedPins)
+	}
+	for i := range p.blocks {
+		if p.blocks[i].queuedPin && !seen[i] {
+			return fmt.Errorf("block %d: pinned in place but not in the free queue", i)
+		}
 	}
 	nsRefs := make(map[uint32]int32)
 	for i := range p.blocks {

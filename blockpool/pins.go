@@ -3,15 +3,25 @@ package blockpool
 import "fmt"
 
 // Pin adds a reference to block id held by the pool's owner rather than by a
-// sequence — an in-flight copy reading or writing the block. A free block is taken
-// out of the free queue (keeping its cached contents); a pinned block is never
-// reused. Every Pin must be matched by one Unpin.
+// sequence — an in-flight copy reading or writing the block. A pinned block is
+// never reused. A free block keeps its contents and its place in the free
+// queue, so that a copy (an offload ahead of need reads the blocks next to be
+// evicted) does not change when it is evicted, but it is not taken while
+// pinned and does not count in NumFree; a sequence that hits it takes it out
+// of the queue. Every Pin must be matched by one Unpin.
 func (p *Pool) Pin(id BlockID) {
 	b := &p.blocks[id]
 	if b.state == stateReserved {
 		panic(fmt.Sprintf("kvtier: blockpool: pin of reserved block %d", id))
 	}
-	p.hold(id)
+	if b.state == stateFree {
+		b.state, b.queuedPin = stateUsed, true
+		p.queuedPins++
+		if b.cached {
+			p.freeCache--
+		}
+	}
+	b.ref++
 	if p.pins == nil {
 		p.pins = make(map[BlockID]int32)
 	}
@@ -52,7 +62,7 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 	if p.pins[old] == 0 {
 		panic(fmt.Sprintf("kvtier: blockpool: detach of block %d that no copy pins", old))
 	}
-	if p.free.n+len(p.resv[seq]) == 0 {
+	if p.numFree()+len(p.resv[seq]) == 0 {
 		return 0, &NoSpaceError{Needed: 1, Free: 0}
 	}
 	fresh := p.take(seq)

@@ -68,6 +68,11 @@ type block struct {
 	ns     uint32 // a chain's first block: its namespace (p.ns); 0 on the others
 	state  blockState
 	cached bool // byHash maps hash to this block
+	// queuedPin marks a block that copies pinned while it was free (an
+	// offload ahead of need): it keeps its place in the free queue, so the
+	// copy does not change when it is evicted, but is not taken until the
+	// last pin goes (Pool.Pin). Its state is stateUsed meanwhile.
+	queuedPin bool
 }
 
 type sequence struct {
@@ -157,27 +162,28 @@ type Stats struct {
 
 // Pool is the block manager. See the package doc; not safe for concurrent use.
 type Pool struct {
-	cfg       Config
-	blocks    []block
-	free      freeQueue
-	byHash    hashTable // cached blocks by hash
-	seqs      map[SeqID]*sequence
-	resv      map[SeqID][]BlockID
-	pins      map[BlockID]int32 // references held by in-flight copies
-	spare     []*sequence       // recycled sequence records
-	hasher    prefixhash.Hasher
-	digester  prefixhash.Digester
-	digests   []prefixhash.Digest // a filled block's digest, by block id
-	scratch   []prefixhash.Hash
-	dscratch  []prefixhash.Digest
-	evicted   []Evicted
-	journal   journal
-	slab      tokenSlab // blocks' token ids
-	ns        nsTable   // namespaces of chains' first blocks
-	sink      uint64    // what prefetch read, kept so its reads stay
-	reserved  int
-	freeCache int
-	stats     Stats
+	cfg        Config
+	blocks     []block
+	free       freeQueue
+	byHash     hashTable // cached blocks by hash
+	seqs       map[SeqID]*sequence
+	resv       map[SeqID][]BlockID
+	pins       map[BlockID]int32 // references held by in-flight copies
+	spare      []*sequence       // recycled sequence records
+	hasher     prefixhash.Hasher
+	digester   prefixhash.Digester
+	digests    []prefixhash.Digest // a filled block's digest, by block id
+	scratch    []prefixhash.Hash
+	dscratch   []prefixhash.Digest
+	evicted    []Evicted
+	journal    journal
+	slab       tokenSlab // blocks' token ids
+	ns         nsTable   // namespaces of chains' first blocks
+	sink       uint64    // what prefetch read, kept so its reads stay
+	reserved   int
+	freeCache  int
+	queuedPins int // blocks in the free queue that copies pin (queuedPin)
+	stats      Stats
 }
 
 // MetadataBytes estimates the host memory a pool of cfg takes: per block its
@@ -217,8 +223,11 @@ func New(cfg Config) (*Pool, error) {
 // Config returns the pool's configuration.
 func (p *Pool) Config() Config { return p.cfg }
 
-// NumFree is the number of blocks in the free queue.
-func (p *Pool) NumFree() int { return p.free.n }
+// NumFree is the number of blocks in the free queue that can be taken now
+// (not those a copy pins in place).
+func (p *Pool) NumFree() int { return p.numFree() }
+
+func (p *Pool) numFree() int { return p.free.n - p.queuedPins }
 
 func (p *Pool) numBlocksFor(tokens int) int { return (tokens + p.cfg.BlockSize - 1) / p.cfg.BlockSize }
 
@@ -324,7 +333,7 @@ func (p *Pool) CachedChain(dst []BlockID, tokens []int64, k *Keys) ([]BlockID, e
 func (p *Pool) CanAllocate(seq SeqID, tokens []int64, salt string) bool {
 	k, _ := p.keys(tokens, salt, nil)
 	hits, revive := p.plan(tokens, k)
-	return p.numBlocksFor(len(tokens))-hits+revive <= p.free.n+len(p.resv[seq])
+	return p.numBlocksFor(len(tokens))-hits+revive <= p.numFree()+len(p.resv[seq])
 }
 
 // CachedPrefix returns how many leading blocks of tokens are cached on this pool,
@@ -379,8 +388,8 @@ func (p *Pool) AllocateRequest(r Request) (Allocation, error) {
 	hits, revive := p.planLimit(tokens, k, r.MaxHits)
 	nb := p.numBlocksFor(len(tokens) + r.Lookahead)
 	resv := p.resv[seq]
-	if need := nb - hits + revive; need > p.free.n+len(resv) {
-		return Allocation{}, &NoSpaceError{Needed: need - len(resv), Free: p.free.n}
+	if need := nb - hits + revive; need > p.numFree()+len(resv) {
+		return Allocation{}, &NoSpaceError{Needed: need - len(resv), Free: p.numFree()}
 	}
 	s := p.newSequence()
 	bs := p.cfg.BlockSize
@@ -488,7 +497,7 @@ func (p *Pool) CanAppend(seq SeqID) (bool, error) {
 		return false, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
 	}
 	need := max(0, p.numBlocksFor(s.numTokens+1)-len(s.table))
-	return need <= p.free.n+len(p.resv[seq]), nil
+	return need <= p.numFree()+len(p.resv[seq]), nil
 }
 
 // MayAppend adds one decoded token to seq: a new block when the last one was full,
@@ -515,8 +524,8 @@ func (p *Pool) AppendTokens(seq SeqID, tokens []int64, lookahead int, dst []Bloc
 	}
 	bs := p.cfg.BlockSize
 	need := p.numBlocksFor(s.numTokens+len(tokens)+lookahead) - len(s.table)
-	if resv := len(p.resv[seq]); need > p.free.n+resv {
-		return dst, &NoSpaceError{Needed: need - resv, Free: p.free.n}
+	if resv := len(p.resv[seq]); need > p.numFree()+resv {
+		return dst, &NoSpaceError{Needed: need - resv, Free: p.numFree()}
 	}
 	for _, t := range tokens {
 		if s.numTokens/bs == len(s.table) {
@@ -554,8 +563,8 @@ func (p *Pool) Reserve(id SeqID, n int) error {
 	if _, ok := p.resv[id]; ok {
 		return fmt.Errorf("%w: %d", ErrReservationExists, id)
 	}
-	if n > p.free.n {
-		return &NoSpaceError{Needed: n, Free: p.free.n}
+	if n > p.numFree() {
+		return &NoSpaceError{Needed: n, Free: p.numFree()}
 	}
 	ids := make([]BlockID, 0, n)
 	for range n {
@@ -662,8 +671,9 @@ func (p *Pool) Lookup(h prefixhash.Hash) (BlockID, bool) {
 	return p.byHash.get(h)
 }
 
-// FreeCached calls fn for free cached blocks from the next to be evicted onward,
-// until fn returns false.
+// FreeCached calls fn for the cached blocks of the free queue from the next to
+// be evicted onward, until fn returns false. Blocks a copy pins in place
+// (Pin) are included: they are where they will be once the copy is done.
 func (p *Pool) FreeCached(fn func(BlockID, prefixhash.Hash) bool) {
 	for id := p.free.head; id != none; id = p.blocks[id].next {
 		if b := &p.blocks[id]; b.cached && !fn(BlockID(id), b.hash) {
@@ -676,8 +686,8 @@ func (p *Pool) FreeCached(fn func(BlockID, prefixhash.Hash) bool) {
 func (p *Pool) Stats() Stats {
 	s := p.stats
 	s.NumBlocks, s.BlockSize = p.cfg.NumBlocks, p.cfg.BlockSize
-	s.Free, s.FreeCached, s.Reserved = p.free.n, p.freeCache, p.reserved
-	s.Used = p.cfg.NumBlocks - p.free.n - p.reserved
+	s.Free, s.FreeCached, s.Reserved = p.numFree(), p.freeCache, p.reserved
+	s.Used = p.cfg.NumBlocks - p.numFree() - p.reserved
 	s.Cached, s.Sequences = p.byHash.len(), len(p.seqs)
 	return s
 }
@@ -714,8 +724,15 @@ func (p *Pool) prefetch(n int, hashes []prefixhash.Hash) {
 }
 
 // hold adds a reference to a cached block found by hash, reviving it if free.
+// A block a copy pins in the free queue leaves the queue: a sequence uses it.
 func (p *Pool) hold(id BlockID) {
 	b := &p.blocks[id]
+	if b.queuedPin {
+		p.free.remove(p.blocks, int32(id))
+		b.queuedPin = false
+		p.queuedPins--
+		p.stats.Revived++
+	}
 	if b.state == stateFree {
 		p.free.remove(p.blocks, int32(id))
 		p.freeCache--
@@ -736,6 +753,17 @@ func (p *Pool) unhold(id BlockID) {
 		return
 	}
 	b.state = stateFree
+	if b.queuedPin { // still in the free queue, at its place
+		b.queuedPin = false
+		p.queuedPins--
+		if b.cached {
+			p.freeCache++
+		} else { // uncached meanwhile: taken before cached blocks
+			p.free.remove(p.blocks, int32(id))
+			p.free.pushHead(p.blocks, int32(id))
+		}
+		return
+	}
 	if b.cached {
 		p.free.pushTail(p.blocks, int32(id))
 		p.freeCache++
@@ -759,12 +787,17 @@ func (p *Pool) take(seq SeqID) BlockID {
 	return id
 }
 
-// popFree takes the free queue's head, evicting its cached contents.
+// popFree takes the first block of the free queue that no copy pins,
+// evicting its cached contents.
 func (p *Pool) popFree() BlockID {
-	i := p.free.popHead(p.blocks)
+	i := p.free.head
+	for i != none && p.blocks[i].queuedPin {
+		i = p.blocks[i].next
+	}
 	if i == none {
 		panic("kvtier: blockpool: free queue empty after a successful capacity check")
 	}
+	p.free.remove(p.blocks, i)
 	b := &p.blocks[i]
 	if b.cached {
 		p.byHash.remove(b.hash, BlockID(i))

@@ -366,3 +366,58 @@ func allocCommit(p *Pool, id SeqID, tokens []int64, salt string) (Allocation, er
 	}
 	return a, err
 }
+
+// TestPinKeepsFreeQueuePlace: a copy pinning a free block (an offload ahead
+// of need) leaves its place in the eviction order as it was. While pinned the
+// block is neither taken nor counted free; after Unpin it is still the next
+// to be evicted, not the last. A sequence that hits it while pinned takes it
+// out of the queue.
+func TestPinKeepsFreeQueuePlace(t *testing.T) {
+	p := newPool(t, 4, 2)
+	if _, err := allocCommit(p, 1, []int64{1, 2, 3, 4, 5, 6, 7, 8}, ""); err != nil {
+		t.Fatal(err)
+	}
+	p.Deallocate(1) // four free cached blocks
+	var order []BlockID
+	p.FreeCached(func(id BlockID, _ prefixhash.Hash) bool { order = append(order, id); return true })
+	first := order[0] // the next to be evicted
+	p.Pin(first)
+	if p.NumFree() != 3 {
+		t.Fatalf("NumFree %d with one of four free blocks pinned, want 3", p.NumFree())
+	}
+	check(t, p)
+	b, err := allocCommit(p, 2, []int64{10, 11}, "") // evicts one block: not the pinned one
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Blocks[0] != order[1] {
+		t.Fatalf("allocation took block %d, want %d (the first not pinned)", b.Blocks[0], order[1])
+	}
+	p.Unpin(first)
+	check(t, p)
+	c, err := allocCommit(p, 3, []int64{20, 21}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Blocks[0] != first {
+		t.Fatalf("after Unpin the allocation took block %d, want %d: a copy must not move a block to the back", c.Blocks[0], first)
+	}
+	check(t, p)
+	// Pinned, then hit by a sequence: it leaves the queue (NumFree does not
+	// count it twice) and comes back when both let go.
+	hit := order[3] // the chain's first block: the last evicted
+	p.Pin(hit)
+	if _, err := allocCommit(p, 4, []int64{1, 2}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if p.RefCount(hit) != 2 || p.NumFree() != 1 {
+		t.Fatalf("a pinned free block hit by a sequence: ref %d, NumFree %d; want 2 and 1", p.RefCount(hit), p.NumFree())
+	}
+	check(t, p)
+	p.Unpin(hit)
+	p.Deallocate(4)
+	if p.NumFree() != 2 {
+		t.Fatalf("NumFree %d after both let go, want 2", p.NumFree())
+	}
+	check(t, p)
+}

@@ -368,13 +368,15 @@ func TestLoadDeadlineFromRequest(t *testing.T) {
 }
 
 // TestOffloadAheadIsAWindow: blocks are written ahead of need only among the
-// OffloadAhead free cached blocks next to be evicted. When those are below
-// already, nothing more is written, however many free blocks further back are
-// not: a block written ahead stays on the GPU until it is evicted, and its
-// copy below holds a slot that a block the GPU no longer has could use.
+// OffloadAhead free cached blocks next to be evicted. Batch after batch, and
+// however many free blocks come behind them, nothing more is written while
+// those are below already; when an allocation evicts them, the window moves
+// on to the next ones. A block written ahead keeps its place in the free
+// queue (blockpool.Pin), and until it is evicted its copy below holds a slot
+// that a block the GPU no longer has could use.
 func TestOffloadAheadIsAWindow(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, OffloadAhead: 2, OffloadThreshold: 0.1})
-	// complete grants and copies every offload in r, and returns how many
+	// complete grants and copies every offload in r and returns how many
 	// blocks they wrote.
 	var complete func(r Ready) int
 	complete = func(r Ready) int {
@@ -408,17 +410,20 @@ func TestOffloadAheadIsAWindow(t *testing.T) {
 		tr.FreeBatch([]uint64{seq}, false, func(*messages.FreeBatchResult) {})
 		return n + complete(drain(t, tr))
 	}
-	written := cycle(1, 6)
-	for i := 0; written < 6; i++ { // batches that free nothing write the window ahead
-		if i == 10 {
-			t.Fatalf("%d of 6 free blocks written ahead after 10 batches", written)
-		}
+	written := cycle(1, 6) // six free cached blocks: the window's two are written
+	for range 3 {          // batches that free nothing
 		tr.FreeBatch(nil, false, func(*messages.FreeBatchResult) {})
 		written += complete(drain(t, tr))
 	}
-	// Six free cached blocks are below, next to be evicted; four more come
-	// free behind them. The window holds blocks that are below already.
-	if n := cycle(2, 4); n != 0 {
+	if written != 2 {
+		t.Fatalf("%d blocks written ahead of need, want the window's 2", written)
+	}
+	if n := cycle(2, 4); n != 0 { // four more free behind them
 		t.Fatalf("%d blocks written ahead of need past a window of blocks already below", n)
+	}
+	// Eight blocks: the six empty ones and the window's two, evicted with no
+	// write (they are below). The window moves on to the next two.
+	if n := cycle(3, 8); n != 2 {
+		t.Fatalf("%d blocks written ahead of need after the window was evicted, want the next 2", n)
 	}
 }
