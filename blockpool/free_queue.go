@@ -51,11 +51,3 @@ func (q *freeQueue) remove(blocks []block, id int32) {
 	b.prev, b.next = none, none
 	q.n--
 }
-
-func (q *freeQueue) popHead(blocks []block) int32 {
-	id := q.head
-	if id != none {
-		q.remove(blocks, id)
-	}
-	return id
-}
