@@ -8,7 +8,7 @@ import "github.com/kvtier/kvtier/trace"
 // the token counts).
 func Infinite(reqs []trace.Request, opts ...Options) Result {
 	seen := make(map[int64]struct{})
-	bt := blockTokens(opts)
+	bt := firstBlockTokens(opts)
 	var res Result
 	for i, r := range reqs {
 		res.count(&reqs[i], leadingRun(r.HashIDs, func(id int64) bool { _, ok := seen[id]; return ok }), bt)

@@ -23,7 +23,7 @@ import (
 // BlockTokens is read (for the token counts).
 func OPT(reqs []trace.Request, capacity int, opts ...Options) Result {
 	capacity = max(capacity, 0)
-	bt := blockTokens(opts)
+	bt := firstBlockTokens(opts)
 	var res Result
 	// Compact the ids to 0..n-1 and flatten the references.
 	index := make(map[int64]int32)

@@ -44,12 +44,22 @@ func (r *Result) finish() {
 	}
 }
 
-// blockTokens is opts' BlockTokens, or Mooncake's 512.
-func blockTokens(opts []Options) int {
-	if len(opts) > 0 && opts[0].BlockTokens > 0 {
-		return opts[0].BlockTokens
+// blockTokens is o.BlockTokens, or Mooncake's 512 when unset.
+func (o Options) blockTokens() int {
+	if o.BlockTokens > 0 {
+		return o.BlockTokens
 	}
 	return trace.BlockTokens
+}
+
+// firstBlockTokens is blockTokens of the first of opts (OPT's and Infinite's
+// optional Options).
+func firstBlockTokens(opts []Options) int {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	return o.blockTokens()
 }
 
 // String formats r as "hit 16.67% (1/6 blocks, 3 requests, 3 evictions)".

@@ -58,10 +58,7 @@ func SimulatePolicy(reqs []trace.Request, capacity int, p policy.Policy, opts Op
 	if p == nil {
 		return Result{}, errors.New("kvtier: cachesim: nil policy")
 	}
-	blockTokens := opts.BlockTokens
-	if blockTokens <= 0 {
-		blockTokens = trace.BlockTokens
-	}
+	blockTokens := opts.blockTokens()
 	resident := func(id int64) bool { return p.Contains(policy.Key(id)) }
 	hinted, _ := p.(policy.Hinted)
 	var r trace.Request // the request being replayed
