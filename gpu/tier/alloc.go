@@ -144,9 +144,8 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	t.stats.Hits += uint64(alloc.HitBlocks)
 	t.stats.Misses += uint64(nb - alloc.HitBlocks)
 	w := &waiter{seq: blockpool.SeqID(r.Seq), pending: 1}
-	w.c = &w.comp
 	w.out.ValidTokens = alloc.CachedTokens
-	out.Ready = w.c
+	out.Ready = &w.c
 	evictOp := t.offloadEvicted(w) // before the reused blocks' flags are reset
 	for _, id := range alloc.Blocks[alloc.HitBlocks:] {
 		t.flags[id], t.hits[id] = 0, 0

@@ -133,9 +133,8 @@ func New(cfg Config) *Tier {
 // waiter gathers what one allocation waits on before its Completion fires.
 type waiter struct {
 	seq     blockpool.SeqID
-	c       *messages.Completion // &comp for an allocation; nil with onDone
-	comp    messages.Completion  // in the waiter: one allocation for both
-	onDone  func()               // instead of c, for a batch reply that waits
+	c       messages.Completion // an allocation's Ready, held in the waiter (unused with onDone)
+	onDone  func()              // instead of c, for a batch reply that waits
 	pending int
 	loading bool // blocks are loading from a lower tier: commits wait
 	out     messages.OnboardOutcome
