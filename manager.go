@@ -206,6 +206,7 @@ func New(cfg Config) (*Manager, error) {
 		m.remPID = root.Spawn(m.props(actors.NewRemoteActor(actors.RemoteConfig{Store: m.remote,
 			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe, Events: m.evPID})))
 	}
+	var diskMisses bool
 	if m.pinned != nil {
 		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID, m.evPID)))
 		pcfg := actors.PinnedConfig{
@@ -217,6 +218,7 @@ func New(cfg Config) (*Manager, error) {
 			if err != nil { // cannot happen: every field is set and checked above
 				panic("kvtier: disk actor config: " + err.Error())
 			}
+			diskMisses = m.store.ObservesMisses()
 			m.diskPID = root.Spawn(m.props(prod))
 			m.store = nil // the actor owns it now
 			pcfg.Disk = m.diskPID
@@ -239,7 +241,11 @@ func New(cfg Config) (*Manager, error) {
 	// 1.26x at 1,024 blocks on 2 cores (1.27x with one core either way).
 	m.gpuPID = root.Spawn(actor.PropsFromProducer(actors.NewGPUActor(gcfg), actor.WithDispatcher(actor.NewSynchronizedDispatcher(300))))
 	if m.idxPID != nil {
-		root.Send(m.idxPID, &actors.IndexWatch{GPU: m.gpuPID, Pinned: m.pinPID})
+		w := &actors.IndexWatch{GPU: m.gpuPID, Pinned: m.pinPID}
+		if diskMisses {
+			w.MissDisk = m.diskPID
+		}
+		root.Send(m.idxPID, w)
 	}
 	if m.metrics != nil {
 		m.metrics.m = m

@@ -203,6 +203,10 @@ func (a *DiskActor) Receive(ctx actor.Context) {
 		a.read(ctx, m)
 	case *messages.LowerQuery:
 		a.query(ctx, m)
+	case *messages.Missed:
+		for _, h := range m.Hashes {
+			a.store.Miss(h)
+		}
 	case *messages.Flush:
 		a.flush(m)
 	case *messages.StatsRequest:

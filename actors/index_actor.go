@@ -21,15 +21,24 @@ type IndexActor struct {
 	// gpu and pinned hear of blocks that left the tiers below them
 	// (messages.BelowGone), once IndexWatch named them.
 	gpu, pinned *actor.PID
+	// missDisk hears of the blocks each Lookup came to the disk for and it
+	// lacked (messages.Missed), once IndexWatch named it.
+	missDisk *actor.PID
 	// events, when set, is the KV-event publisher: the index forwards the
 	// pinned and disk tiers' changes to it, in the order it applies them.
 	events *actor.PID
 }
 
 // IndexWatch names the tiers the index tells when blocks leave the tiers
-// below them (messages.BelowGone); either PID may be nil.
+// below them (messages.BelowGone), and the disk tier when its eviction
+// policy learns from misses (messages.Missed); any PID may be nil.
 type IndexWatch struct {
 	GPU, Pinned *actor.PID
+	// MissDisk is the disk actor itself, not a fan-out over it and the
+	// remote tier. The pinned tier is not told of its misses: its blocks
+	// are written ahead of need while still on the GPU, and with misses its
+	// Adaptive policy measured worse (see policy.MissObserver).
+	MissDisk *actor.PID
 }
 
 type remotePending struct {
@@ -45,11 +54,34 @@ func NewIndexActor(log *zap.Logger, remote, events *actor.PID) actor.Producer {
 	}
 }
 
+// sendMisses tells the disk tier, when IndexWatch named it, which blocks of
+// the chains came to it and found it without: those neither it nor the
+// pinned tier holds (a pinned hit never reaches the disk). runs are the
+// chains' leading runs, each block's serving tier (pinned before disk);
+// every block past a run is a miss.
+func (a *IndexActor) sendMisses(ctx actor.Context, chains [][]uint64, runs [][]messages.Tier) {
+	if a.missDisk == nil {
+		return
+	}
+	var missed []uint64
+	for i, chain := range chains {
+		for j, h := range chain {
+			if j >= len(runs[i]) || runs[i][j] == 0 {
+				missed = append(missed, h)
+			}
+		}
+	}
+	if len(missed) > 0 {
+		ctx.Send(a.missDisk, &messages.Missed{Hashes: missed})
+	}
+}
+
 // Receive implements actor.Actor.
 func (a *IndexActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *IndexWatch:
 		a.gpu, a.pinned = m.GPU, m.Pinned
+		a.missDisk = m.MissDisk
 	case *messages.Residency: // the GPU's, relayed by the pinned actor
 		if a.events != nil {
 			ctx.Send(a.events, m)
@@ -106,6 +138,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 				p.chains = append(p.chains, i)
 			}
 		}
+		a.sendMisses(ctx, m.Chains, res.Tiers)
 		if ask == nil {
 			ctx.Respond(res)
 			return

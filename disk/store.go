@@ -86,6 +86,25 @@ func (s *Store) Contains(hash uint64) bool {
 	return ok && s.slots[i].state == slotLive
 }
 
+// ObservesMisses reports whether the store's eviction policy learns from
+// Miss (policy.MissObserver).
+func (s *Store) ObservesMisses() bool {
+	_, ok := s.pol.(policy.MissObserver)
+	return ok
+}
+
+// Miss tells the eviction policy that hash was asked for and the store
+// lacks it; it does nothing when a block of that hash is stored or being
+// written, or the policy does not learn from misses. It does no I/O.
+func (s *Store) Miss(hash uint64) {
+	if _, held := s.index[hash]; held || s.closed {
+		return
+	}
+	if mo, ok := s.pol.(policy.MissObserver); ok {
+		mo.Miss(hash)
+	}
+}
+
 // Writing reports whether hash has a write planned and not yet completed.
 func (s *Store) Writing(hash uint64) bool {
 	i, ok := s.index[hash]

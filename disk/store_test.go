@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/kvtier/kvtier/policy"
 )
 
 func TestWriteReadRoundTrip(t *testing.T) {
@@ -276,4 +278,26 @@ func TestModel(t *testing.T) {
 		t.Fatalf("Range yielded %d, want %d", n, len(model))
 	}
 	mustClose(t, s)
+}
+
+// TestMissReachesOnlyAnAdaptivePolicy: only an Adaptive store learns from
+// misses; a miss of a stored block, or after Close, changes nothing.
+func TestMissReachesOnlyAnAdaptivePolicy(t *testing.T) {
+	for k := policy.LRU; k.Valid(); k++ {
+		cfg := testConfig(t, 4)
+		cfg.Policy = k
+		s, _ := mustOpen(t, cfg)
+		if got := s.ObservesMisses(); got != (k == policy.Adaptive) {
+			t.Fatalf("%v: ObservesMisses = %v", k, got)
+		}
+		mustWrite(t, s, 1)
+		s.Miss(1)
+		s.Miss(2)
+		if s.Len() != 1 || !s.Contains(1) || s.Contains(2) {
+			t.Fatalf("%v: after misses the store holds %d blocks (1: %v, 2: %v)", k, s.Len(), s.Contains(1), s.Contains(2))
+		}
+		checkInv(t, s)
+		mustClose(t, s)
+		s.Miss(3)
+	}
 }

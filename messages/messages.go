@@ -407,6 +407,16 @@ type BelowGone struct {
 	Hashes []uint64
 }
 
+// Missed tells the disk tier which blocks a Lookup came to it for and found
+// it without: those neither pinned memory nor the disk held. The index
+// sends it, one per Lookup, when the disk's eviction policy learns from
+// misses (policy.MissObserver): a block the disk lacks is computed above it
+// and reaches it much later, when pinned memory lets it go, and what the
+// disk is asked for would otherwise be seen only where it hits.
+type Missed struct {
+	Hashes []uint64
+}
+
 // IndexUpdate tells the index that a tier gained or lost blocks.
 type IndexUpdate struct {
 	Tier          Tier

@@ -131,6 +131,9 @@ type entry struct {
 	count  int32 // epochs in which the id was touched
 	// partial is the Partial hint of the last touch.
 	partial bool
+	// awaited marks an id counted by Miss and not resident since: its Add
+	// is its arrival, not another use.
+	awaited bool
 	// pos is the id's heap slot in each lane, -1 when not resident there.
 	pos [maxLanes]int32
 }
@@ -177,6 +180,9 @@ type adaptive struct {
 	period    int64
 	nextAdapt int64
 	histLimit int
+	// missing is set while Miss touches: shadows that do not hold the key
+	// count the miss but do not take it in, as the tier does not.
+	missing bool
 }
 
 func newAdaptive(capacity int, cfg AdaptiveConfig) *adaptive {
@@ -216,8 +222,15 @@ func (p *adaptive) Contains(k Key) bool   { i, ok := p.index[k]; return ok && p.
 func (p *adaptive) Len() int              { return len(p.real.heap) }
 func (p *adaptive) resident(i int32) bool { return p.entries[i].pos[0] >= 0 }
 
-// AddHint makes k resident, or counts a touch if it already is.
+// AddHint makes k resident, or counts a touch if it already is. A key that
+// Miss counted arrives: it takes its place as a new key would, at this
+// time, in the real cache and the shadows, but its history counts no
+// second use.
 func (p *adaptive) AddHint(k Key, h Hint) {
+	if i, ok := p.index[k]; ok && p.entries[i].awaited && !p.resident(i) {
+		p.arrive(i, h)
+		return
+	}
 	i := p.touch(k, h)
 	if !p.resident(i) {
 		p.push(&p.real, i)
@@ -232,6 +245,41 @@ func (p *adaptive) AccessHint(k Key, h Hint) {
 		p.touch(k, h)
 		p.fix(&p.real, i)
 	}
+}
+
+// Miss counts a request for k, which the tier does not hold: k's history
+// and the shadows that hold k count it as a touch, as they would a hit,
+// and k is awaited. A resident k is ignored.
+func (p *adaptive) Miss(k Key) {
+	if i, ok := p.index[k]; ok && p.resident(i) {
+		return
+	}
+	p.missing = true
+	i := p.touch(k, Hint{})
+	p.missing = false
+	p.entries[i].awaited = true
+}
+
+// arrive admits awaited entry i: a new epoch at the next clock tick, as a
+// fresh touch would take, without counting a use. The next touch starts
+// a chain of its own.
+func (p *adaptive) arrive(i int32, h Hint) {
+	p.clock++
+	p.epoch, p.lastDepth = p.clock, math.MaxInt32
+	e := &p.entries[i]
+	e.awaited = false
+	e.t1 = p.clock
+	e.depth, e.partial = int32(min(h.Depth, math.MaxInt32)), h.Partial
+	for s := range p.shadows {
+		l := &p.shadows[s]
+		if e.pos[l.id] < 0 {
+			p.push(l, i)
+			for len(l.heap) > p.capacity {
+				p.pop(l)
+			}
+		}
+	}
+	p.push(&p.real, i)
 }
 
 // touch advances the clock, updates k's history and the shadows, and returns
@@ -267,6 +315,9 @@ func (p *adaptive) touch(k Key, h Hint) int32 {
 			continue
 		}
 		l.broken = true
+		if p.missing {
+			continue
+		}
 		p.push(l, i)
 		for len(l.heap) > p.capacity {
 			p.pop(l)

@@ -62,6 +62,7 @@ type refEntry struct {
 	count   int64
 	depth   int
 	partial bool
+	awaited bool
 }
 
 func newRefAdaptive(c Candidate, capacity int) *refAdaptive {
@@ -87,7 +88,25 @@ func (m *refAdaptive) touch(k Key, h Hint) {
 	e.depth, e.partial = h.Depth, h.Partial
 }
 
-func (m *refAdaptive) add(k Key, h Hint) { m.touch(k, h); m.res[k] = true }
+func (m *refAdaptive) add(k Key, h Hint) {
+	if e := m.hist[k]; e != nil && e.awaited && !m.res[k] {
+		// The arrival of a key Miss counted: a new epoch, no new use.
+		m.clock++
+		m.epoch, m.lastDepth = m.clock, math.MaxInt
+		e.awaited, e.t1, e.depth, e.partial = false, m.clock, h.Depth, h.Partial
+		m.res[k] = true
+		return
+	}
+	m.touch(k, h)
+	m.res[k] = true
+}
+
+func (m *refAdaptive) miss(k Key) {
+	if !m.res[k] {
+		m.touch(k, Hint{})
+		m.hist[k].awaited = true
+	}
+}
 
 func (m *refAdaptive) access(k Key, h Hint) {
 	if m.res[k] {
@@ -186,6 +205,9 @@ func TestAdaptiveModel(t *testing.T) {
 				case op < 7:
 					p.Remove(k)
 					delete(ref.res, k)
+				case op < 8 && rng.IntN(2) == 0:
+					p.Miss(k)
+					ref.miss(k)
 				default:
 					var ev func(Key) bool
 					if rng.IntN(3) > 0 {
@@ -213,6 +235,66 @@ func TestAdaptiveModel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAdaptiveMissCountsOneUse: a key Miss counted and then Add admitted
+// was used once, not twice, so LRU-2 evicts it before a key used twice;
+// a key missed twice before it arrives was used twice.
+func TestAdaptiveMissCountsOneUse(t *testing.T) {
+	hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{RankSecondUse, math.Inf(1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hp.(*adaptive)
+	p.Add(1)
+	p.Access(1) // 1: used twice
+	p.Miss(2)
+	p.Add(2) // 2: asked for once, then arrived
+	p.Miss(3)
+	p.Miss(3)
+	p.Add(3)  // 3: asked for twice before it arrived
+	p.Miss(1) // resident: ignored
+	if got := drain(t, p, nil); !slices.Equal(got, []Key{2, 1, 3}) {
+		t.Fatalf("evicted %v, want [2 1 3] (2 seen once; 1's second use before 3's)", got)
+	}
+}
+
+// TestAdaptiveMissScoresShadows: a missed key counts as a hit in a shadow
+// that holds it, and a shadow that does not hold it does not take it in
+// (the tier does not either: the block arrives later, by Add).
+func TestAdaptiveMissScoresShadows(t *testing.T) {
+	p := mustNew(t, Adaptive, 2).(*adaptive)
+	p.Add(1)
+	if k, ok := p.Evict(nil); !ok || k != 1 {
+		t.Fatalf("Evict = %d, %v", k, ok)
+	}
+	before := make([]float64, len(p.shadows))
+	for s := range p.shadows {
+		if p.entries[p.index[1]].pos[p.shadows[s].id] < 0 {
+			t.Fatalf("shadow %d lost key 1 under its capacity", s)
+		}
+		before[s] = p.shadows[s].hits
+	}
+	p.Miss(1)
+	p.Miss(7)
+	for s := range p.shadows {
+		if got := p.shadows[s].hits; got != before[s]+1 {
+			t.Fatalf("shadow %d: %v hits after missing a key it holds, want %v", s, got, before[s]+1)
+		}
+		if p.entries[p.index[7]].pos[p.shadows[s].id] >= 0 {
+			t.Fatalf("shadow %d took in missed key 7", s)
+		}
+	}
+	if p.Contains(1) || p.Contains(7) || p.Len() != 0 {
+		t.Fatalf("Miss admitted a key: Len %d", p.Len())
+	}
+	p.Add(7)
+	for s := range p.shadows {
+		if p.entries[p.index[7]].pos[p.shadows[s].id] < 0 {
+			t.Fatalf("shadow %d did not take in key 7 on its arrival", s)
+		}
+	}
+	checkAdaptive(t, p)
 }
 
 // TestAdaptiveWithShadows runs the default policy (seven shadows, switching)

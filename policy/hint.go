@@ -27,3 +27,18 @@ type Hinted interface {
 	// AccessHint is Access with what the tier knows about k.
 	AccessHint(k Key, h Hint)
 }
+
+// MissObserver is implemented by policies that learn from requests for keys
+// the tier does not hold (Adaptive). A tier under another sees only part of
+// what is asked of it: hits come to it as reads, but a block it lacks is
+// computed above and arrives much later, when the tier above lets it go. A
+// policy that scores itself on what it sees then scores only what it already
+// holds. A tier that hears of those misses (the prefix index does) passes
+// them on with Miss; Add of a key Miss counted is its arrival, not a second
+// use.
+type MissObserver interface {
+	Policy
+	// Miss records that k was asked for while not resident; a resident k
+	// is ignored.
+	Miss(k Key)
+}
