@@ -30,8 +30,19 @@ type (
 	CommitItem     = messages.CommitItem
 	OnboardOutcome = messages.OnboardOutcome
 	TierStats      = messages.TierStats
-	Tier           = messages.Tier // a tier, or a set of them: GPU, Pinned, Disk, Remote
+	Tier           = messages.Tier       // a tier, or a set of them: GPU, Pinned, Disk, Remote
+	TierTokens     = messages.TierTokens // tokens per tier, indexed by Tier.Index
 	BlockID        = blockpool.BlockID
+)
+
+// The tiers, top first; results count tokens in a TierTokens of NumTiers
+// entries, indexed by Tier.Index.
+const (
+	GPU      = messages.GPU
+	Pinned   = messages.Pinned
+	Disk     = messages.Disk
+	Remote   = messages.Remote
+	NumTiers = messages.NumTiers
 )
 
 var (
