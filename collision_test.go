@@ -74,7 +74,7 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := wait(t, r)
-		if r.PinnedTokens == 0 {
+		if r.Tokens.Of(Pinned) == 0 {
 			t.Fatalf("the forged prompt's lookup found nothing in pinned memory (%+v): the test does not reach verification", r)
 		}
 		if out.ValidTokens != 0 || out.Mismatch == 0 {
@@ -101,7 +101,7 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := wait(t, r)
-		t.Logf("%s: alloc gpu %d pinned %d disk %d, outcome %+v", where, r.GPUTokens, r.PinnedTokens, r.DiskTokens, out)
+		t.Logf("%s: alloc %v, outcome %+v", where, r.Tokens, out)
 		if out.ValidTokens != 0 {
 			t.Fatalf("%s: the forged prompt was served %d tokens (%+v, alloc %+v)", where, out.ValidTokens, out, r)
 		}
@@ -112,11 +112,11 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.PinnedTokens+r.DiskTokens > 0 && st.GPU.Mismatches+st.Pinned.Mismatches+st.Disk.Mismatches+st.Disk.Failed == 0 {
+		if r.Tokens.Below() > 0 && st.GPU.Mismatches+st.Pinned.Mismatches+st.Disk.Mismatches+st.Disk.Failed == 0 {
 			t.Fatalf("%s: a load was attempted and failed verification, but nothing counted it: %+v", where, st)
 		}
 		// The victim still gets its own blocks.
-		if p, _ := m.Exists(ctx, victim, ""); p.PinnedTokens+p.DiskTokens == 0 {
+		if p, _ := m.Exists(ctx, victim, ""); p.Tokens.Of(Pinned)+p.Tokens.Of(Disk) == 0 {
 			t.Fatalf("%s: the victim's chain is gone below the GPU: %+v", where, p)
 		}
 	}

@@ -52,7 +52,7 @@ func pushDown(t *testing.T, m *Manager, a []int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.GPUTokens != 0 || p.PinnedTokens != 0 || p.DiskTokens != len(a) {
+	if p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 0 || p.Tokens.Of(Disk) != len(a) {
 		st, _ := m.Stats(ctx)
 		t.Fatalf("presence %+v, want a on disk only\n%v\n%v\n%v", p, st.GPU, st.Pinned, st.Disk)
 	}
@@ -67,7 +67,7 @@ func TestRoundTripThroughDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.DiskTokens != 4*bt {
+	if r.Tokens.Of(Disk) != 4*bt {
 		t.Fatalf("allocation %+v, want 16 tokens loading from disk", r)
 	}
 	if out := wait(t, r); out.ValidTokens != 4*bt {
@@ -103,11 +103,11 @@ func TestDiskSurvivesRestart(t *testing.T) {
 	if st.DiskOpen.Records < 4 {
 		t.Fatalf("reopen found %d records", st.DiskOpen.Records)
 	}
-	if p, _ := m2.Exists(ctx, a, ""); p.DiskTokens != len(a) {
+	if p, _ := m2.Exists(ctx, a, ""); p.Tokens.Of(Disk) != len(a) {
 		t.Fatalf("after restart presence %+v", p)
 	}
 	r, err := m2.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.DiskTokens != len(a) {
+	if err != nil || r.Tokens.Of(Disk) != len(a) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	wait(t, r)
@@ -123,11 +123,11 @@ func TestPrefetchFromDisk(t *testing.T) {
 	if err != nil || n != len(a) {
 		t.Fatalf("prefetch brought %d tokens, %v", n, err)
 	}
-	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != len(a) {
+	if p, _ := m.Exists(ctx, a, ""); p.Tokens.Of(Pinned) != len(a) {
 		t.Fatalf("after prefetch %+v", p)
 	}
 	r, _ := m.Allocate(ctx, AllocRequest{Seq: 5, Tokens: a})
-	if r.PinnedTokens != len(a) {
+	if r.Tokens.Of(Pinned) != len(a) {
 		t.Fatalf("prefetched blocks not served from pinned: %+v", r)
 	}
 	if out := wait(t, r); out.ValidTokens != len(a) {
@@ -171,7 +171,7 @@ func TestDiskIngestAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := m.Exists(ctx, a, "")
-	if p.GPUTokens != len(a) || p.PinnedTokens != len(a) || p.DiskTokens != len(a) {
+	if p.Tokens.Of(GPU) != len(a) || p.Tokens.Of(Pinned) != len(a) || p.Tokens.Of(Disk) != len(a) {
 		t.Fatalf("presence %+v, want the chain in every tier", p)
 	}
 	if st, _ := m.Stats(ctx); st.Pinned.Evictions != 0 {
@@ -191,7 +191,7 @@ func TestDiskIngestHot(t *testing.T) {
 	onDisk := func() int {
 		m.Flush(ctx)
 		p, _ := m.Exists(ctx, a, "")
-		return p.DiskTokens
+		return p.Tokens.Of(Disk)
 	}
 	for i := range 3 {
 		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(i), Tokens: a})
@@ -263,7 +263,7 @@ func TestSmallPinnedTierAboveDiskStillHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held += pr.PinnedTokens
+		held += pr.Tokens.Of(Pinned)
 	}
 	if held == 0 {
 		t.Fatal("the pinned tier holds nothing: it drained every block to disk")

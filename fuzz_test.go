@@ -614,7 +614,7 @@ func FuzzRequests(f *testing.F) {
 					if err != nil {
 						t.Fatalf("%s: %v", desc, err)
 					}
-					for _, n := range []int{p.GPUTokens, p.PinnedTokens, p.DiskTokens} {
+					for _, n := range []int{p.Tokens.Of(GPU), p.Tokens.Of(Pinned), p.Tokens.Of(Disk)} {
 						if n < 0 || n > len(toks) || n%reqBlockTokens != 0 {
 							t.Fatalf("%s = %+v: counts must be whole blocks within the %d tokens", desc, p, len(toks))
 						}

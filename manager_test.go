@@ -179,14 +179,14 @@ func TestRoundTripThroughPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := m.Exists(ctx, a, "")
-	if p.GPUTokens != 0 || p.PinnedTokens != 4*bt {
+	if p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 4*bt {
 		t.Fatalf("presence %+v, want all of a in pinned memory only", p)
 	}
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PinnedTokens != 4*bt || r.GPUTokens != 0 {
+	if r.Tokens.Of(Pinned) != 4*bt || r.Tokens.Of(GPU) != 0 {
 		t.Fatalf("allocation %+v, want 16 tokens loading from pinned", r)
 	}
 	out := wait(t, r)
@@ -204,7 +204,7 @@ func TestGPUOnlyAndErrors(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t, Config{GPUBlocks: 4})
 	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 2*bt)})
-	if err != nil || r.GPUTokens != 0 {
+	if err != nil || r.Tokens.Of(GPU) != 0 {
 		t.Fatal(r, err)
 	}
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 1)}); err == nil {
@@ -220,7 +220,7 @@ func TestGPUOnlyAndErrors(t *testing.T) {
 		t.Fatalf("got %v, want ErrTooLong", err)
 	}
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(0, 10), MaxSeqLen: 8, Truncate: true})
-	if err != nil || r.Truncated != 2 || r.GPUTokens != 2*bt {
+	if err != nil || r.Truncated != 2 || r.Tokens.Of(GPU) != 2*bt {
 		t.Fatalf("truncated allocation %+v %v", r, err)
 	}
 	if err := commitFree(ctx, m, 99); err == nil {
@@ -238,8 +238,8 @@ func TestIngestAll(t *testing.T) {
 	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	p, _ := m.Exists(ctx, a, "")
-	if p.PinnedTokens != 3*bt {
-		t.Fatalf("pinned holds %d tokens, want %d", p.PinnedTokens, 3*bt)
+	if p.Tokens.Of(Pinned) != 3*bt {
+		t.Fatalf("pinned holds %d tokens, want %d", p.Tokens.Of(Pinned), 3*bt)
 	}
 }
 
@@ -260,8 +260,8 @@ func TestIngestHot(t *testing.T) {
 		if i == 2 { // hits after allocations 2 and 3
 			want = 2 * bt
 		}
-		if p.PinnedTokens != want {
-			t.Fatalf("after %d allocations pinned holds %d tokens, want %d (%+v)", i+1, p.PinnedTokens, want, r)
+		if p.Tokens.Of(Pinned) != want {
+			t.Fatalf("after %d allocations pinned holds %d tokens, want %d (%+v)", i+1, p.Tokens.Of(Pinned), want, r)
 		}
 	}
 }
@@ -313,12 +313,12 @@ func TestDoubleGet(t *testing.T) {
 	m.Flush(ctx)
 	evictAll(t, m, 8)
 	r, _ := m.Allocate(ctx, AllocRequest{Seq: 10, Tokens: short})
-	if r.PinnedTokens != 0 {
+	if r.Tokens.Of(Pinned) != 0 {
 		t.Fatalf("2 blocks below were fetched with DoubleGetMinBlocks 3: %+v", r)
 	}
 	commitFree(ctx, m, 10)
 	r, _ = m.Allocate(ctx, AllocRequest{Seq: 11, Tokens: long})
-	if r.PinnedTokens != 4*bt {
+	if r.Tokens.Of(Pinned) != 4*bt {
 		t.Fatalf("4 blocks below were not fetched: %+v", r)
 	}
 	wait(t, r)
@@ -356,7 +356,7 @@ func TestReadDeadline(t *testing.T) {
 	m.Flush(ctx)
 	evictAll(t, m, 12)
 	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.PinnedTokens != 3*bt {
+	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
 		t.Fatalf("%+v %v", r, err)
 	}
 	out := wait(t, r)
@@ -571,12 +571,12 @@ func TestSwap(t *testing.T) {
 		t.Fatalf("swap: %v %v", errs, err)
 	}
 	m.Flush(ctx)
-	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != 3*bt || p.GPUTokens != 3*bt {
+	if p, _ := m.Exists(ctx, a, ""); p.Tokens.Of(Pinned) != 3*bt || p.Tokens.Of(GPU) != 3*bt {
 		t.Fatalf("after swap %+v, want 3 full blocks on GPU and in pinned memory", p)
 	}
 	evictAll(t, m, 8)
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: a})
-	if err != nil || r.PinnedTokens != 3*bt {
+	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
 		t.Fatalf("readmission %+v %v", r, err)
 	}
 	wait(t, r)
@@ -636,7 +636,7 @@ func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
 	for i := range 4 { // a leaves the GPU for pinned memory
 		run(uint64(10+i), toks(1000*(i+2), 2*bt))
 	}
-	if p, err := m.Exists(ctx, a, ""); err != nil || p.GPUTokens != 0 || p.PinnedTokens != 2*bt {
+	if p, err := m.Exists(ctx, a, ""); err != nil || p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 2*bt {
 		t.Fatalf("a is not (only) in pinned memory: %+v %v", p, err)
 	}
 	clk.jumping.Store(true)
@@ -644,10 +644,10 @@ func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PinnedTokens != 2*bt {
+	if r.Tokens.Of(Pinned) != 2*bt {
 		t.Fatalf("a was not loaded from pinned memory: %+v", r)
 	}
-	if out := wait(t, r); out.Late == 0 || out.ValidTokens != r.GPUTokens {
+	if out := wait(t, r); out.Late == 0 || out.ValidTokens != r.Tokens.Of(GPU) {
 		t.Fatalf("outcome %+v: a load with an hour's budget on a clock running an hour a reading was not late", out)
 	}
 }
