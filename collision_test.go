@@ -80,8 +80,8 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 		if out.ValidTokens != 0 || out.Mismatch == 0 {
 			t.Fatalf("pinned: the forged prompt's load %+v, want no valid token and the mismatch counted", out)
 		}
-		if st, _ := m.Stats(ctx); st.Pinned.Mismatches == 0 {
-			t.Fatalf("pinned: mismatches not counted: %+v", st.Pinned)
+		if st, _ := m.Stats(ctx); st.Tier(Pinned).Mismatches == 0 {
+			t.Fatalf("pinned: mismatches not counted: %+v", st.Tier(Pinned))
 		}
 	}
 	dir := t.TempDir()
@@ -112,7 +112,7 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Tokens.Below() > 0 && st.GPU.Mismatches+st.Pinned.Mismatches+st.Disk.Mismatches+st.Disk.Failed == 0 {
+		if r.Tokens.Below() > 0 && st.Tier(GPU).Mismatches+st.Tier(Pinned).Mismatches+st.Tier(Disk).Mismatches+st.Tier(Disk).Failed == 0 {
 			t.Fatalf("%s: a load was attempted and failed verification, but nothing counted it: %+v", where, st)
 		}
 		// The victim still gets its own blocks.

@@ -3,6 +3,7 @@ package kvtier
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func pushDown(t *testing.T, m *Manager, a []int64) {
 	}
 	if p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 0 || p.Tokens.Of(Disk) != len(a) {
 		st, _ := m.Stats(ctx)
-		t.Fatalf("presence %+v, want a on disk only\n%v\n%v\n%v", p, st.GPU, st.Pinned, st.Disk)
+		t.Fatalf("presence %+v, want a on disk only\n%v\n%v\n%v", p, st.Tier(GPU), st.Tier(Pinned), st.Tier(Disk))
 	}
 }
 
@@ -75,8 +76,8 @@ func TestRoundTripThroughDisk(t *testing.T) {
 	}
 	checkBlocks(t, m, r.Blocks, a, "", 4)
 	st, _ := m.Stats(ctx)
-	if st.Disk.Onboarded != 4 || st.Pinned.Onboarded != 4 || st.GPU.Onboarded != 4 {
-		t.Fatalf("onboarded disk %d pinned %d gpu %d, want 4 each", st.Disk.Onboarded, st.Pinned.Onboarded, st.GPU.Onboarded)
+	if st.Tier(Disk).Onboarded != 4 || st.Tier(Pinned).Onboarded != 4 || st.Tier(GPU).Onboarded != 4 {
+		t.Fatalf("onboarded disk %d pinned %d gpu %d, want 4 each", st.Tier(Disk).Onboarded, st.Tier(Pinned).Onboarded, st.Tier(GPU).Onboarded)
 	}
 }
 
@@ -174,8 +175,8 @@ func TestDiskIngestAll(t *testing.T) {
 	if p.Tokens.Of(GPU) != len(a) || p.Tokens.Of(Pinned) != len(a) || p.Tokens.Of(Disk) != len(a) {
 		t.Fatalf("presence %+v, want the chain in every tier", p)
 	}
-	if st, _ := m.Stats(ctx); st.Pinned.Evictions != 0 {
-		t.Fatalf("pinned evicted %d blocks", st.Pinned.Evictions)
+	if st, _ := m.Stats(ctx); st.Tier(Pinned).Evictions != 0 {
+		t.Fatalf("pinned evicted %d blocks", st.Tier(Pinned).Evictions)
 	}
 }
 
@@ -274,7 +275,8 @@ func TestSmallPinnedTierAboveDiskStillHolds(t *testing.T) {
 }
 
 // TestStatsTiersTopFirst: Stats.Tiers walks the configured tiers top first,
-// each naming its tier, and repeats the per-tier fields.
+// each naming its tier; Stats.Tier finds each of them, and answers for a tier
+// not configured with zero stats that name it.
 func TestStatsTiersTopFirst(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -293,8 +295,14 @@ func TestStatsTiersTopFirst(t *testing.T) {
 		for _, ts := range st.Tiers {
 			got = append(got, ts.Tier)
 		}
-		if !slices.Equal(got, c.want) || st.Tiers[0].Blocks != st.GPU.Blocks {
+		if !slices.Equal(got, c.want) {
 			t.Fatalf("tiers %v, want %v", got, c.want)
+		}
+		for _, w := range []Tier{GPU, Pinned, Disk, Remote} {
+			ts := st.Tier(w)
+			if on := slices.Contains(c.want, w); ts.Tier != w || on != (ts.Blocks > 0) || !on && !reflect.DeepEqual(ts, TierStats{Tier: w}) {
+				t.Fatalf("with tiers %v, Tier(%v) = %+v", c.want, w, ts)
+			}
 		}
 	}
 }

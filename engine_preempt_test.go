@@ -193,8 +193,8 @@ func TestReferenceEngineChunkedPrefill(t *testing.T) {
 				if err := m.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if st, err := m.Stats(ctx); err != nil || st.GPU.Offloaded <= st.GPU.Evictions {
-					t.Fatalf("IngestAll wrote no more than the evicted blocks down: %v (%v)", st.GPU, err)
+				if st, err := m.Stats(ctx); err != nil || st.Tier(kvtier.GPU).Offloaded <= st.Tier(kvtier.GPU).Evictions {
+					t.Fatalf("IngestAll wrote no more than the evicted blocks down: %v (%v)", st.Tier(kvtier.GPU), err)
 				}
 			}
 			if err := enginetest.EvictGPU(ctx, m, p, 1<<40, gpuBlocks); err != nil {

@@ -184,14 +184,14 @@ func TestReferenceEngineCorruptDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := st2.DiskOpen.DroppedTotal()
-	t.Logf("disk held %d blocks, %d slots damaged; reopened with %d records, %d dropped; %v; disk %v", st.Disk.UsedBlocks, damaged, st2.DiskOpen.Records, dropped, tally, st2.Disk)
-	if st2.DiskOpen.Records == 0 || st2.DiskOpen.Records >= st.Disk.UsedBlocks {
-		t.Fatalf("the reopened disk kept %d of %d records (%d dropped): the damaged headers were not seen", st2.DiskOpen.Records, st.Disk.UsedBlocks, dropped)
+	t.Logf("disk held %d blocks, %d slots damaged; reopened with %d records, %d dropped; %v; disk %v", st.Tier(kvtier.Disk).UsedBlocks, damaged, st2.DiskOpen.Records, dropped, tally, st2.Tier(kvtier.Disk))
+	if st2.DiskOpen.Records == 0 || st2.DiskOpen.Records >= st.Tier(kvtier.Disk).UsedBlocks {
+		t.Fatalf("the reopened disk kept %d of %d records (%d dropped): the damaged headers were not seen", st2.DiskOpen.Records, st.Tier(kvtier.Disk).UsedBlocks, dropped)
 	}
 	if tally.Promised.Of(kvtier.Disk) == 0 {
 		t.Fatalf("no request asked the disk after the restart: %v", tally)
 	}
-	if tally.Failed == 0 && st2.Disk.Failed == 0 {
-		t.Fatalf("no damaged payload was read: %v; disk %v", tally, st2.Disk)
+	if tally.Failed == 0 && st2.Tier(kvtier.Disk).Failed == 0 {
+		t.Fatalf("no damaged payload was read: %v; disk %v", tally, st2.Tier(kvtier.Disk))
 	}
 }

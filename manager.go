@@ -730,12 +730,9 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 // Flush waits until every write in flight when it was called has finished, tier
 // by tier from the GPU down.
 func (m *Manager) Flush(ctx context.Context) error {
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.diskPID, m.remPID} {
-		if pid == nil {
-			continue
-		}
+	for _, ta := range m.tiers {
 		f := &messages.Flush{Reply: make(chan error, 1)}
-		r, err := ask(ctx, m, pid, nil, f, f.Reply)
+		r, err := ask(ctx, m, ta.pid, nil, f, f.Reply)
 		if err != nil {
 			return err
 		}
@@ -748,11 +745,9 @@ func (m *Manager) Flush(ctx context.Context) error {
 
 // Stats are the Manager's per-tier counters.
 type Stats struct {
-	GPU, Pinned, Disk TierStats
-	Remote            TierStats // the shared tier, when configured
-	// Tiers holds the configured tiers' stats again, top first (GPU, then
-	// pinned, disk and remote when configured; each names its Tier), for
-	// code that walks the tiers instead of naming them.
+	// Tiers holds the configured tiers' stats, top first: the GPU, then
+	// pinned memory, disk and the remote tier when configured; each names
+	// its Tier. Tier looks one up.
 	Tiers       []TierStats
 	IndexBlocks int // blocks the prefix index knows below the GPU
 	// DiskOpen is what opening the disk tier found (records, dropped, time).
@@ -761,24 +756,34 @@ type Stats struct {
 	Events *EventStats
 }
 
+// Tier returns tier t's stats. A tier the Manager was not configured with
+// has none: its stats are zero, with Tier set to t, so callers need not ask
+// first whether it exists.
+func (s Stats) Tier(t Tier) TierStats {
+	for _, ts := range s.Tiers {
+		if ts.Tier == t {
+			return ts
+		}
+	}
+	return TierStats{Tier: t}
+}
+
 // EventStats counts the KV-event stream (see messages.EventStats).
 type EventStats = messages.EventStats
 
 // Stats returns a snapshot of every tier's counters.
 func (m *Manager) Stats(ctx context.Context) (Stats, error) {
-	var s Stats
-	req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-	g, err := ask(ctx, m, m.gpuPID, nil, req, req.Reply)
-	if err != nil {
-		return s, err
-	}
-	s.GPU = g
-	if m.pinPID != nil {
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Pinned, err = ask(ctx, m, m.pinPID, nil, req, req.Reply); err != nil {
+	s := Stats{Tiers: make([]TierStats, 0, len(m.tiers))}
+	for _, ta := range m.tiers {
+		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		ts, err := ask(ctx, m, ta.pid, nil, req, req.Reply)
+		if err != nil {
 			return s, err
 		}
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		s.Tiers = append(s.Tiers, ts)
+	}
+	if m.idxPID != nil {
+		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
 		ix, err := ask(ctx, m, m.idxPID, nil, req, req.Reply)
 		if err != nil {
 			return s, err
@@ -786,17 +791,7 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 		s.IndexBlocks = ix.UsedBlocks
 	}
 	if m.diskPID != nil {
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Disk, err = ask(ctx, m, m.diskPID, nil, req, req.Reply); err != nil {
-			return s, err
-		}
 		s.DiskOpen = m.diskRep
-	}
-	if m.remPID != nil {
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Remote, err = ask(ctx, m, m.remPID, nil, req, req.Reply); err != nil {
-			return s, err
-		}
 	}
 	if m.evPID != nil {
 		req := &messages.EventsStatsRequest{Reply: make(chan EventStats, 1)}
@@ -805,15 +800,6 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 			return s, err
 		}
 		s.Events = &ev
-	}
-	s.Tiers = append(s.Tiers, s.GPU)
-	for _, t := range []struct {
-		on bool
-		st TierStats
-	}{{m.pinPID != nil, s.Pinned}, {m.diskPID != nil, s.Disk}, {m.remPID != nil, s.Remote}} {
-		if t.on {
-			s.Tiers = append(s.Tiers, t.st)
-		}
 	}
 	return s, nil
 }

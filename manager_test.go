@@ -169,7 +169,7 @@ func TestRoundTripThroughPinned(t *testing.T) {
 		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(10 + i), Tokens: o})
 		if err != nil {
 			st, _ := m.Stats(ctx)
-			t.Fatalf("fill %d: %v; %+v %v", i, err, st.GPU, st.GPU.Extra)
+			t.Fatalf("fill %d: %v; %+v %v", i, err, st.Tier(GPU), st.Tier(GPU).Extra)
 		}
 		wait(t, r)
 		commitFree(ctx, m, uint64(10+i))
@@ -195,8 +195,8 @@ func TestRoundTripThroughPinned(t *testing.T) {
 	}
 	checkBlocks(t, m, r.Blocks, a, "", 4)
 	st, _ := m.Stats(ctx)
-	if st.GPU.Onboarded != 4 || st.GPU.Offloaded < 4 || st.Pinned.Hits != 4 {
-		t.Fatalf("stats %+v / %+v", st.GPU, st.Pinned)
+	if st.Tier(GPU).Onboarded != 4 || st.Tier(GPU).Offloaded < 4 || st.Tier(Pinned).Hits != 4 {
+		t.Fatalf("stats %+v / %+v", st.Tier(GPU), st.Tier(Pinned))
 	}
 }
 
@@ -276,16 +276,16 @@ func TestThresholdOffload(t *testing.T) {
 	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	st, _ := m.Stats(ctx)
-	if st.GPU.Evictions != 0 || st.GPU.Offloaded != 6 {
-		t.Fatalf("evictions %d offloaded %d, want 0 and 6", st.GPU.Evictions, st.GPU.Offloaded)
+	if st.Tier(GPU).Evictions != 0 || st.Tier(GPU).Offloaded != 6 {
+		t.Fatalf("evictions %d offloaded %d, want 0 and 6", st.Tier(GPU).Evictions, st.Tier(GPU).Offloaded)
 	}
 	// Below the threshold nothing moves.
 	m2 := newManager(t, Config{GPUBlocks: 20, PinnedBytes: 1 << 20, OffloadThreshold: 0.5})
 	m2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 	commitFree(ctx, m2, 1)
 	m2.Flush(ctx)
-	if st, _ := m2.Stats(ctx); st.GPU.Offloaded != 0 {
-		t.Fatalf("offloaded %d below the threshold", st.GPU.Offloaded)
+	if st, _ := m2.Stats(ctx); st.Tier(GPU).Offloaded != 0 {
+		t.Fatalf("offloaded %d below the threshold", st.Tier(GPU).Offloaded)
 	}
 }
 
@@ -322,8 +322,8 @@ func TestDoubleGet(t *testing.T) {
 		t.Fatalf("4 blocks below were not fetched: %+v", r)
 	}
 	wait(t, r)
-	if st, _ := m.Stats(ctx); st.GPU.DoubleGetSkips != 2 {
-		t.Fatalf("double-get skips %d, want 2", st.GPU.DoubleGetSkips)
+	if st, _ := m.Stats(ctx); st.Tier(GPU).DoubleGetSkips != 2 {
+		t.Fatalf("double-get skips %d, want 2", st.Tier(GPU).DoubleGetSkips)
 	}
 }
 
@@ -373,8 +373,8 @@ func TestReadDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := m.Stats(ctx)
-	if st.GPU.Timeouts != 3 {
-		t.Fatalf("timeouts %d, want 3", st.GPU.Timeouts)
+	if st.Tier(GPU).Timeouts != 3 {
+		t.Fatalf("timeouts %d, want 3", st.Tier(GPU).Timeouts)
 	}
 	if err := commitFree(ctx, m, 2); err != nil {
 		t.Fatal(err)
@@ -395,12 +395,14 @@ func TestWriteQuota(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestAll, WriteQuota: 2, Device: dev})
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 5*bt)})
 	commitFree(ctx, m, 1)
-	st, _ := m.Stats(ctx) // after the grant: the GPU actor handled it before Stats
+	if _, err := m.Stats(ctx); err != nil { // a barrier: the GPU actor handled the grant before Stats
+		t.Fatal(err)
+	}
 	close(release)
 	m.Flush(ctx)
-	st, _ = m.Stats(ctx)
-	if st.GPU.Denied != 3 || st.Pinned.Denied != 3 || st.GPU.Offloaded != 2 {
-		t.Fatalf("denied %d/%d offloaded %d, want 3/3 and 2", st.GPU.Denied, st.Pinned.Denied, st.GPU.Offloaded)
+	st, _ := m.Stats(ctx)
+	if st.Tier(GPU).Denied != 3 || st.Tier(Pinned).Denied != 3 || st.Tier(GPU).Offloaded != 2 {
+		t.Fatalf("denied %d/%d offloaded %d, want 3/3 and 2", st.Tier(GPU).Denied, st.Tier(Pinned).Denied, st.Tier(GPU).Offloaded)
 	}
 }
 
@@ -473,11 +475,12 @@ func TestConcurrentClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := m.Stats(ctx)
-	if f := int(st.GPU.Extra["free"]); f != st.GPU.Blocks || st.GPU.Extra["sequences"] != 0 {
-		t.Fatalf("GPU: %d free of %d with %v sequences live", f, st.GPU.Blocks, st.GPU.Extra["sequences"])
+	g, p := st.Tier(GPU), st.Tier(Pinned)
+	if f := int(g.Extra["free"]); f != g.Blocks || g.Extra["sequences"] != 0 {
+		t.Fatalf("GPU: %d free of %d with %v sequences live", f, g.Blocks, g.Extra["sequences"])
 	}
-	if st.Pinned.InFlight != 0 || st.Pinned.UsedBlocks != int(st.Pinned.Extra["resident"]) || st.IndexBlocks != st.Pinned.UsedBlocks {
-		t.Fatalf("pinned: %+v, index %d", st.Pinned, st.IndexBlocks)
+	if p.InFlight != 0 || p.UsedBlocks != int(p.Extra["resident"]) || st.IndexBlocks != p.UsedBlocks {
+		t.Fatalf("pinned: %+v, index %d", p, st.IndexBlocks)
 	}
 }
 
@@ -543,8 +546,8 @@ func TestStep(t *testing.T) {
 		t.Fatalf("allocations %+v", r.Allocs)
 	}
 	st, _ := m.Stats(ctx)
-	if st.GPU.Extra["free"] != 0 {
-		t.Fatalf("free blocks %v, want 0", st.GPU.Extra["free"])
+	if st.Tier(GPU).Extra["free"] != 0 {
+		t.Fatalf("free blocks %v, want 0", st.Tier(GPU).Extra["free"])
 	}
 }
 

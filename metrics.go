@@ -178,7 +178,7 @@ func (x *metricsSet) Collect(ch chan<- prometheus.Metric) {
 			emit(17, float64(n), md)
 		}
 	}
-	for ns, c := range st.GPU.Tokens {
+	for ns, c := range st.Tier(GPU).Tokens {
 		emit(13, float64(c.Prompt), ns)
 		for i, n := range c.Served {
 			emit(14, float64(n), messages.TierAt(i).String(), ns)

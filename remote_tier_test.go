@@ -67,8 +67,8 @@ func TestRemoteSharedAcrossNodes(t *testing.T) {
 			a := toks(300, 4*bt+1)
 			n1 := newManager(t, nodeConfig(rc, prefix, "m@1"))
 			computeOn(t, n1, 1, a)
-			if st, _ := n1.Stats(ctx); st.Remote.Offloaded < 4 {
-				t.Fatalf("node 1 wrote %d blocks to the shared tier, want 4: %+v", st.Remote.Offloaded, st.Remote)
+			if st, _ := n1.Stats(ctx); st.Tier(Remote).Offloaded < 4 {
+				t.Fatalf("node 1 wrote %d blocks to the shared tier, want 4: %+v", st.Tier(Remote).Offloaded, st.Tier(Remote))
 			}
 			n2 := newManager(t, nodeConfig(rc, prefix, "m@1"))
 			r, err := n2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})

@@ -178,8 +178,8 @@ func TestOnboardFromPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GPU.Onboarded == 0 {
-		t.Fatalf("stats count no onboarded block: %v", st.GPU)
+	if st.Tier(kvtier.GPU).Onboarded == 0 {
+		t.Fatalf("stats count no onboarded block: %v", st.Tier(kvtier.GPU))
 	}
 }
 
