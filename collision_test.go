@@ -74,14 +74,14 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := wait(t, r)
-		if r.PinnedTokens == 0 {
+		if r.Tokens.Of(Pinned) == 0 {
 			t.Fatalf("the forged prompt's lookup found nothing in pinned memory (%+v): the test does not reach verification", r)
 		}
 		if out.ValidTokens != 0 || out.Mismatch == 0 {
 			t.Fatalf("pinned: the forged prompt's load %+v, want no valid token and the mismatch counted", out)
 		}
-		if st, _ := m.Stats(ctx); st.Pinned.Mismatches == 0 {
-			t.Fatalf("pinned: mismatches not counted: %+v", st.Pinned)
+		if st, _ := m.Stats(ctx); st.Tier(Pinned).Mismatches == 0 {
+			t.Fatalf("pinned: mismatches not counted: %+v", st.Tier(Pinned))
 		}
 	}
 	dir := t.TempDir()
@@ -101,7 +101,7 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := wait(t, r)
-		t.Logf("%s: alloc gpu %d pinned %d disk %d, outcome %+v", where, r.GPUTokens, r.PinnedTokens, r.DiskTokens, out)
+		t.Logf("%s: alloc %v, outcome %+v", where, r.Tokens, out)
 		if out.ValidTokens != 0 {
 			t.Fatalf("%s: the forged prompt was served %d tokens (%+v, alloc %+v)", where, out.ValidTokens, out, r)
 		}
@@ -112,11 +112,11 @@ func TestForgedCollisionNeverServed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.PinnedTokens+r.DiskTokens > 0 && st.GPU.Mismatches+st.Pinned.Mismatches+st.Disk.Mismatches+st.Disk.Failed == 0 {
+		if r.Tokens.Below() > 0 && st.Tier(GPU).Mismatches+st.Tier(Pinned).Mismatches+st.Tier(Disk).Mismatches+st.Tier(Disk).Failed == 0 {
 			t.Fatalf("%s: a load was attempted and failed verification, but nothing counted it: %+v", where, st)
 		}
 		// The victim still gets its own blocks.
-		if p, _ := m.Exists(ctx, victim, ""); p.PinnedTokens+p.DiskTokens == 0 {
+		if p, _ := m.Exists(ctx, victim, ""); p.Tokens.Of(Pinned)+p.Tokens.Of(Disk) == 0 {
 			t.Fatalf("%s: the victim's chain is gone below the GPU: %+v", where, p)
 		}
 	}

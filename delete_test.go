@@ -81,7 +81,7 @@ func TestDeleteDuringLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := wait(t, r)
-		if out.ValidTokens+(out.Evicted+out.Late+out.Failed+out.Mismatch)*bt < r.GPUTokens+r.PinnedTokens+r.DiskTokens {
+		if out.ValidTokens+(out.Evicted+out.Late+out.Failed+out.Mismatch)*bt < r.Tokens.Sum() {
 			t.Fatalf("round %d: the outcome does not account for what was loading: %+v of %+v", round, out, r)
 		}
 		if err := m.Free(ctx, 777); err != nil { // uncommitted: nothing is cached
@@ -117,7 +117,7 @@ func TestDeleteDuringOnboard(t *testing.T) {
 	}
 	evictAll(t, m, 12)
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.PinnedTokens != 3*bt {
+	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
 		t.Fatalf("%+v %v", r, err)
 	}
 	if _, err := m.Delete(ctx, a, ""); err != nil { // the copy up is held in the stream

@@ -3,6 +3,7 @@ package kvtier
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -52,9 +53,9 @@ func pushDown(t *testing.T, m *Manager, a []int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.GPUTokens != 0 || p.PinnedTokens != 0 || p.DiskTokens != len(a) {
+	if p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 0 || p.Tokens.Of(Disk) != len(a) {
 		st, _ := m.Stats(ctx)
-		t.Fatalf("presence %+v, want a on disk only\n%v\n%v\n%v", p, st.GPU, st.Pinned, st.Disk)
+		t.Fatalf("presence %+v, want a on disk only\n%v\n%v\n%v", p, st.Tier(GPU), st.Tier(Pinned), st.Tier(Disk))
 	}
 }
 
@@ -67,7 +68,7 @@ func TestRoundTripThroughDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.DiskTokens != 4*bt {
+	if r.Tokens.Of(Disk) != 4*bt {
 		t.Fatalf("allocation %+v, want 16 tokens loading from disk", r)
 	}
 	if out := wait(t, r); out.ValidTokens != 4*bt {
@@ -75,8 +76,8 @@ func TestRoundTripThroughDisk(t *testing.T) {
 	}
 	checkBlocks(t, m, r.Blocks, a, "", 4)
 	st, _ := m.Stats(ctx)
-	if st.Disk.Onboarded != 4 || st.Pinned.Onboarded != 4 || st.GPU.Onboarded != 4 {
-		t.Fatalf("onboarded disk %d pinned %d gpu %d, want 4 each", st.Disk.Onboarded, st.Pinned.Onboarded, st.GPU.Onboarded)
+	if st.Tier(Disk).Onboarded != 4 || st.Tier(Pinned).Onboarded != 4 || st.Tier(GPU).Onboarded != 4 {
+		t.Fatalf("onboarded disk %d pinned %d gpu %d, want 4 each", st.Tier(Disk).Onboarded, st.Tier(Pinned).Onboarded, st.Tier(GPU).Onboarded)
 	}
 }
 
@@ -103,11 +104,11 @@ func TestDiskSurvivesRestart(t *testing.T) {
 	if st.DiskOpen.Records < 4 {
 		t.Fatalf("reopen found %d records", st.DiskOpen.Records)
 	}
-	if p, _ := m2.Exists(ctx, a, ""); p.DiskTokens != len(a) {
+	if p, _ := m2.Exists(ctx, a, ""); p.Tokens.Of(Disk) != len(a) {
 		t.Fatalf("after restart presence %+v", p)
 	}
 	r, err := m2.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.DiskTokens != len(a) {
+	if err != nil || r.Tokens.Of(Disk) != len(a) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	wait(t, r)
@@ -123,11 +124,11 @@ func TestPrefetchFromDisk(t *testing.T) {
 	if err != nil || n != len(a) {
 		t.Fatalf("prefetch brought %d tokens, %v", n, err)
 	}
-	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != len(a) {
+	if p, _ := m.Exists(ctx, a, ""); p.Tokens.Of(Pinned) != len(a) {
 		t.Fatalf("after prefetch %+v", p)
 	}
 	r, _ := m.Allocate(ctx, AllocRequest{Seq: 5, Tokens: a})
-	if r.PinnedTokens != len(a) {
+	if r.Tokens.Of(Pinned) != len(a) {
 		t.Fatalf("prefetched blocks not served from pinned: %+v", r)
 	}
 	if out := wait(t, r); out.ValidTokens != len(a) {
@@ -171,11 +172,11 @@ func TestDiskIngestAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := m.Exists(ctx, a, "")
-	if p.GPUTokens != len(a) || p.PinnedTokens != len(a) || p.DiskTokens != len(a) {
+	if p.Tokens.Of(GPU) != len(a) || p.Tokens.Of(Pinned) != len(a) || p.Tokens.Of(Disk) != len(a) {
 		t.Fatalf("presence %+v, want the chain in every tier", p)
 	}
-	if st, _ := m.Stats(ctx); st.Pinned.Evictions != 0 {
-		t.Fatalf("pinned evicted %d blocks", st.Pinned.Evictions)
+	if st, _ := m.Stats(ctx); st.Tier(Pinned).Evictions != 0 {
+		t.Fatalf("pinned evicted %d blocks", st.Tier(Pinned).Evictions)
 	}
 }
 
@@ -191,7 +192,7 @@ func TestDiskIngestHot(t *testing.T) {
 	onDisk := func() int {
 		m.Flush(ctx)
 		p, _ := m.Exists(ctx, a, "")
-		return p.DiskTokens
+		return p.Tokens.Of(Disk)
 	}
 	for i := range 3 {
 		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(i), Tokens: a})
@@ -263,7 +264,7 @@ func TestSmallPinnedTierAboveDiskStillHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held += pr.PinnedTokens
+		held += pr.Tokens.Of(Pinned)
 	}
 	if held == 0 {
 		t.Fatal("the pinned tier holds nothing: it drained every block to disk")
@@ -274,7 +275,8 @@ func TestSmallPinnedTierAboveDiskStillHolds(t *testing.T) {
 }
 
 // TestStatsTiersTopFirst: Stats.Tiers walks the configured tiers top first,
-// each naming its tier, and repeats the per-tier fields.
+// each naming its tier; Stats.Tier finds each of them, and answers for a tier
+// not configured with zero stats that name it.
 func TestStatsTiersTopFirst(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -293,8 +295,14 @@ func TestStatsTiersTopFirst(t *testing.T) {
 		for _, ts := range st.Tiers {
 			got = append(got, ts.Tier)
 		}
-		if !slices.Equal(got, c.want) || st.Tiers[0].Blocks != st.GPU.Blocks {
+		if !slices.Equal(got, c.want) {
 			t.Fatalf("tiers %v, want %v", got, c.want)
+		}
+		for _, w := range []Tier{GPU, Pinned, Disk, Remote} {
+			ts := st.Tier(w)
+			if on := slices.Contains(c.want, w); ts.Tier != w || on != (ts.Blocks > 0) || !on && !reflect.DeepEqual(ts, TierStats{Tier: w}) {
+				t.Fatalf("with tiers %v, Tier(%v) = %+v", c.want, w, ts)
+			}
 		}
 	}
 }

@@ -13,12 +13,13 @@
 // Allocate gives a sequence its block table. Leading blocks already on the GPU are
 // shared; blocks that continue the prefix below the GPU are copied up
 // (onboarded), from disk through pinned memory under one deadline. The result
-// says how many tokens are ready (GPUTokens) and how many are loading
-// (PinnedTokens, DiskTokens); Ready completes when the copies are done and
-// reports how many tokens hold valid KV. A load that misses its deadline becomes
-// a miss to recompute (counted), never an error: the outcome then carries a new
-// block table whose late blocks were swapped for fresh ones, since the late copy
-// still finishes into the old ones.
+// counts its leading tokens per tier in Tokens, a TierTokens indexed by
+// Tier.Index: Tokens.Of(GPU) are ready, Tokens.Below() are loading (each
+// counted under the tier it comes from); Ready completes when the copies are
+// done and reports how many tokens hold valid KV. A load that misses its
+// deadline becomes a miss to recompute (counted), never an error: the outcome
+// then carries a new block table whose late blocks were swapped for fresh
+// ones, since the late copy still finishes into the old ones.
 //
 // # Offload
 //

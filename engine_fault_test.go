@@ -103,7 +103,7 @@ func cacheBelow(t *testing.T, ctx context.Context, e *enginetest.Engine, p *engi
 	if err := e.M.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if pr, err := e.M.Exists(ctx, prompt, ""); err != nil || pr.GPUTokens != 0 || pr.PinnedTokens+pr.DiskTokens == 0 {
+	if pr, err := e.M.Exists(ctx, prompt, ""); err != nil || pr.Tokens.Of(kvtier.GPU) != 0 || pr.Tokens.Of(kvtier.Pinned)+pr.Tokens.Of(kvtier.Disk) == 0 {
 		t.Fatalf("prompt not below the GPU alone: %+v (%v)", pr, err)
 	}
 }
@@ -157,7 +157,7 @@ func TestReferenceEngineCopyFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out := g.LastOut; out.Late == 0 || out.Blocks == nil || out.ValidTokens != g.Last.GPUTokens {
+		if out := g.LastOut; out.Late == 0 || out.Blocks == nil || out.ValidTokens != g.Last.Tokens.Of(kvtier.GPU) {
 			t.Fatalf("a held load was not late: %+v, outcome %+v", g.Last, out)
 		}
 		if err := g.Prefill(ctx); err != nil {
@@ -256,7 +256,7 @@ func TestReferenceEngineCanceledCalls(t *testing.T) {
 		tally.Add(g.Tally)
 	}
 	// Precanceled calls always fail with ErrCanceled: they are all counted.
-	if pre.Load() == 0 || int64(tally.Canceled) < pre.Load() || tally.GPU == 0 {
+	if pre.Load() == 0 || int64(tally.Canceled) < pre.Load() || tally.Promised.Of(kvtier.GPU) == 0 {
 		t.Fatalf("%d calls canceled before they ran, %d counted canceled: %v", pre.Load(), tally.Canceled, tally)
 	}
 	if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
@@ -311,7 +311,7 @@ func TestReferenceEngineConcurrent(t *testing.T) {
 	if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if tally.GPU == 0 || tally.Swapped == 0 || tally.Recomputed == 0 || tally.Aborted == 0 {
+	if tally.Promised.Of(kvtier.GPU) == 0 || tally.Swapped == 0 || tally.Recomputed == 0 || tally.Aborted == 0 {
 		t.Fatalf("a path was not exercised: %v", tally)
 	}
 	t.Logf("%v", tally)
@@ -350,7 +350,7 @@ func TestReferenceEngineCatchesBrokenEngines(t *testing.T) {
 			}
 			tally.Add(g.Tally)
 		}
-		if tally.GPU != 0 || tally.Pinned != 0 || tally.Loaded != 0 {
+		if tally.Promised.Of(kvtier.GPU) != 0 || tally.Promised.Of(kvtier.Pinned) != 0 || tally.Loaded != 0 {
 			t.Fatalf("an engine that never commits got hits: %v", tally)
 		}
 	})

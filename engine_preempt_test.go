@@ -57,7 +57,7 @@ func TestReferenceEnginePreemption(t *testing.T) {
 							t.Fatal(err)
 						}
 						pr, err := m.Exists(ctx, g.Tokens[:full], "")
-						if err != nil || pr.PinnedTokens != full {
+						if err != nil || pr.Tokens.Of(kvtier.Pinned) != full {
 							t.Fatalf("seq %d swapped out with %d committed tokens in full blocks; pinned memory holds %+v (%v)", g.Seq, full, pr, err)
 						}
 						if err := enginetest.EvictGPU(ctx, m, p, 1<<40, gpuBlocks); err != nil {
@@ -69,9 +69,9 @@ func TestReferenceEnginePreemption(t *testing.T) {
 					}
 					want := min(full, (len(g.Tokens)-1)/ebt*ebt) // the hit cap keeps the last token to compute
 					switch r := g.Last; {
-					case swap && (r.GPUTokens != 0 || r.PinnedTokens != want || g.LastOut.ValidTokens != want):
+					case swap && (r.Tokens.Of(kvtier.GPU) != 0 || r.Tokens.Of(kvtier.Pinned) != want || g.LastOut.ValidTokens != want):
 						t.Fatalf("seq %d resumed after a swap of %d tokens: %+v, outcome %+v", g.Seq, want, r, g.LastOut)
-					case !swap && r.GPUTokens != want:
+					case !swap && r.Tokens.Of(kvtier.GPU) != want:
 						t.Fatalf("seq %d resumed after a free of %d committed tokens: %+v", g.Seq, want, r)
 					}
 					if err := g.Prefill(ctx); err != nil {
@@ -88,8 +88,9 @@ func TestReferenceEnginePreemption(t *testing.T) {
 					}
 					after := g.Tally
 					after.Admits -= before.Admits
-					after.GPU -= before.GPU
-					after.Pinned -= before.Pinned
+					for i, n := range before.Promised {
+						after.Promised[i] -= n
+					}
 					after.Loaded -= before.Loaded
 					resumed.Add(after)
 					tally.Add(g.Tally)
@@ -97,7 +98,7 @@ func TestReferenceEnginePreemption(t *testing.T) {
 				if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
 					t.Fatal(err)
 				}
-				if swap && (resumed.Pinned == 0 || resumed.Loaded == 0) || !swap && resumed.GPU == 0 {
+				if swap && (resumed.Promised.Of(kvtier.Pinned) == 0 || resumed.Loaded == 0) || !swap && resumed.Promised.Of(kvtier.GPU) == 0 {
 					t.Fatalf("resumptions did not hit the tier under test: %v", resumed)
 				}
 				t.Logf("resumptions: %v; all: %v", resumed, tally)
@@ -137,7 +138,7 @@ func TestReferenceEngineChunkedPrefill(t *testing.T) {
 			if err := b.Admit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if r := b.Last; r.GPUTokens != 0 || r.PinnedTokens != 0 || r.DiskTokens != 0 {
+			if r := b.Last; r.Tokens.Sum() != 0 {
 				t.Fatalf("a sequence hit another's uncommitted blocks: %+v", r)
 			}
 			if err := m.Flush(ctx); err != nil {
@@ -152,7 +153,7 @@ func TestReferenceEngineChunkedPrefill(t *testing.T) {
 			if err := c.Admit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if r := c.Last; r.GPUTokens != 2*ebt {
+			if r := c.Last; r.Tokens.Of(kvtier.GPU) != 2*ebt {
 				t.Fatalf("admitted after a commit of %d tokens, a sequence hit %+v, want %d GPU tokens", 2*ebt+1, r, 2*ebt)
 			}
 			// All three finish, chunk by chunk, interleaved.
@@ -192,8 +193,8 @@ func TestReferenceEngineChunkedPrefill(t *testing.T) {
 				if err := m.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if st, err := m.Stats(ctx); err != nil || st.GPU.Offloaded <= st.GPU.Evictions {
-					t.Fatalf("IngestAll wrote no more than the evicted blocks down: %v (%v)", st.GPU, err)
+				if st, err := m.Stats(ctx); err != nil || st.Tier(kvtier.GPU).Offloaded <= st.Tier(kvtier.GPU).Evictions {
+					t.Fatalf("IngestAll wrote no more than the evicted blocks down: %v (%v)", st.Tier(kvtier.GPU), err)
 				}
 			}
 			if err := enginetest.EvictGPU(ctx, m, p, 1<<40, gpuBlocks); err != nil {
@@ -217,7 +218,7 @@ func TestReferenceEngineChunkedPrefill(t *testing.T) {
 			if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
 				t.Fatal(err)
 			}
-			if tally.GPU == 0 || after.Pinned == 0 || after.Loaded == 0 {
+			if tally.Promised.Of(kvtier.GPU) == 0 || after.Promised.Of(kvtier.Pinned) == 0 || after.Loaded == 0 {
 				t.Fatalf("GPU hits or pinned loads missing: before eviction %v; after %v", tally, after)
 			}
 			t.Logf("before eviction: %v; after: %v", tally, after)
@@ -262,7 +263,7 @@ func TestReferenceEngineAbort(t *testing.T) {
 			t.Fatal(err)
 		}
 		pr, err := m.Exists(ctx, prompt, "")
-		if err != nil || pr.GPUTokens != kept || pr.PinnedTokens > kept || pr.DiskTokens != 0 {
+		if err != nil || pr.Tokens.Of(kvtier.GPU) != kept || pr.Tokens.Of(kvtier.Pinned) > kept || pr.Tokens.Of(kvtier.Disk) != 0 {
 			t.Fatalf("after an abort with %d tokens committed: %+v (%v)", kept, pr, err)
 		}
 		again := e.NewGen(uint64(10*i+2), prompt, "")
@@ -272,7 +273,7 @@ func TestReferenceEngineAbort(t *testing.T) {
 		if err := again.Check(); err != nil {
 			t.Fatal(err)
 		}
-		if again.Last.GPUTokens != kept {
+		if again.Last.Tokens.Of(kvtier.GPU) != kept {
 			t.Fatalf("the same prompt after the abort hit %+v, want %d GPU tokens", again.Last, kept)
 		}
 	}

@@ -58,8 +58,8 @@ func TestReferenceEngineThroughRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %v; remote %v", name, tally, st.Remote)
-		return tally, st.Remote
+		t.Logf("%s: %v; remote %v", name, tally, st.Tier(kvtier.Remote))
+		return tally, st.Tier(kvtier.Remote)
 	}
 
 	a, _ := serve("node A")

@@ -112,7 +112,7 @@ func TestReferenceEngineBitIdentical(t *testing.T) {
 			m := mustNew(t, cfg)
 			e := &enginetest.Engine{M: m, Model: model}
 			tally := serveChecked(t, ctx, e, p, 1000, 60, 3, 5)
-			if tally.GPU == 0 || tally.Pinned == 0 || tally.Loaded == 0 || tally.Aborted == 0 {
+			if tally.Promised.Of(kvtier.GPU) == 0 || tally.Promised.Of(kvtier.Pinned) == 0 || tally.Loaded == 0 || tally.Aborted == 0 {
 				t.Fatalf("a path was not exercised: %v", tally)
 			}
 			if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
@@ -131,7 +131,7 @@ func TestReferenceEngineBitIdentical(t *testing.T) {
 			m = mustNew(t, other)
 			e = &enginetest.Engine{M: m, Model: model}
 			tally = serveChecked(t, ctx, e, p, 2000, 20, 3, 0)
-			if tally.Disk == 0 || tally.Loaded == 0 {
+			if tally.Promised.Of(kvtier.Disk) == 0 || tally.Loaded == 0 {
 				t.Fatalf("no load from disk after the restart: %v", tally)
 			}
 			t.Logf("after restart: %v", tally)
@@ -142,7 +142,7 @@ func TestReferenceEngineBitIdentical(t *testing.T) {
 			m = mustNew(t, other)
 			defer mustClose(t, m)
 			for _, s := range p.Stems {
-				if pr, err := m.Exists(ctx, s, ""); err != nil || pr.DiskTokens != 0 || pr.PinnedTokens != 0 {
+				if pr, err := m.Exists(ctx, s, ""); err != nil || pr.Tokens.Of(kvtier.Disk) != 0 || pr.Tokens.Of(kvtier.Pinned) != 0 {
 					t.Fatalf("another model id sees %+v (%v) of a stem", pr, err)
 				}
 			}
@@ -184,14 +184,14 @@ func TestReferenceEngineCorruptDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := st2.DiskOpen.DroppedTotal()
-	t.Logf("disk held %d blocks, %d slots damaged; reopened with %d records, %d dropped; %v; disk %v", st.Disk.UsedBlocks, damaged, st2.DiskOpen.Records, dropped, tally, st2.Disk)
-	if st2.DiskOpen.Records == 0 || st2.DiskOpen.Records >= st.Disk.UsedBlocks {
-		t.Fatalf("the reopened disk kept %d of %d records (%d dropped): the damaged headers were not seen", st2.DiskOpen.Records, st.Disk.UsedBlocks, dropped)
+	t.Logf("disk held %d blocks, %d slots damaged; reopened with %d records, %d dropped; %v; disk %v", st.Tier(kvtier.Disk).UsedBlocks, damaged, st2.DiskOpen.Records, dropped, tally, st2.Tier(kvtier.Disk))
+	if st2.DiskOpen.Records == 0 || st2.DiskOpen.Records >= st.Tier(kvtier.Disk).UsedBlocks {
+		t.Fatalf("the reopened disk kept %d of %d records (%d dropped): the damaged headers were not seen", st2.DiskOpen.Records, st.Tier(kvtier.Disk).UsedBlocks, dropped)
 	}
-	if tally.Disk == 0 {
+	if tally.Promised.Of(kvtier.Disk) == 0 {
 		t.Fatalf("no request asked the disk after the restart: %v", tally)
 	}
-	if tally.Failed == 0 && st2.Disk.Failed == 0 {
-		t.Fatalf("no damaged payload was read: %v; disk %v", tally, st2.Disk)
+	if tally.Failed == 0 && st2.Tier(kvtier.Disk).Failed == 0 {
+		t.Fatalf("no damaged payload was read: %v; disk %v", tally, st2.Tier(kvtier.Disk))
 	}
 }

@@ -26,7 +26,7 @@ func ExampleManager() {
 	m.Free(ctx, 1)
 
 	r, _ = m.Allocate(ctx, kvtier.AllocRequest{Seq: 2, Tokens: prompt})
-	fmt.Println("blocks:", len(r.Blocks), "cached tokens on the GPU:", r.GPUTokens)
+	fmt.Println("blocks:", len(r.Blocks), "cached tokens on the GPU:", r.Tokens.Of(kvtier.GPU))
 	m.Free(ctx, 2)
 
 	// Fill the GPU with other work: the prompt's blocks go to pinned memory.
@@ -41,10 +41,10 @@ func ExampleManager() {
 	m.Flush(ctx)
 
 	p, _ := m.Exists(ctx, prompt, "")
-	fmt.Println("gpu:", p.GPUTokens, "pinned:", p.PinnedTokens)
+	fmt.Println("gpu:", p.Tokens.Of(kvtier.GPU), "pinned:", p.Tokens.Of(kvtier.Pinned))
 	r, _ = m.Allocate(ctx, kvtier.AllocRequest{Seq: 4, Tokens: prompt})
 	<-r.Ready.Done()
-	fmt.Println("loading from pinned:", r.PinnedTokens, "valid after the copy:", r.Ready.Outcome().ValidTokens)
+	fmt.Println("loading from pinned:", r.Tokens.Of(kvtier.Pinned), "valid after the copy:", r.Ready.Outcome().ValidTokens)
 	// Output:
 	// blocks: 3 cached tokens on the GPU: 8
 	// gpu: 0 pinned: 8

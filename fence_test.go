@@ -27,7 +27,7 @@ func TestCommitAfterFence(t *testing.T) {
 	if err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
-	if lr, err := m.Lookup(ctx, LookupRequest{Tokens: a}); err != nil || lr.GPUTokens != 2*bt {
+	if lr, err := m.Lookup(ctx, LookupRequest{Tokens: a}); err != nil || lr.Tokens.Of(GPU) != 2*bt {
 		t.Fatalf("committed blocks are not hits before the fence: %+v %v", lr, err)
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -35,16 +35,16 @@ func TestCommitAfterFence(t *testing.T) {
 	if err := m.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Flush before the fence is signalled = %v: the write-through did not wait", err)
 	}
-	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != 0 {
-		t.Fatalf("pinned memory holds %d tokens before the fence", p.PinnedTokens)
+	if p, _ := m.Exists(ctx, a, ""); p.Tokens.Of(Pinned) != 0 {
+		t.Fatalf("pinned memory holds %d tokens before the fence", p.Tokens.Of(Pinned))
 	}
 	writeBlocks(t, m, r.Blocks, a, "") // the engine's compute, after its commit
 	f.Signal()
 	if err := m.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != 2*bt {
-		t.Fatalf("pinned holds %d tokens after the fence, want %d", p.PinnedTokens, 2*bt)
+	if p, _ := m.Exists(ctx, a, ""); p.Tokens.Of(Pinned) != 2*bt {
+		t.Fatalf("pinned holds %d tokens after the fence, want %d", p.Tokens.Of(Pinned), 2*bt)
 	}
 	if err := m.Free(ctx, 1); err != nil {
 		t.Fatal(err)

@@ -325,8 +325,8 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.GPU.Blocks != cfg.GPUBlocks || int64(st.Pinned.Blocks) != v.pinSlots {
-			t.Fatalf("tiers of %d GPU and %d pinned blocks, want %d and %d", st.GPU.Blocks, st.Pinned.Blocks, cfg.GPUBlocks, v.pinSlots)
+		if st.Tier(GPU).Blocks != cfg.GPUBlocks || int64(st.Tier(Pinned).Blocks) != v.pinSlots {
+			t.Fatalf("tiers of %d GPU and %d pinned blocks, want %d and %d", st.Tier(GPU).Blocks, st.Tier(Pinned).Blocks, cfg.GPUBlocks, v.pinSlots)
 		}
 		if res, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: []int64{0}}); err != nil {
 			t.Fatalf("Allocate one token: %v", err)
@@ -614,7 +614,7 @@ func FuzzRequests(f *testing.F) {
 					if err != nil {
 						t.Fatalf("%s: %v", desc, err)
 					}
-					for _, n := range []int{p.GPUTokens, p.PinnedTokens, p.DiskTokens} {
+					for _, n := range []int{p.Tokens.Of(GPU), p.Tokens.Of(Pinned), p.Tokens.Of(Disk)} {
 						if n < 0 || n > len(toks) || n%reqBlockTokens != 0 {
 							t.Fatalf("%s = %+v: counts must be whole blocks within the %d tokens", desc, p, len(toks))
 						}
@@ -647,9 +647,9 @@ func FuzzRequests(f *testing.F) {
 			}
 		}
 		s := stats()
-		if s.GPU.Extra["free"] != reqGPUBlocks || s.GPU.Extra["sequences"] != 0 || s.GPU.InFlight != 0 || s.Pinned.InFlight != 0 {
+		if s.Tier(GPU).Extra["free"] != reqGPUBlocks || s.Tier(GPU).Extra["sequences"] != 0 || s.Tier(GPU).InFlight != 0 || s.Tier(Pinned).InFlight != 0 {
 			t.Fatalf("after freeing everything and Flush: GPU %+v %v, pinned %+v; want all %d blocks free, nothing in flight",
-				s.GPU, s.GPU.Extra, s.Pinned, reqGPUBlocks)
+				s.Tier(GPU), s.Tier(GPU).Extra, s.Tier(Pinned), reqGPUBlocks)
 		}
 	})
 }

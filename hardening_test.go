@@ -52,7 +52,7 @@ func TestNilContext(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Allocate after the refused calls: %v", err)
 	}
-	if r.GPUTokens != 0 {
+	if r.Tokens.Of(GPU) != 0 {
 		t.Fatalf("a refused call cached blocks: %+v", r)
 	}
 }
@@ -156,15 +156,15 @@ func TestLoadOutcomeAccountsForEveryBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := wait(t, r)
-		loading := r.PinnedTokens + r.DiskTokens
+		loading := r.Tokens.Below()
 		if loading > 0 {
 			loads++
 		}
-		if out.ValidTokens < r.GPUTokens+loading {
+		if out.ValidTokens < r.Tokens.Of(GPU)+loading {
 			short++
 		}
-		if got := out.ValidTokens + (out.Late+out.Failed+out.Evicted+out.Mismatch)*bt; got < r.GPUTokens+loading {
-			t.Fatalf("request %d: %d GPU + %d loading tokens, outcome %+v accounts for %d", i, r.GPUTokens, loading, out, got)
+		if got := out.ValidTokens + (out.Late+out.Failed+out.Evicted+out.Mismatch)*bt; got < r.Tokens.Of(GPU)+loading {
+			t.Fatalf("request %d: %d GPU + %d loading tokens, outcome %+v accounts for %d", i, r.Tokens.Of(GPU), loading, out, got)
 		}
 		writeBlocks(t, m, r.Blocks[out.ValidTokens/bt:], a[out.ValidTokens/bt*bt:], "")
 		if err := commitFree(ctx, m, uint64(i+1)); err != nil {

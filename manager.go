@@ -30,8 +30,19 @@ type (
 	CommitItem     = messages.CommitItem
 	OnboardOutcome = messages.OnboardOutcome
 	TierStats      = messages.TierStats
-	Tier           = messages.Tier // a tier, or a set of them: GPU, Pinned, Disk, Remote
+	Tier           = messages.Tier       // a tier, or a set of them: GPU, Pinned, Disk, Remote
+	TierTokens     = messages.TierTokens // tokens per tier, indexed by Tier.Index
 	BlockID        = blockpool.BlockID
+)
+
+// The tiers, top first; results count tokens in a TierTokens of NumTiers
+// entries, indexed by Tier.Index.
+const (
+	GPU      = messages.GPU
+	Pinned   = messages.Pinned
+	Disk     = messages.Disk
+	Remote   = messages.Remote
+	NumTiers = messages.NumTiers
 )
 
 var (
@@ -83,6 +94,7 @@ type Manager struct {
 	idxPID   *actor.PID
 	diskPID  *actor.PID
 	remPID   *actor.PID     // the shared remote tier's actor, when configured
+	tiers    []tierActor    // the configured tiers, top first, with their actors
 	lowPID   *actor.PID     // fans the pinned tier's writes and reads out to disk and remote
 	remote   *remote.Store  // for Delete and Lookup, called on the caller's goroutine (it is stateless)
 	evPID    *actor.PID     // the KV-event publisher, with Config.Events
@@ -96,6 +108,12 @@ type Manager struct {
 	baseNS   string        // the namespace key with no salt and no LoRA
 	closeMu  chan struct{} // one Close at a time
 	calls    chan struct{} // a slot per call in flight (Config.MaxPendingCalls)
+}
+
+// tierActor is a configured tier and the actor that owns it.
+type tierActor struct {
+	tier Tier
+	pid  *actor.PID
 }
 
 // New validates cfg, allocates the tiers and starts the actors.
@@ -240,6 +258,11 @@ func New(cfg Config) (*Manager, error) {
 	// the Manager's cost per block over the direct core went from 1.93x to
 	// 1.26x at 1,024 blocks on 2 cores (1.27x with one core either way).
 	m.gpuPID = root.Spawn(actor.PropsFromProducer(actors.NewGPUActor(gcfg), actor.WithDispatcher(actor.NewSynchronizedDispatcher(300))))
+	for _, ta := range [...]tierActor{{GPU, m.gpuPID}, {Pinned, m.pinPID}, {Disk, m.diskPID}, {Remote, m.remPID}} {
+		if ta.pid != nil {
+			m.tiers = append(m.tiers, ta)
+		}
+	}
 	if m.idxPID != nil {
 		w := &actors.IndexWatch{GPU: m.gpuPID, Pinned: m.pinPID}
 		if diskMisses {
@@ -528,9 +551,11 @@ func (m *Manager) Free(ctx context.Context, seq uint64) error {
 	return errs[0]
 }
 
-// Presence says how many leading tokens of a chain each tier holds.
+// Presence says how many leading tokens of a chain each tier holds, each
+// tier's run counted from the chain's start. The remote tier is not asked
+// (it answers no queries): its count is 0.
 type Presence struct {
-	GPUTokens, PinnedTokens, DiskTokens int
+	Tokens TierTokens
 }
 
 // chainKeys hashes tokens in the namespace of salt and lora.
@@ -563,28 +588,39 @@ func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys,
 	if r.Err != nil {
 		return Presence{}, r.Err
 	}
-	p := Presence{GPUTokens: r.GPUTokens}
+	var p Presence
+	p.Tokens[GPU.Index()] = r.Tokens.Of(GPU)
 	if from < 0 {
-		from = r.GPUTokens / m.cfg.BlockTokens
+		from = r.Tokens.Of(GPU) / m.cfg.BlockTokens
 	}
 	below := hashes(k)[from:]
-	if m.pinPID != nil {
-		pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: below, Digests: k.Digests[from:], Reply: make(chan *messages.QueryResult, 1)}
-		pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
+	for _, ta := range m.tiers[1:] {
+		lr, ok, err := m.queryTier(ctx, ta, messages.QueryExists, below, k.Digests[from:])
 		if err != nil {
 			return Presence{}, err
 		}
-		p.PinnedTokens = pr.PinnedTokens * m.cfg.BlockTokens
-	}
-	if m.diskPID != nil {
-		dq := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: below, Digests: digestArrays(k.Digests[from:]), Reply: make(chan *messages.QueryResult, 1)}
-		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
-		if err != nil {
-			return Presence{}, err
+		if ok {
+			p.Tokens[ta.tier.Index()] = lr.Tokens.Of(ta.tier) * m.cfg.BlockTokens // it answers in blocks
 		}
-		p.DiskTokens = dr.DiskTokens * m.cfg.BlockTokens
 	}
 	return p, nil
+}
+
+// queryTier asks a tier below the GPU about a chain's blocks hs, whose prefix
+// digests are ds. ok is false, and nothing asked, for a tier that answers no
+// queries: the remote one, whose server evicts and expires on its own.
+func (m *Manager) queryTier(ctx context.Context, ta tierActor, kind messages.QueryKind, hs []uint64, ds []prefixhash.Digest) (r *messages.QueryResult, ok bool, err error) {
+	switch ta.tier {
+	case Pinned:
+		q := &messages.PinnedQuery{Kind: kind, Hashes: hs, Digests: ds, Reply: make(chan *messages.QueryResult, 1)}
+		r, err = ask(ctx, m, ta.pid, nil, q, q.Reply)
+	case Disk:
+		q := &messages.LowerQuery{Kind: kind, Hashes: hs, Digests: digestArrays(ds), Reply: make(chan *messages.QueryResult, 1)}
+		r, err = ask(ctx, m, ta.pid, nil, q, q.Reply)
+	default:
+		return nil, false, nil
+	}
+	return r, true, err
 }
 
 // LookupRequest names a prompt for Lookup, as an AllocRequest would.
@@ -595,14 +631,14 @@ type LookupRequest struct {
 }
 
 // LookupResult says what an allocation of the prompt would find now, per tier
-// and in order: GPUTokens on the GPU, then LowerTokens more below it
-// (PinnedTokens from pinned memory, the rest from disk), with the double-get
-// thresholds applied (DoubleGetSkipped when they turned a lower hit away).
-// It is a snapshot: blocks may move before an allocation.
+// and in order: Tokens.Of(GPU) on the GPU, then Tokens.Below() more below it,
+// each lower tier counting what the tiers above it do not hold (pinned memory
+// first, then disk; the remote tier is not looked up and counts 0), with the
+// double-get thresholds applied (DoubleGetSkipped when they turned a lower hit
+// away). It is a snapshot: blocks may move before an allocation.
 type LookupResult struct {
-	GPUTokens, PinnedTokens, DiskTokens int
-	LowerTokens                         int
-	DoubleGetSkipped                    bool
+	Tokens           TierTokens
+	DoubleGetSkipped bool
 }
 
 // Lookup reports the hit a prompt would get, per tier, without side effects:
@@ -614,14 +650,21 @@ func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, 
 	if err != nil {
 		return LookupResult{}, err
 	}
-	res := LookupResult{GPUTokens: p.GPUTokens, PinnedTokens: p.PinnedTokens}
-	// The disk run counts from the GPU hit too; what pinned memory does not
-	// hold comes from disk.
-	res.LowerTokens = max(p.PinnedTokens, p.DiskTokens)
-	res.DiskTokens = res.LowerTokens - res.PinnedTokens
-	below, total := res.LowerTokens/m.cfg.BlockTokens, (len(req.Tokens)+m.cfg.BlockTokens-1)/m.cfg.BlockTokens
+	var res LookupResult
+	res.Tokens[GPU.Index()] = p.Tokens.Of(GPU)
+	// Every lower tier's run counts from the GPU hit; a tier serves what the
+	// tiers above it do not hold.
+	lower := 0
+	for _, ta := range m.tiers[1:] {
+		if run := p.Tokens.Of(ta.tier); run > lower {
+			res.Tokens[ta.tier.Index()], lower = run-lower, run
+		}
+	}
+	below, total := lower/m.cfg.BlockTokens, (len(req.Tokens)+m.cfg.BlockTokens-1)/m.cfg.BlockTokens
 	if below > 0 && (below < m.cfg.DoubleGetMinBlocks || float64(below) < m.cfg.DoubleGetMinRatio*float64(total)) {
-		res.PinnedTokens, res.DiskTokens, res.LowerTokens, res.DoubleGetSkipped = 0, 0, 0, true
+		res.Tokens = TierTokens{}
+		res.Tokens[GPU.Index()] = p.Tokens.Of(GPU)
+		res.DoubleGetSkipped = true
 	}
 	return res, nil
 }
@@ -636,23 +679,17 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		return 0, err
 	}
 	n, hs := r.Deleted, hashes(k)
-	if m.pinPID != nil {
-		pq := &messages.PinnedQuery{Kind: messages.QueryDelete, Hashes: hs, Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
-		pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
+	for _, ta := range m.tiers[1:] {
+		lr, ok, err := m.queryTier(ctx, ta, messages.QueryDelete, hs, k.Digests)
 		if err != nil {
 			return n, err
 		}
-		n += pr.Deleted
-	}
-	if m.diskPID != nil {
-		dq := &messages.LowerQuery{Kind: messages.QueryDelete, Hashes: hs, Digests: digestArrays(k.Digests), Reply: make(chan *messages.QueryResult, 1)}
-		dr, err := ask(ctx, m, m.diskPID, nil, dq, dq.Reply)
-		if err != nil {
-			return n, err
+		if !ok {
+			continue // the remote tier, below
 		}
-		n += dr.Deleted
-		if dr.Err != nil { // dropped in memory, but a header scrub failed: not durable
-			return n, fmt.Errorf("%w: %w", ErrNotDurable, dr.Err)
+		n += lr.Deleted
+		if lr.Err != nil { // dropped in memory, but a disk header scrub failed: not durable
+			return n, fmt.Errorf("%w: %w", ErrNotDurable, lr.Err)
 		}
 	}
 	if m.remPID != nil {
@@ -693,18 +730,15 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 	if err != nil {
 		return 0, err
 	}
-	return pr.PinnedTokens * m.cfg.BlockTokens, nil
+	return pr.Tokens.Of(Pinned) * m.cfg.BlockTokens, nil
 }
 
 // Flush waits until every write in flight when it was called has finished, tier
 // by tier from the GPU down.
 func (m *Manager) Flush(ctx context.Context) error {
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.diskPID, m.remPID} {
-		if pid == nil {
-			continue
-		}
+	for _, ta := range m.tiers {
 		f := &messages.Flush{Reply: make(chan error, 1)}
-		r, err := ask(ctx, m, pid, nil, f, f.Reply)
+		r, err := ask(ctx, m, ta.pid, nil, f, f.Reply)
 		if err != nil {
 			return err
 		}
@@ -717,11 +751,9 @@ func (m *Manager) Flush(ctx context.Context) error {
 
 // Stats are the Manager's per-tier counters.
 type Stats struct {
-	GPU, Pinned, Disk TierStats
-	Remote            TierStats // the shared tier, when configured
-	// Tiers holds the configured tiers' stats again, top first (GPU, then
-	// pinned, disk and remote when configured; each names its Tier), for
-	// code that walks the tiers instead of naming them.
+	// Tiers holds the configured tiers' stats, top first: the GPU, then
+	// pinned memory, disk and the remote tier when configured; each names
+	// its Tier. Tier looks one up.
 	Tiers       []TierStats
 	IndexBlocks int // blocks the prefix index knows below the GPU
 	// DiskOpen is what opening the disk tier found (records, dropped, time).
@@ -730,24 +762,34 @@ type Stats struct {
 	Events *EventStats
 }
 
+// Tier returns tier t's stats. A tier the Manager was not configured with
+// has none: its stats are zero, with Tier set to t, so callers need not ask
+// first whether it exists.
+func (s Stats) Tier(t Tier) TierStats {
+	for _, ts := range s.Tiers {
+		if ts.Tier == t {
+			return ts
+		}
+	}
+	return TierStats{Tier: t}
+}
+
 // EventStats counts the KV-event stream (see messages.EventStats).
 type EventStats = messages.EventStats
 
 // Stats returns a snapshot of every tier's counters.
 func (m *Manager) Stats(ctx context.Context) (Stats, error) {
-	var s Stats
-	req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-	g, err := ask(ctx, m, m.gpuPID, nil, req, req.Reply)
-	if err != nil {
-		return s, err
-	}
-	s.GPU = g
-	if m.pinPID != nil {
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Pinned, err = ask(ctx, m, m.pinPID, nil, req, req.Reply); err != nil {
+	s := Stats{Tiers: make([]TierStats, 0, len(m.tiers))}
+	for _, ta := range m.tiers {
+		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		ts, err := ask(ctx, m, ta.pid, nil, req, req.Reply)
+		if err != nil {
 			return s, err
 		}
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		s.Tiers = append(s.Tiers, ts)
+	}
+	if m.idxPID != nil {
+		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
 		ix, err := ask(ctx, m, m.idxPID, nil, req, req.Reply)
 		if err != nil {
 			return s, err
@@ -755,17 +797,7 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 		s.IndexBlocks = ix.UsedBlocks
 	}
 	if m.diskPID != nil {
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Disk, err = ask(ctx, m, m.diskPID, nil, req, req.Reply); err != nil {
-			return s, err
-		}
 		s.DiskOpen = m.diskRep
-	}
-	if m.remPID != nil {
-		req = &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if s.Remote, err = ask(ctx, m, m.remPID, nil, req, req.Reply); err != nil {
-			return s, err
-		}
 	}
 	if m.evPID != nil {
 		req := &messages.EventsStatsRequest{Reply: make(chan EventStats, 1)}
@@ -774,15 +806,6 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 			return s, err
 		}
 		s.Events = &ev
-	}
-	s.Tiers = append(s.Tiers, s.GPU)
-	for _, t := range []struct {
-		on bool
-		st TierStats
-	}{{m.pinPID != nil, s.Pinned}, {m.diskPID != nil, s.Disk}, {m.remPID != nil, s.Remote}} {
-		if t.on {
-			s.Tiers = append(s.Tiers, t.st)
-		}
 	}
 	return s, nil
 }

@@ -169,7 +169,7 @@ func TestRoundTripThroughPinned(t *testing.T) {
 		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(10 + i), Tokens: o})
 		if err != nil {
 			st, _ := m.Stats(ctx)
-			t.Fatalf("fill %d: %v; %+v %v", i, err, st.GPU, st.GPU.Extra)
+			t.Fatalf("fill %d: %v; %+v %v", i, err, st.Tier(GPU), st.Tier(GPU).Extra)
 		}
 		wait(t, r)
 		commitFree(ctx, m, uint64(10+i))
@@ -179,14 +179,14 @@ func TestRoundTripThroughPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := m.Exists(ctx, a, "")
-	if p.GPUTokens != 0 || p.PinnedTokens != 4*bt {
+	if p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 4*bt {
 		t.Fatalf("presence %+v, want all of a in pinned memory only", p)
 	}
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PinnedTokens != 4*bt || r.GPUTokens != 0 {
+	if r.Tokens.Of(Pinned) != 4*bt || r.Tokens.Of(GPU) != 0 {
 		t.Fatalf("allocation %+v, want 16 tokens loading from pinned", r)
 	}
 	out := wait(t, r)
@@ -195,8 +195,8 @@ func TestRoundTripThroughPinned(t *testing.T) {
 	}
 	checkBlocks(t, m, r.Blocks, a, "", 4)
 	st, _ := m.Stats(ctx)
-	if st.GPU.Onboarded != 4 || st.GPU.Offloaded < 4 || st.Pinned.Hits != 4 {
-		t.Fatalf("stats %+v / %+v", st.GPU, st.Pinned)
+	if st.Tier(GPU).Onboarded != 4 || st.Tier(GPU).Offloaded < 4 || st.Tier(Pinned).Hits != 4 {
+		t.Fatalf("stats %+v / %+v", st.Tier(GPU), st.Tier(Pinned))
 	}
 }
 
@@ -204,7 +204,7 @@ func TestGPUOnlyAndErrors(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t, Config{GPUBlocks: 4})
 	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 2*bt)})
-	if err != nil || r.GPUTokens != 0 {
+	if err != nil || r.Tokens.Of(GPU) != 0 {
 		t.Fatal(r, err)
 	}
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 1)}); err == nil {
@@ -220,7 +220,7 @@ func TestGPUOnlyAndErrors(t *testing.T) {
 		t.Fatalf("got %v, want ErrTooLong", err)
 	}
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(0, 10), MaxSeqLen: 8, Truncate: true})
-	if err != nil || r.Truncated != 2 || r.GPUTokens != 2*bt {
+	if err != nil || r.Truncated != 2 || r.Tokens.Of(GPU) != 2*bt {
 		t.Fatalf("truncated allocation %+v %v", r, err)
 	}
 	if err := commitFree(ctx, m, 99); err == nil {
@@ -238,8 +238,8 @@ func TestIngestAll(t *testing.T) {
 	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	p, _ := m.Exists(ctx, a, "")
-	if p.PinnedTokens != 3*bt {
-		t.Fatalf("pinned holds %d tokens, want %d", p.PinnedTokens, 3*bt)
+	if p.Tokens.Of(Pinned) != 3*bt {
+		t.Fatalf("pinned holds %d tokens, want %d", p.Tokens.Of(Pinned), 3*bt)
 	}
 }
 
@@ -260,8 +260,8 @@ func TestIngestHot(t *testing.T) {
 		if i == 2 { // hits after allocations 2 and 3
 			want = 2 * bt
 		}
-		if p.PinnedTokens != want {
-			t.Fatalf("after %d allocations pinned holds %d tokens, want %d (%+v)", i+1, p.PinnedTokens, want, r)
+		if p.Tokens.Of(Pinned) != want {
+			t.Fatalf("after %d allocations pinned holds %d tokens, want %d (%+v)", i+1, p.Tokens.Of(Pinned), want, r)
 		}
 	}
 }
@@ -276,16 +276,16 @@ func TestThresholdOffload(t *testing.T) {
 	commitFree(ctx, m, 1)
 	m.Flush(ctx)
 	st, _ := m.Stats(ctx)
-	if st.GPU.Evictions != 0 || st.GPU.Offloaded != 6 {
-		t.Fatalf("evictions %d offloaded %d, want 0 and 6", st.GPU.Evictions, st.GPU.Offloaded)
+	if st.Tier(GPU).Evictions != 0 || st.Tier(GPU).Offloaded != 6 {
+		t.Fatalf("evictions %d offloaded %d, want 0 and 6", st.Tier(GPU).Evictions, st.Tier(GPU).Offloaded)
 	}
 	// Below the threshold nothing moves.
 	m2 := newManager(t, Config{GPUBlocks: 20, PinnedBytes: 1 << 20, OffloadThreshold: 0.5})
 	m2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 	commitFree(ctx, m2, 1)
 	m2.Flush(ctx)
-	if st, _ := m2.Stats(ctx); st.GPU.Offloaded != 0 {
-		t.Fatalf("offloaded %d below the threshold", st.GPU.Offloaded)
+	if st, _ := m2.Stats(ctx); st.Tier(GPU).Offloaded != 0 {
+		t.Fatalf("offloaded %d below the threshold", st.Tier(GPU).Offloaded)
 	}
 }
 
@@ -313,17 +313,17 @@ func TestDoubleGet(t *testing.T) {
 	m.Flush(ctx)
 	evictAll(t, m, 8)
 	r, _ := m.Allocate(ctx, AllocRequest{Seq: 10, Tokens: short})
-	if r.PinnedTokens != 0 {
+	if r.Tokens.Of(Pinned) != 0 {
 		t.Fatalf("2 blocks below were fetched with DoubleGetMinBlocks 3: %+v", r)
 	}
 	commitFree(ctx, m, 10)
 	r, _ = m.Allocate(ctx, AllocRequest{Seq: 11, Tokens: long})
-	if r.PinnedTokens != 4*bt {
+	if r.Tokens.Of(Pinned) != 4*bt {
 		t.Fatalf("4 blocks below were not fetched: %+v", r)
 	}
 	wait(t, r)
-	if st, _ := m.Stats(ctx); st.GPU.DoubleGetSkips != 2 {
-		t.Fatalf("double-get skips %d, want 2", st.GPU.DoubleGetSkips)
+	if st, _ := m.Stats(ctx); st.Tier(GPU).DoubleGetSkips != 2 {
+		t.Fatalf("double-get skips %d, want 2", st.Tier(GPU).DoubleGetSkips)
 	}
 }
 
@@ -356,7 +356,7 @@ func TestReadDeadline(t *testing.T) {
 	m.Flush(ctx)
 	evictAll(t, m, 12)
 	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.PinnedTokens != 3*bt {
+	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
 		t.Fatalf("%+v %v", r, err)
 	}
 	out := wait(t, r)
@@ -373,8 +373,8 @@ func TestReadDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := m.Stats(ctx)
-	if st.GPU.Timeouts != 3 {
-		t.Fatalf("timeouts %d, want 3", st.GPU.Timeouts)
+	if st.Tier(GPU).Timeouts != 3 {
+		t.Fatalf("timeouts %d, want 3", st.Tier(GPU).Timeouts)
 	}
 	if err := commitFree(ctx, m, 2); err != nil {
 		t.Fatal(err)
@@ -395,12 +395,14 @@ func TestWriteQuota(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestAll, WriteQuota: 2, Device: dev})
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(0, 5*bt)})
 	commitFree(ctx, m, 1)
-	st, _ := m.Stats(ctx) // after the grant: the GPU actor handled it before Stats
+	if _, err := m.Stats(ctx); err != nil { // a barrier: the GPU actor handled the grant before Stats
+		t.Fatal(err)
+	}
 	close(release)
 	m.Flush(ctx)
-	st, _ = m.Stats(ctx)
-	if st.GPU.Denied != 3 || st.Pinned.Denied != 3 || st.GPU.Offloaded != 2 {
-		t.Fatalf("denied %d/%d offloaded %d, want 3/3 and 2", st.GPU.Denied, st.Pinned.Denied, st.GPU.Offloaded)
+	st, _ := m.Stats(ctx)
+	if st.Tier(GPU).Denied != 3 || st.Tier(Pinned).Denied != 3 || st.Tier(GPU).Offloaded != 2 {
+		t.Fatalf("denied %d/%d offloaded %d, want 3/3 and 2", st.Tier(GPU).Denied, st.Tier(Pinned).Denied, st.Tier(GPU).Offloaded)
 	}
 }
 
@@ -473,11 +475,12 @@ func TestConcurrentClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := m.Stats(ctx)
-	if f := int(st.GPU.Extra["free"]); f != st.GPU.Blocks || st.GPU.Extra["sequences"] != 0 {
-		t.Fatalf("GPU: %d free of %d with %v sequences live", f, st.GPU.Blocks, st.GPU.Extra["sequences"])
+	g, p := st.Tier(GPU), st.Tier(Pinned)
+	if f := int(g.Extra["free"]); f != g.Blocks || g.Extra["sequences"] != 0 {
+		t.Fatalf("GPU: %d free of %d with %v sequences live", f, g.Blocks, g.Extra["sequences"])
 	}
-	if st.Pinned.InFlight != 0 || st.Pinned.UsedBlocks != int(st.Pinned.Extra["resident"]) || st.IndexBlocks != st.Pinned.UsedBlocks {
-		t.Fatalf("pinned: %+v, index %d", st.Pinned, st.IndexBlocks)
+	if p.InFlight != 0 || p.UsedBlocks != int(p.Extra["resident"]) || st.IndexBlocks != p.UsedBlocks {
+		t.Fatalf("pinned: %+v, index %d", p, st.IndexBlocks)
 	}
 }
 
@@ -543,8 +546,8 @@ func TestStep(t *testing.T) {
 		t.Fatalf("allocations %+v", r.Allocs)
 	}
 	st, _ := m.Stats(ctx)
-	if st.GPU.Extra["free"] != 0 {
-		t.Fatalf("free blocks %v, want 0", st.GPU.Extra["free"])
+	if st.Tier(GPU).Extra["free"] != 0 {
+		t.Fatalf("free blocks %v, want 0", st.Tier(GPU).Extra["free"])
 	}
 }
 
@@ -571,12 +574,12 @@ func TestSwap(t *testing.T) {
 		t.Fatalf("swap: %v %v", errs, err)
 	}
 	m.Flush(ctx)
-	if p, _ := m.Exists(ctx, a, ""); p.PinnedTokens != 3*bt || p.GPUTokens != 3*bt {
+	if p, _ := m.Exists(ctx, a, ""); p.Tokens.Of(Pinned) != 3*bt || p.Tokens.Of(GPU) != 3*bt {
 		t.Fatalf("after swap %+v, want 3 full blocks on GPU and in pinned memory", p)
 	}
 	evictAll(t, m, 8)
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: a})
-	if err != nil || r.PinnedTokens != 3*bt {
+	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
 		t.Fatalf("readmission %+v %v", r, err)
 	}
 	wait(t, r)
@@ -636,7 +639,7 @@ func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
 	for i := range 4 { // a leaves the GPU for pinned memory
 		run(uint64(10+i), toks(1000*(i+2), 2*bt))
 	}
-	if p, err := m.Exists(ctx, a, ""); err != nil || p.GPUTokens != 0 || p.PinnedTokens != 2*bt {
+	if p, err := m.Exists(ctx, a, ""); err != nil || p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 2*bt {
 		t.Fatalf("a is not (only) in pinned memory: %+v %v", p, err)
 	}
 	clk.jumping.Store(true)
@@ -644,10 +647,10 @@ func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PinnedTokens != 2*bt {
+	if r.Tokens.Of(Pinned) != 2*bt {
 		t.Fatalf("a was not loaded from pinned memory: %+v", r)
 	}
-	if out := wait(t, r); out.Late == 0 || out.ValidTokens != r.GPUTokens {
+	if out := wait(t, r); out.Late == 0 || out.ValidTokens != r.Tokens.Of(GPU) {
 		t.Fatalf("outcome %+v: a load with an hour's budget on a clock running an hour a reading was not late", out)
 	}
 }

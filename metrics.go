@@ -178,12 +178,11 @@ func (x *metricsSet) Collect(ch chan<- prometheus.Metric) {
 			emit(17, float64(n), md)
 		}
 	}
-	for ns, c := range st.GPU.Tokens {
+	for ns, c := range st.Tier(GPU).Tokens {
 		emit(13, float64(c.Prompt), ns)
-		emit(14, float64(c.GPU), messages.GPU.String(), ns)
-		emit(14, float64(c.Pinned), messages.Pinned.String(), ns)
-		emit(14, float64(c.Disk), messages.Disk.String(), ns)
-		emit(14, float64(c.Remote), messages.Remote.String(), ns)
+		for i, n := range c.Served {
+			emit(14, float64(n), messages.TierAt(i).String(), ns)
+		}
 	}
 }
 

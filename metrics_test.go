@@ -142,8 +142,8 @@ func TestMetricsScrapeMatchesStats(t *testing.T) {
 			}
 		}
 	}
-	if st.GPU.Hits == 0 || st.GPU.Onboarded == 0 {
-		t.Fatalf("the workload did not hit and load: %v", st.GPU)
+	if st.Tier(GPU).Hits == 0 || st.Tier(GPU).Onboarded == 0 {
+		t.Fatalf("the workload did not hit and load: %v", st.Tier(GPU))
 	}
 	for ns, salt := range map[string]string{"default": "", "tenant-a": "tenant-a", "other": "tenant-b"} {
 		if got := value(t, fams, "kvtier_lookup_tokens_total", "namespace", ns); got != float64(promptTokens[salt]) {
@@ -156,11 +156,11 @@ func TestMetricsScrapeMatchesStats(t *testing.T) {
 			hitTokens += value(t, fams, "kvtier_hit_tokens_total", "tier", tier, "namespace", ns)
 		}
 	}
-	if want := float64(st.GPU.Hits*bt) + float64(st.GPU.Onboarded*bt); hitTokens != want {
+	if want := float64(st.Tier(GPU).Hits*bt) + float64(st.Tier(GPU).Onboarded*bt); hitTokens != want {
 		t.Errorf("hit tokens over tiers and namespaces = %v, want GPU hits + loads = %v", hitTokens, want)
 	}
-	if got := value(t, fams, "kvtier_link_blocks_total", "link", "host_to_gpu"); got != float64(st.GPU.Onboarded) {
-		t.Errorf("host_to_gpu blocks = %v, GPU onboarded %d", got, st.GPU.Onboarded)
+	if got := value(t, fams, "kvtier_link_blocks_total", "link", "host_to_gpu"); got != float64(st.Tier(GPU).Onboarded) {
+		t.Errorf("host_to_gpu blocks = %v, GPU onboarded %d", got, st.Tier(GPU).Onboarded)
 	}
 	if got := value(t, fams, "kvtier_link_transfer_seconds", "link", "gpu_to_host"); got == 0 {
 		t.Error("no gpu_to_host transfer observed")

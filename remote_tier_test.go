@@ -67,16 +67,16 @@ func TestRemoteSharedAcrossNodes(t *testing.T) {
 			a := toks(300, 4*bt+1)
 			n1 := newManager(t, nodeConfig(rc, prefix, "m@1"))
 			computeOn(t, n1, 1, a)
-			if st, _ := n1.Stats(ctx); st.Remote.Offloaded < 4 {
-				t.Fatalf("node 1 wrote %d blocks to the shared tier, want 4: %+v", st.Remote.Offloaded, st.Remote)
+			if st, _ := n1.Stats(ctx); st.Tier(Remote).Offloaded < 4 {
+				t.Fatalf("node 1 wrote %d blocks to the shared tier, want 4: %+v", st.Tier(Remote).Offloaded, st.Tier(Remote))
 			}
 			n2 := newManager(t, nodeConfig(rc, prefix, "m@1"))
 			r, err := n2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.RemoteTokens != 4*bt {
-				t.Fatalf("node 2 sees %d tokens in the shared tier, want %d", r.RemoteTokens, 4*bt)
+			if r.Tokens.Of(Remote) != 4*bt {
+				t.Fatalf("node 2 sees %d tokens in the shared tier, want %d", r.Tokens.Of(Remote), 4*bt)
 			}
 			if out := wait(t, r); out.ValidTokens != 4*bt {
 				t.Fatalf("node 2 loaded %+v", out)
@@ -93,16 +93,16 @@ func TestRemoteSharedAcrossNodes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if out := wait(t, r); r.RemoteTokens != 0 || out.ValidTokens != 0 {
-					t.Fatalf("model %q tenant %q sees %d remote tokens, %+v", c.model, c.salt, r.RemoteTokens, out)
+				if out := wait(t, r); r.Tokens.Of(Remote) != 0 || out.ValidTokens != 0 {
+					t.Fatalf("model %q tenant %q sees %d remote tokens, %+v", c.model, c.salt, r.Tokens.Of(Remote), out)
 				}
 			}
 			if n, err := n2.Delete(ctx, a, ""); err != nil || n == 0 {
 				t.Fatalf("Delete = %d, %v", n, err)
 			}
 			n4 := newManager(t, nodeConfig(rc, prefix, "m@1"))
-			if r, err := n4.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a}); err != nil || r.RemoteTokens != 0 {
-				t.Fatalf("after Delete a fresh node sees %d remote tokens (%v)", r.RemoteTokens, err)
+			if r, err := n4.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a}); err != nil || r.Tokens.Of(Remote) != 0 {
+				t.Fatalf("after Delete a fresh node sees %d remote tokens (%v)", r.Tokens.Of(Remote), err)
 			}
 		})
 	}
@@ -132,8 +132,8 @@ func TestRemoteTwoProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := wait(t, r); r.RemoteTokens != 3*bt || out.ValidTokens != 3*bt {
-		t.Fatalf("the reader process: %d remote tokens, %+v", r.RemoteTokens, out)
+	if out := wait(t, r); r.Tokens.Of(Remote) != 3*bt || out.ValidTokens != 3*bt {
+		t.Fatalf("the reader process: %d remote tokens, %+v", r.Tokens.Of(Remote), out)
 	}
 	checkBlocks(t, m, r.Blocks, a, "", 3)
 }

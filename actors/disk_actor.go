@@ -343,7 +343,7 @@ func (a *DiskActor) query(ctx actor.Context, m *messages.LowerQuery) {
 			if !a.holds(h, m.Digests, i) {
 				break
 			}
-			res.DiskTokens++ // in blocks; the Manager converts
+			res.Tokens[messages.Disk.Index()]++ // in blocks; the Manager converts
 		}
 	case messages.QueryDelete:
 		a.remove(ctx, m)

@@ -67,7 +67,7 @@ func TestDiskWriteFlushRead(t *testing.T) {
 	m, done = e.read(99, 1)
 	checkRead(t, m, done, false, true)
 
-	if r := e.query(messages.QueryExists, 1, 2, 3, 99, 4); r.Err != nil || r.DiskTokens != 3 {
+	if r := e.query(messages.QueryExists, 1, 2, 3, 99, 4); r.Err != nil || r.Tokens.Of(messages.Disk) != 3 {
 		t.Fatalf("exists: %+v", r)
 	}
 	if r := e.query(messages.QueryDelete, 2, 99); r.Err != nil || r.Deleted != 1 {
@@ -135,7 +135,7 @@ func TestDiskCorruptReadIsMiss(t *testing.T) {
 	if s.Extra["corrupt"] != 1 || s.Misses != 1 || s.Hits != 2 || s.Failed != 1 || s.UsedBlocks != 2 {
 		t.Fatalf("stats %v %+v", s, s.Extra)
 	}
-	if r := e.query(messages.QueryExists, 2); r.DiskTokens != 0 {
+	if r := e.query(messages.QueryExists, 2); r.Tokens.Of(messages.Disk) != 0 {
 		t.Fatalf("corrupt block still on disk: %+v", r)
 	}
 }
@@ -393,7 +393,7 @@ func TestDiskDeleteAnswersWhenDurable(t *testing.T) {
 	if u := e.nextUpdate(); !slices.Equal(u.Remove, []uint64{2}) {
 		t.Fatalf("index update %+v, want Remove [2]", u)
 	}
-	if r := e.query(messages.QueryExists, 2); r.DiskTokens != 0 {
+	if r := e.query(messages.QueryExists, 2); r.Tokens.Of(messages.Disk) != 0 {
 		t.Fatalf("deleted block still on disk: %+v", r)
 	}
 	// ...but the delete is not answered while its header is on disk.

@@ -68,18 +68,30 @@
 //     LowerReadDone (writing a slot's bytes only before it), and Flush and
 //     StatsRequest. Its I/O runs on worker goroutines that report back by
 //     message; the actor keeps the quota and the counters (remote_actor.go).
-//  3. A messages.Tier value and its name, a Config entry, and the Manager's
-//     wiring: spawn the actor, give it to the pinned actor as its lower tier
-//     (alone, or under the fan-out actor beside the disk), and list it in
-//     Flush, Stats and Close.
+//  3. A messages.Tier value and its name (raising messages.NumTiers, which
+//     sizes every TierTokens), a Config entry, and the Manager's wiring:
+//     spawn the actor, give it to the pinned actor as its lower tier (alone,
+//     or under the fan-out actor beside the disk), add it to the tiers New
+//     lists with their actors (Flush, Stats, Exists, Lookup and Delete walk
+//     that list; a tier that answers LowerQuery also gets a case in the
+//     Manager's queryTier), and list it in Close.
 //  4. How lookups find its blocks: a tier this node owns announces what it
 //     holds with IndexUpdate (the disk); a shared one answers the index's
 //     RemoteLookup instead, since other nodes change it.
 //
+// Indexed by tier already, so a new tier adds an entry and no field:
+// the token counts of AllocResult, QueryResult, Presence and LookupResult
+// (messages.TierTokens, indexed by Tier.Index), the GPU tier's
+// TokenCounts.Served, and Stats (Stats.Tiers, top first, and Stats.Tier).
+//
 // Still named per tier, and the next things to make generic: the Manager's
-// actor fields and Stats' named fields (Stats.Tiers is the generic walk),
-// AllocResult's per-tier token counts, and the fan-out actor, which takes
-// exactly two lower tiers.
+// actor fields (New gathers them into its list of tiers), the remote tier's
+// own steps in Manager.Delete (it answers no query, so the Manager deletes
+// from its store directly), the index actor's leading run, which knows the
+// pinned and disk tiers by name, and the fan-out actor, which takes exactly
+// two lower tiers. The scheduler's AllocOutcome and Result keep a field per
+// tier: the scheduler package does not import the library, and schedcache
+// maps TierTokens into them.
 //
 // # Invariants
 //

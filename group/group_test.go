@@ -166,8 +166,8 @@ func TestGroupAgreesDespiteDivergentRanks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r == 2 && ts.GPU.Timeouts == 0 || r == 3 && ts.GPU.Failed == 0 {
-			t.Fatalf("rank %d: the injected fault left no trace: %v", r, ts.GPU)
+		if r == 2 && ts.Tier(kvtier.GPU).Timeouts == 0 || r == 3 && ts.Tier(kvtier.GPU).Failed == 0 {
+			t.Fatalf("rank %d: the injected fault left no trace: %v", r, ts.Tier(kvtier.GPU))
 		}
 	}
 	g := group.Summarize(st)

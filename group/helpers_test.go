@@ -249,8 +249,9 @@ func (c *cluster) checkNoLeak() {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if int(st.GPU.Extra["free"]) != st.GPU.Blocks || st.GPU.Extra["sequences"] != 0 || st.GPU.InFlight != 0 {
-			c.t.Fatalf("rank %d leaks blocks: free %v of %d, sequences %v, in flight %d", r, st.GPU.Extra["free"], st.GPU.Blocks, st.GPU.Extra["sequences"], st.GPU.InFlight)
+		g := st.Tier(kvtier.GPU)
+		if int(g.Extra["free"]) != g.Blocks || g.Extra["sequences"] != 0 || g.InFlight != 0 {
+			c.t.Fatalf("rank %d leaks blocks: free %v of %d, sequences %v, in flight %d", r, g.Extra["free"], g.Blocks, g.Extra["sequences"], g.InFlight)
 		}
 	}
 }

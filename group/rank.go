@@ -180,7 +180,7 @@ func (r *Rank) localHit(ctx context.Context, req kvtier.AllocRequest) int {
 		r.log.Warn("group lookup failed: reporting no hit", zap.Uint64("seq", req.Seq), zap.Error(err))
 		return lookupFailed
 	}
-	hit := lr.GPUTokens + lr.LowerTokens
+	hit := lr.Tokens.Sum()
 	if bt := r.m.BlockTokens(); req.MaxHitTokens < 0 {
 		hit = 0
 	} else if req.MaxHitTokens > 0 {

@@ -101,7 +101,7 @@ type LowerReadDone struct {
 
 // LowerQuery asks a lower tier about hashes; the disk actor answers it (the
 // remote tier does not: Redis evicts and expires on its own). QueryExists sets
-// QueryResult.DiskTokens to the length, in blocks, of the leading run of
+// QueryResult.Tokens.Of(Disk) to the length, in blocks, of the leading run of
 // Hashes on disk (the Manager converts blocks to tokens). QueryDelete removes
 // every listed hash from disk and the index and sets QueryResult.Deleted.
 // Other kinds answer with Err set. Reply needs room for one answer.

@@ -120,13 +120,11 @@ type AllocResult struct {
 	Seq    uint64
 	Err    error
 	Blocks []blockpool.BlockID // the block table; belongs to the caller
-	// GPUTokens leading tokens were on the GPU and are ready now.
-	GPUTokens int
-	// PinnedTokens, DiskTokens and RemoteTokens follow, being copied in
-	// from those tiers.
-	PinnedTokens int
-	DiskTokens   int
-	RemoteTokens int
+	// Tokens counts the leading tokens each tier serves: the first
+	// Tokens.Of(GPU) were on the GPU and are ready now; Tokens.Below() more
+	// follow, being copied in from the tiers below, each counted under the
+	// tier it comes from.
+	Tokens TierTokens
 	// Truncated is how many prompt tokens MaxSeqLen cut off.
 	Truncated int
 	// Ready completes when every copy this allocation waits on is done:
@@ -316,13 +314,15 @@ type Query struct {
 	Reply  chan *QueryResult
 }
 
-// QueryResult answers a Query. For QueryExists, Tokens[t] is how many leading
-// tokens tier t (GPU, Pinned, Disk) holds, and Any how many leading tokens some
-// tier holds. For QueryDelete, Deleted counts blocks dropped.
+// QueryResult answers a Query, a PinnedQuery or a LowerQuery. For
+// QueryExists and QueryPrefetch, the tier that answers sets its own entry of
+// Tokens to the leading run of the chain it holds: in tokens from the GPU
+// tier, in blocks from the tiers below (the Manager converts). For
+// QueryDelete, Deleted counts blocks dropped.
 type QueryResult struct {
-	GPUTokens, PinnedTokens, DiskTokens, AnyTokens int
-	Deleted                                        int
-	Err                                            error
+	Tokens  TierTokens
+	Deleted int
+	Err     error
 }
 
 // Flush is a barrier: answered once every write in flight when it arrived is done.
@@ -544,18 +544,19 @@ func (l Link) String() string {
 type LinkObserver func(l Link, blocks int, bytes int64, d time.Duration, ok bool)
 
 // TokenCounts is what allocations asked and found, in tokens: Prompt is the
-// tokens asked for, the others the leading tokens each tier served.
+// tokens asked for, Served the leading tokens each tier served, indexed by
+// Tier.Index.
 type TokenCounts struct {
-	Prompt, GPU, Pinned, Disk, Remote uint64
+	Prompt uint64
+	Served [NumTiers]uint64
 }
 
 // Add adds the tokens of one allocation result for a prompt of n tokens.
 func (c *TokenCounts) Add(n int, r *AllocResult) {
 	c.Prompt += uint64(n)
-	c.GPU += uint64(r.GPUTokens)
-	c.Pinned += uint64(r.PinnedTokens)
-	c.Disk += uint64(r.DiskTokens)
-	c.Remote += uint64(r.RemoteTokens)
+	for i, x := range r.Tokens {
+		c.Served[i] += uint64(x)
+	}
 }
 
 // ResidencyChange is one block a tier gained (Stored) or lost.

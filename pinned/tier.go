@@ -456,6 +456,7 @@ func (t *Tier) Query(m *messages.PinnedQuery) {
 		// The leading run held here with matching digests (resident, or
 		// draining below and still readable), in blocks (the Manager
 		// converts).
+		n := 0
 		for i, h := range m.Hashes {
 			slot, resident := t.pool.Lookup(h)
 			if !resident {
@@ -466,9 +467,10 @@ func (t *Tier) Query(m *messages.PinnedQuery) {
 			if i >= len(m.Digests) || t.digests[slot] != m.Digests[i] {
 				break
 			}
-			res.PinnedTokens++
+			n++
 		}
-		if n := res.PinnedTokens; m.Kind == messages.QueryPrefetch && t.cfg.Lower && n < len(m.Hashes) && n < len(m.Digests) {
+		res.Tokens[messages.Pinned.Index()] = n
+		if m.Kind == messages.QueryPrefetch && t.cfg.Lower && n < len(m.Hashes) && n < len(m.Digests) {
 			t.readFromLower(&lowerRead{prefetch: m.Reply, have: n}, m.Hashes[n:], m.Digests[n:], time.Time{})
 			return
 		}

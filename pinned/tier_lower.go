@@ -262,7 +262,9 @@ func (t *Tier) finishFetch(f *lowerRead, ok []bool) {
 			n++
 		}
 		r := f.prefetch
-		t.reply(func() { r <- &messages.QueryResult{PinnedTokens: n} })
+		res := &messages.QueryResult{}
+		res.Tokens[messages.Pinned.Index()] = n
+		t.reply(func() { r <- res })
 		return
 	}
 	g := f.grant

@@ -95,14 +95,15 @@ func outcome(r *kvtier.AllocResult) scheduler.AllocOutcome {
 	if r.Err != nil {
 		return scheduler.AllocOutcome{Err: noBlocks(r.Err)}
 	}
-	o := scheduler.AllocOutcome{GPUTokens: r.GPUTokens, PinnedTokens: r.PinnedTokens, DiskTokens: r.DiskTokens, RemoteTokens: r.RemoteTokens}
-	lower := r.PinnedTokens + r.DiskTokens + r.RemoteTokens
+	o := scheduler.AllocOutcome{GPUTokens: r.Tokens.Of(kvtier.GPU), PinnedTokens: r.Tokens.Of(kvtier.Pinned),
+		DiskTokens: r.Tokens.Of(kvtier.Disk), RemoteTokens: r.Tokens.Of(kvtier.Remote)}
+	lower := r.Tokens.Below()
 	if lower == 0 || r.Ready == nil {
 		// Nothing loads. Ready may still wait on the offload of blocks this
 		// allocation evicted; the scheduler writes no KV, so it need not wait.
 		return o
 	}
-	ready, gpu := r.Ready, r.GPUTokens
+	ready, gpu := r.Ready, o.GPUTokens
 	o.Ready = ready.Done()
 	o.Loaded = func() int { return min(max(ready.Outcome().ValidTokens-gpu, 0), lower) }
 	return o

@@ -178,8 +178,8 @@ func TestOnboardFromPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GPU.Onboarded == 0 {
-		t.Fatalf("stats count no onboarded block: %v", st.GPU)
+	if st.Tier(kvtier.GPU).Onboarded == 0 {
+		t.Fatalf("stats count no onboarded block: %v", st.Tier(kvtier.GPU))
 	}
 }
 
@@ -216,7 +216,7 @@ func TestSwapToPinned(t *testing.T) {
 	if err := c.Swap(ctx, []scheduler.SeqID{2}); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := m.Exists(ctx, toks, ""); err != nil || p.PinnedTokens != blockTokens {
+	if p, err := m.Exists(ctx, toks, ""); err != nil || p.Tokens.Of(kvtier.Pinned) != blockTokens {
 		t.Fatalf("after swapping a half-computed sequence %+v %v, want its one committed block in pinned memory", p, err)
 	}
 	if _, err := c.Commit(ctx, []scheduler.SeqID{1}, []int{len(toks)}); err != nil {
@@ -226,7 +226,7 @@ func TestSwapToPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := m.Exists(ctx, toks, "")
-	if err != nil || p.PinnedTokens != 3*blockTokens {
+	if err != nil || p.Tokens.Of(kvtier.Pinned) != 3*blockTokens {
 		t.Fatalf("after swap %+v %v, want 3 blocks in pinned memory", p, err)
 	}
 	if err := c.Free(ctx, []scheduler.SeqID{1}); err == nil {

@@ -9,7 +9,8 @@
 // Append one AppendBatch, Free one FreeBatch, Flush one Manager.Flush. The
 // Manager's "no space" error (kvtier.ErrNoSpace, a *blockpool.NoSpaceError)
 // becomes scheduler.ErrNoBlocks, wrapping the original. An allocation reports
-// the result's GPUTokens, PinnedTokens and DiskTokens; its Ready channel is the
+// the result's tokens from each tier (AllocResult.Tokens) in the scheduler's
+// per-tier fields; its Ready channel is the
 // Manager's completion, and Loaded is the completion's ValidTokens minus the
 // GPU tokens: a load that missed the Manager's read deadline or failed leaves
 // the rest to recompute.

@@ -80,7 +80,7 @@ func checkQuiescent(t *testing.T, ctx context.Context, m *kvtier.Manager, phase 
 	if err != nil {
 		t.Fatalf("%s: stats: %v", phase, err)
 	}
-	g, p := st.GPU, st.Pinned
+	g, p := st.Tier(kvtier.GPU), st.Tier(kvtier.Pinned)
 	var bad []string
 	if g.Extra["sequences"] != 0 {
 		bad = append(bad, fmt.Sprintf("%v sequences live, want 0", g.Extra["sequences"]))
@@ -91,7 +91,7 @@ func checkQuiescent(t *testing.T, ctx context.Context, m *kvtier.Manager, phase 
 	if g.InFlight != 0 || p.InFlight != 0 {
 		bad = append(bad, fmt.Sprintf("in flight after Flush: GPU %d, pinned %d", g.InFlight, p.InFlight))
 	}
-	d := st.Disk
+	d := st.Tier(kvtier.Disk)
 	switch {
 	case p.UsedBlocks != int(p.Extra["resident"]) || p.UsedBlocks > p.Blocks:
 		bad = append(bad, fmt.Sprintf("pinned used %d, resident %v, capacity %d", p.UsedBlocks, p.Extra["resident"], p.Blocks))
@@ -156,8 +156,8 @@ func TestConcurrentManager(t *testing.T) { runConcurrent(t, kvtier.Config{}) }
 // blocks drain to disk and come back disk -> pinned -> GPU under the load.
 func TestConcurrentManagerWithDisk(t *testing.T) {
 	st := runConcurrent(t, kvtier.Config{PinnedBytes: 48 << 12, DiskDir: t.TempDir(), DiskBytes: 4096 * (8 << 10)})
-	if st.Disk.Offloaded == 0 || st.Disk.Onboarded == 0 {
-		t.Errorf("the disk tier was not exercised: %v", st.Disk)
+	if st.Tier(kvtier.Disk).Offloaded == 0 || st.Tier(kvtier.Disk).Onboarded == 0 {
+		t.Errorf("the disk tier was not exercised: %v", st.Tier(kvtier.Disk))
 	}
 }
 
@@ -195,12 +195,12 @@ func runConcurrent(t *testing.T, cfg kvtier.Config) kvtier.Stats {
 	if c.verified == 0 || c.verifiedOnboard == 0 {
 		t.Errorf("verified %d blocks (%d onboarded): the load never exercised the lower tier", c.verified, c.verifiedOnboard)
 	}
-	if st.GPU.Evictions == 0 || st.GPU.Offloaded == 0 {
-		t.Errorf("no eviction or offload: %v", st.GPU)
+	if st.Tier(kvtier.GPU).Evictions == 0 || st.Tier(kvtier.GPU).Offloaded == 0 {
+		t.Errorf("no eviction or offload: %v", st.Tier(kvtier.GPU))
 	}
 	t.Logf("%d goroutines x %d phases: %d ops (%d allocations, %d no space, %d appends, %d frees, %d exists, %d deletes, %d prefetches)",
 		goroutines, phases, c.ops, c.allocs, c.noSpace, c.appends, c.frees, c.exists, c.deletes, c.prefetches)
 	t.Logf("blocks: %d written, %d verified (%d GPU hits, %d onboarded), %d hits skipped while written; %v; %v; %v",
-		c.written, c.verified, c.verifiedHit, c.verifiedOnboard, c.skippedBusy, st.GPU, st.Pinned, st.Disk)
+		c.written, c.verified, c.verifiedHit, c.verifiedOnboard, c.skippedBusy, st.Tier(kvtier.GPU), st.Tier(kvtier.Pinned), st.Tier(kvtier.Disk))
 	return st
 }

@@ -56,12 +56,12 @@ func TestDiskFaults(t *testing.T) {
 	}
 	c := sumCounts(ws)
 	injected := eio.Load() + enospc.Load() + torn.Load() + readEIO.Load() + short.Load()
-	if injected == 0 || st.Disk.Onboarded == 0 {
-		t.Fatalf("faults injected %d, disk onboarded %d: the disk tier was not exercised", injected, st.Disk.Onboarded)
+	if injected == 0 || st.Tier(kvtier.Disk).Onboarded == 0 {
+		t.Fatalf("faults injected %d, disk onboarded %d: the disk tier was not exercised", injected, st.Tier(kvtier.Disk).Onboarded)
 	}
-	if st.Disk.Failed == 0 {
-		t.Errorf("disk stats count no failure after %d injected faults: %v %v", injected, st.Disk, st.Disk.Extra)
+	if st.Tier(kvtier.Disk).Failed == 0 {
+		t.Errorf("disk stats count no failure after %d injected faults: %v %v", injected, st.Tier(kvtier.Disk), st.Tier(kvtier.Disk).Extra)
 	}
 	t.Logf("faults: write EIO %d, ENOSPC %d, torn %d; read EIO %d, short %d; blocks verified %d (%d onboarded); disk: %v",
-		eio.Load(), enospc.Load(), torn.Load(), readEIO.Load(), short.Load(), c.verified, c.verifiedOnboard, st.Disk)
+		eio.Load(), enospc.Load(), torn.Load(), readEIO.Load(), short.Load(), c.verified, c.verifiedOnboard, st.Tier(kvtier.Disk))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier"
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/internal/enginetest"
 	"github.com/kvtier/kvtier/refengine"
@@ -83,8 +84,8 @@ func TestReferenceEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total.GPU == 0 || total.Loaded == 0 || total.Late+total.Failed == 0 {
+	if total.Promised.Of(kvtier.GPU) == 0 || total.Loaded == 0 || total.Late+total.Failed == 0 {
 		t.Errorf("a path was not exercised: %v; faults %v", total, f)
 	}
-	t.Logf("%d goroutines x %d phases x %d rounds: %v; faults %v; %v; %v; %v", goroutines, phases, rounds, total, f, st.GPU, st.Pinned, st.Disk)
+	t.Logf("%d goroutines x %d phases x %d rounds: %v; faults %v; %v; %v; %v", goroutines, phases, rounds, total, f, st.Tier(kvtier.GPU), st.Tier(kvtier.Pinned), st.Tier(kvtier.Disk))
 }

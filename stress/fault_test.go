@@ -102,7 +102,7 @@ func TestFaults(t *testing.T) {
 		st = checkQuiescent(t, ctx, m, name, &c)
 		// Every failed block is a failed onboard some allocation saw, or a
 		// failed offload.
-		if got, want := int64(st.GPU.Failed), int64(c.failed)+f.d2hFailedBlocks.Load(); got != want {
+		if got, want := int64(st.Tier(kvtier.GPU).Failed), int64(c.failed)+f.d2hFailedBlocks.Load(); got != want {
 			t.Fatalf("%s: GPU failed %d, want %d (outcomes %d + offload blocks %d)", name, got, want, c.failed, f.d2hFailedBlocks.Load())
 		}
 		if int64(c.failed) > f.h2dFailedBlocks.Load() {
@@ -114,5 +114,5 @@ func TestFaults(t *testing.T) {
 		t.Errorf("faults never showed: late %d, failed %d, %v", c.late, c.failed, f)
 	}
 	t.Logf("%d goroutines: %d ops, %d allocations; %d blocks verified (%d onboarded), %d late, %d failed; faults: %v; %v",
-		goroutines, c.ops, c.allocs, c.verified, c.verifiedOnboard, c.late, c.failed, f, st.GPU)
+		goroutines, c.ops, c.allocs, c.verified, c.verifiedOnboard, c.late, c.failed, f, st.Tier(kvtier.GPU))
 }

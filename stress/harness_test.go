@@ -214,7 +214,7 @@ func (k *worker) step(ctx context.Context) error {
 		if err := k.check("exists", err); err != nil {
 			return err
 		}
-		if pr.GPUTokens%bt != 0 || pr.GPUTokens > len(p) || pr.PinnedTokens%bt != 0 || pr.PinnedTokens > len(p) {
+		if pr.Tokens.Of(kvtier.GPU)%bt != 0 || pr.Tokens.Of(kvtier.GPU) > len(p) || pr.Tokens.Of(kvtier.Pinned)%bt != 0 || pr.Tokens.Of(kvtier.Pinned) > len(p) {
 			return fmt.Errorf("goroutine %d: exists: presence %+v of a %d-token stem", k.g, pr, len(p))
 		}
 	case r < 11:
@@ -272,7 +272,7 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 	k.live = append(k.live, live{seq: seq, tokens: tokens})
 	nb := (len(tokens) + bt - 1) / bt
 	k.c.allocBlocks += nb
-	if wantMiss && (r.GPUTokens != 0 || r.PinnedTokens != 0 || r.DiskTokens != 0) {
+	if wantMiss && r.Tokens.Sum() != 0 {
 		lower(done)
 		return fmt.Errorf("goroutine %d (tenant %d): first allocation of a prompt by its tenant hit: %+v", k.g, k.tenant, r)
 	}
@@ -299,7 +299,7 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 	}
 	k.c.late += out.Late
 	k.c.failed += out.Failed
-	gpuHit := r.GPUTokens / bt
+	gpuHit := r.Tokens.Of(kvtier.GPU) / bt
 	valid := out.ValidTokens / bt
 	k.c.hitBlocks += gpuHit
 	k.c.onboarded += valid - gpuHit
@@ -307,8 +307,8 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 	case len(blocks) != nb:
 		lower(done)
 		return fmt.Errorf("goroutine %d: seq %d: %d blocks for %d tokens", k.g, seq, len(blocks), len(tokens))
-	case out.ValidTokens%bt != 0 || r.GPUTokens%bt != 0 || out.ValidTokens < r.GPUTokens ||
-		out.ValidTokens > r.GPUTokens+r.PinnedTokens+r.DiskTokens || valid > len(hashes):
+	case out.ValidTokens%bt != 0 || r.Tokens.Of(kvtier.GPU)%bt != 0 || out.ValidTokens < r.Tokens.Of(kvtier.GPU) ||
+		out.ValidTokens > r.Tokens.Sum() || valid > len(hashes):
 		lower(done)
 		return fmt.Errorf("goroutine %d: seq %d: outcome %+v does not fit allocation %+v", k.g, seq, out, r)
 	}

@@ -45,8 +45,8 @@ func TestSoak(t *testing.T) {
 		failOn(t, name, runPhase(ctx, ws, perPhase, randomPhase))
 		c = sumCounts(ws)
 		st := checkQuiescent(t, ctx, m, name, &c)
-		if int64(st.GPU.Failed) != int64(c.failed)+f.d2hFailedBlocks.Load() {
-			t.Fatalf("%s: GPU failed %d, outcomes %d + offload blocks %d", name, st.GPU.Failed, c.failed, f.d2hFailedBlocks.Load())
+		if int64(st.Tier(kvtier.GPU).Failed) != int64(c.failed)+f.d2hFailedBlocks.Load() {
+			t.Fatalf("%s: GPU failed %d, outcomes %d + offload blocks %d", name, st.Tier(kvtier.GPU).Failed, c.failed, f.d2hFailedBlocks.Load())
 		}
 		cancel()
 		phases++
@@ -55,7 +55,7 @@ func TestSoak(t *testing.T) {
 	t.Logf("blocks verified: %d (%d GPU hits, %d onboarded), %d written, %d hits skipped while written", c.verified, c.verifiedHit, c.verifiedOnboard, c.written, c.skippedBusy)
 	t.Logf("faults injected: %v; outcomes: %d late, %d failed blocks", f, c.late, c.failed)
 	if st, err := m.Stats(context.Background()); err == nil {
-		t.Logf("tiers: %v; %v; %v", st.GPU, st.Pinned, st.Disk)
+		t.Logf("tiers: %v; %v; %v", st.Tier(kvtier.GPU), st.Tier(kvtier.Pinned), st.Tier(kvtier.Disk))
 	}
 	t.Logf("leaks found: 0 (every barrier: all GPU blocks free, nothing in flight, pinned = index)")
 }

@@ -27,10 +27,10 @@ type link struct {
 // loaded from disk.
 func links(s kvtier.Stats, modelBlockBytes int64) []link {
 	l := []link{
-		{Name: "GPU -> pinned", Blocks: s.GPU.Offloaded},
-		{Name: "pinned -> GPU", Blocks: s.GPU.Onboarded},
-		{Name: "pinned -> disk", Blocks: s.Disk.Offloaded},
-		{Name: "disk -> pinned", Blocks: s.Pinned.Onboarded},
+		{Name: "GPU -> pinned", Blocks: s.Tier(kvtier.GPU).Offloaded},
+		{Name: "pinned -> GPU", Blocks: s.Tier(kvtier.GPU).Onboarded},
+		{Name: "pinned -> disk", Blocks: s.Tier(kvtier.Disk).Offloaded},
+		{Name: "disk -> pinned", Blocks: s.Tier(kvtier.Pinned).Onboarded},
 	}
 	for i := range l {
 		l[i].Bytes = int64(l[i].Blocks) * modelBlockBytes
@@ -144,6 +144,10 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 	}
 	for _, out := range outs {
 		res, st := out.res, out.stats
+		var timeouts, denied, failed uint64
+		for _, ts := range st.Tiers {
+			timeouts, denied, failed = timeouts+ts.Timeouts, denied+ts.Denied, failed+ts.Failed
+		}
 		c := jsonConfig{
 			Name: out.tiers.String(), GPUBlocks: out.gpu, PinnedBlocks: out.pinned, DiskBlocks: out.disk,
 			Requests: res.Requests, PromptTokens: res.PromptTokens, AdmittedTokens: res.AdmittedTokens,
@@ -156,18 +160,12 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 			DurationS:     res.Duration.Seconds(), OutputTokensPerS: res.OutputTokensPerS, RequestsPerS: res.RequestsPerS,
 			Steps: res.Steps, Preemptions: res.Preemptions, SwapFallbacks: res.SwapFallbacks, Onboarded: res.Onboarded,
 			TimedOutTransfers: res.TimedOutTransfers,
-			ManagerTimeouts:   st.GPU.Timeouts + st.Pinned.Timeouts + st.Disk.Timeouts,
-			Denied:            st.GPU.Denied + st.Pinned.Denied + st.Disk.Denied,
-			Failed:            st.GPU.Failed + st.Pinned.Failed + st.Disk.Failed,
+			ManagerTimeouts:   timeouts,
+			Denied:            denied,
+			Failed:            failed,
 			Links:             links(st, mb),
-			Tiers:             []kvtier.TierStats{st.GPU},
+			Tiers:             st.Tiers, // the tiers out configured: GPU, then pinned and disk when it has them
 			WallS:             out.wall.Seconds(),
-		}
-		if out.pinned > 0 {
-			c.Tiers = append(c.Tiers, st.Pinned)
-		}
-		if out.disk > 0 {
-			c.Tiers = append(c.Tiers, st.Disk)
 		}
 		for _, p := range res.Series {
 			c.Series = append(c.Series, jsonPoint{p.Start.Seconds(), p.Arrivals, p.AdmittedTokens, p.HitTokens, p.HitRatio, p.OutputTokens})

@@ -203,7 +203,7 @@ func replayManager(reqs []trace.Request, n, batch int, mx metricsSink, config st
 			}
 			<-r.Ready.Done() // GPU tier only: done at once
 			c.blocks += int64(len(r.Blocks))
-			c.hits += int64(r.GPUTokens / trace.BlockTokens)
+			c.hits += int64(r.Tokens.Of(kvtier.GPU) / trace.BlockTokens)
 		}
 		return nil
 	}

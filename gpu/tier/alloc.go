@@ -140,7 +140,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		return
 	}
 	out.Blocks = alloc.Blocks
-	out.GPUTokens = alloc.CachedTokens
+	out.Tokens[messages.GPU.Index()] = alloc.CachedTokens
 	t.stats.Hits += uint64(alloc.HitBlocks)
 	t.stats.Misses += uint64(nb - alloc.HitBlocks)
 	w := &waiter{seq: blockpool.SeqID(r.Seq), pending: 1}
@@ -181,14 +181,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 			op.blocks = append(op.blocks, id)
 			op.hashes = append(op.hashes, uint64(k.Hashes[start+j]))
 			op.digests = append(op.digests, k.Digests[start+j])
-			switch load[j] {
-			case messages.Pinned:
-				out.PinnedTokens += t.bs
-			case messages.Disk:
-				out.DiskTokens += t.bs
-			default:
-				out.RemoteTokens += t.bs
-			}
+			out.Tokens[load[j].Index()] += t.bs
 		}
 		w.pending++
 		w.loading = true

@@ -184,7 +184,7 @@ func (t *Tier) query(m *messages.Query) *messages.QueryResult {
 		res.Err = err
 		return res
 	}
-	res.GPUTokens = hits * t.bs
+	res.Tokens[messages.GPU.Index()] = hits * t.bs
 	if m.Kind == messages.QueryDelete {
 		res.Deleted = t.deleteChain(m.Tokens, m.Keys)
 	}

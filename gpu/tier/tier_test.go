@@ -88,7 +88,7 @@ func TestLoadDeadlineOnInjectedClock(t *testing.T) {
 	tr := newTier(t, 8, Config{Lower: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
 	p := prompt(1, 3*bs)
 	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned, messages.Pinned})
-	if res.Err != nil || res.PinnedTokens != 3*bs {
+	if res.Err != nil || res.Tokens.Of(messages.Pinned) != 3*bs {
 		t.Fatalf("allocation %+v", res)
 	}
 	req := fetchRequest(t, r)
@@ -278,8 +278,8 @@ func TestMaxHitTokensCapsEveryTier(t *testing.T) {
 			r = drain(t, tr)
 		}
 		got := res.Results[0]
-		if got.Err != nil || got.GPUTokens != c.gpu || got.PinnedTokens != c.pinned {
-			t.Fatalf("cap %d: %d GPU and %d pinned tokens (%v), want %d and %d", c.cap, got.GPUTokens, got.PinnedTokens, got.Err, c.gpu, c.pinned)
+		if got.Err != nil || got.Tokens.Of(messages.GPU) != c.gpu || got.Tokens.Of(messages.Pinned) != c.pinned {
+			t.Fatalf("cap %d: %d GPU and %d pinned tokens (%v), want %d and %d", c.cap, got.Tokens.Of(messages.GPU), got.Tokens.Of(messages.Pinned), got.Err, c.gpu, c.pinned)
 		}
 		if c.pinned > 0 {
 			req := fetchRequest(t, r)

@@ -48,9 +48,9 @@ type Engine struct {
 // Interfere canceled.
 type Tally struct {
 	Admits                          int
-	GPU, Pinned, Disk               int // tokens each allocation was promised, by tier
-	Loaded                          int // tokens that arrived from a lower tier (valid beyond the GPU hit)
-	Computed                        int // tokens the engine computed
+	Promised                        kvtier.TierTokens // tokens each allocation was promised, by tier
+	Loaded                          int               // tokens that arrived from a lower tier (valid beyond the GPU hit)
+	Computed                        int               // tokens the engine computed
 	Late, Failed, Evicted, Mismatch int
 	Swapped, Recomputed, Aborted    int // preemptions by swap, by recompute, and aborts
 	Canceled                        int // calls Interfere canceled, redone
@@ -60,9 +60,9 @@ type Tally struct {
 // Add adds o to t.
 func (t *Tally) Add(o Tally) {
 	t.Admits += o.Admits
-	t.GPU += o.GPU
-	t.Pinned += o.Pinned
-	t.Disk += o.Disk
+	for i, n := range o.Promised {
+		t.Promised[i] += n
+	}
 	t.Loaded += o.Loaded
 	t.Computed += o.Computed
 	t.Late += o.Late
@@ -77,8 +77,8 @@ func (t *Tally) Add(o Tally) {
 }
 
 func (t Tally) String() string {
-	return fmt.Sprintf("%d admits: GPU %d, pinned %d, disk %d tokens promised, %d loaded, %d computed; blocks late %d, failed %d, evicted %d, mismatch %d; swapped %d, recomputed %d, aborted %d; canceled %d, applied after cancel %d",
-		t.Admits, t.GPU, t.Pinned, t.Disk, t.Loaded, t.Computed, t.Late, t.Failed, t.Evicted, t.Mismatch,
+	return fmt.Sprintf("%d admits: tokens promised %v, %d loaded, %d computed; blocks late %d, failed %d, evicted %d, mismatch %d; swapped %d, recomputed %d, aborted %d; canceled %d, applied after cancel %d",
+		t.Admits, t.Promised, t.Loaded, t.Computed, t.Late, t.Failed, t.Evicted, t.Mismatch,
 		t.Swapped, t.Recomputed, t.Aborted, t.Canceled, t.Applied)
 }
 
@@ -173,10 +173,10 @@ func (g *Gen) Admit(ctx context.Context) error {
 	g.Last, g.LastOut = r, out
 	t := &g.Tally
 	t.Admits++
-	t.GPU += r.GPUTokens
-	t.Pinned += r.PinnedTokens
-	t.Disk += r.DiskTokens
-	t.Loaded += out.ValidTokens - r.GPUTokens
+	for i, n := range r.Tokens {
+		t.Promised[i] += n
+	}
+	t.Loaded += out.ValidTokens - r.Tokens.Of(kvtier.GPU)
 	t.Late += out.Late
 	t.Failed += out.Failed
 	t.Evicted += out.Evicted
@@ -187,7 +187,7 @@ func (g *Gen) Admit(ctx context.Context) error {
 		table = out.Blocks
 	}
 	if g.e.TrustAlloc {
-		g.computed = r.GPUTokens + r.PinnedTokens + r.DiskTokens
+		g.computed = r.Tokens.Sum()
 	}
 	if g.computed >= len(g.Tokens) || g.computed < 0 {
 		return fmt.Errorf("seq %d: %d of %d tokens valid: the hit cap did not hold (%+v, %+v)", g.Seq, g.computed, len(g.Tokens), r, out)

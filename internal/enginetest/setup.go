@@ -48,7 +48,7 @@ func CheckNoLeaks(ctx context.Context, m *kvtier.Manager) error {
 	if err != nil {
 		return fmt.Errorf("stats: %w", err)
 	}
-	g := st.GPU
+	g := st.Tier(kvtier.GPU)
 	var errs []error
 	if n := g.Extra["sequences"]; n != 0 {
 		errs = append(errs, fmt.Errorf("%v sequences live, want 0", n))
@@ -56,8 +56,8 @@ func CheckNoLeaks(ctx context.Context, m *kvtier.Manager) error {
 	if int(g.Extra["free"]) != g.Blocks {
 		errs = append(errs, fmt.Errorf("%v of %d GPU blocks free with no sequence live: references or pins leaked", g.Extra["free"], g.Blocks))
 	}
-	if g.InFlight != 0 || st.Pinned.InFlight != 0 || st.Disk.InFlight != 0 {
-		errs = append(errs, fmt.Errorf("in flight after Flush: GPU %d, pinned %d, disk %d", g.InFlight, st.Pinned.InFlight, st.Disk.InFlight))
+	if g.InFlight != 0 || st.Tier(kvtier.Pinned).InFlight != 0 || st.Tier(kvtier.Disk).InFlight != 0 {
+		errs = append(errs, fmt.Errorf("in flight after Flush: GPU %d, pinned %d, disk %d", g.InFlight, st.Tier(kvtier.Pinned).InFlight, st.Tier(kvtier.Disk).InFlight))
 	}
 	return errors.Join(errs...)
 }
