@@ -115,6 +115,42 @@ func TestDiskSurvivesRestart(t *testing.T) {
 	checkBlocks(t, m2, r.Blocks, a, "", 4)
 }
 
+// TestRestartFirstAllocationFindsDisk: the first call on a reopened Manager,
+// an allocation, already finds the blocks the disk reopened (New returns
+// once the prefix index knows them), restart after restart.
+func TestRestartFirstAllocationFindsDisk(t *testing.T) {
+	ctx := context.Background()
+	cfg := diskConfig(t, t.TempDir())
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := toks(100, 4*bt)
+	pushDown(t, m, a)
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 10 {
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+		if err != nil || r.Tokens.Of(Disk) != len(a) {
+			t.Fatalf("round %d: first allocation after the restart: %v, %v; want %d tokens from disk", round, r.Tokens, err, len(a))
+		}
+		if out := wait(t, r); out.ValidTokens != len(a) {
+			t.Fatalf("round %d: outcome %+v", round, out)
+		}
+		if err := m.Free(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestPrefetchFromDisk(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t, diskConfig(t, t.TempDir()))

@@ -270,6 +270,12 @@ func New(cfg Config) (*Manager, error) {
 		}
 		root.Send(m.idxPID, w)
 	}
+	if m.diskPID != nil {
+		if err := m.awaitReopened(); err != nil {
+			_ = m.Close(context.Background())
+			return nil, err
+		}
+	}
 	if m.metrics != nil {
 		m.metrics.m = m
 		if err := m.metrics.register(); err != nil {
@@ -281,6 +287,22 @@ func New(cfg Config) (*Manager, error) {
 	c.Logger.Info("kvtier manager started", zap.Int("gpu_blocks", c.GPUBlocks), zap.Int("block_bytes", layout.BlockBytes()),
 		zap.Int64("pinned_bytes", c.PinnedBytes), zap.Stringer("ingestion", c.Ingestion), zap.String("device", m.device.Name()))
 	return m, nil
+}
+
+// awaitReopened returns once the prefix index knows the blocks the disk
+// reopened, so that the first allocation after a restart finds them. The
+// disk actor announces them to the index when it starts; a stats request
+// to the disk, then one to the index, is the barrier: the disk answers
+// after its start, and the index takes the announcement, sent before that
+// answer, before a request sent after it.
+func (m *Manager) awaitReopened() error {
+	for _, pid := range []*actor.PID{m.diskPID, m.idxPID} {
+		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
+		if _, err := ask(context.Background(), m, pid, nil, req, req.Reply); err != nil {
+			return fmt.Errorf("kvtier: waiting for the disk's records to reach the index: %w", err)
+		}
+	}
+	return nil
 }
 
 // props gives each actor a dedicated goroutine (see actors.Dedicated).
