@@ -56,13 +56,16 @@ type AdaptiveConfig struct {
 	MinHistory int
 }
 
-// DefaultAdaptiveConfig returns the parameters New(Adaptive, ...) uses.
+// DefaultAdaptiveConfig returns the parameters New(Adaptive, ...) uses. The
+// windows of each ranking step by 4 from one capacity (1, 4, 16 or
+// unbounded), so that some candidate is within a factor of 2 of any window
+// in that range; the new-first rankings take 0 and 1.
 func DefaultAdaptiveConfig() AdaptiveConfig {
 	inf := math.Inf(1)
 	return AdaptiveConfig{
 		Candidates: []Candidate{
 			{RankSecondUse, 1}, {RankSecondUse, 4}, {RankSecondUse, inf},
-			{RankFrequency, 4}, {RankFrequency, 16},
+			{RankFrequency, 1}, {RankFrequency, 4}, {RankFrequency, 16},
 			{RankFrequencyNewFirst, 0}, {RankFrequencyNewFirst, 1},
 		},
 		Period:     1,
@@ -72,7 +75,7 @@ func DefaultAdaptiveConfig() AdaptiveConfig {
 }
 
 // maxLanes bounds the real cache plus one shadow per candidate.
-const maxLanes = 8
+const maxLanes = 9
 
 // minPeriod is the fewest touches between two adaptation steps.
 const minPeriod = 256

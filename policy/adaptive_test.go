@@ -297,7 +297,7 @@ func TestAdaptiveMissScoresShadows(t *testing.T) {
 	checkAdaptive(t, p)
 }
 
-// TestAdaptiveWithShadows runs the default policy (seven shadows, switching)
+// TestAdaptiveWithShadows runs the default policy (eight shadows, switching)
 // against a plain set: whatever ranking it uses, residency follows Add,
 // Remove and Evict, victims pass the filter, and every heap stays valid.
 func TestAdaptiveWithShadows(t *testing.T) {

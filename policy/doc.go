@@ -48,7 +48,7 @@
 // ARC up to 2x capacity per ghost list, S3-FIFO up to capacity. Nodes live
 // in one slice with a free list, so steady-state churn does not allocate.
 // Adaptive costs more: O(log capacity) per operation in the real cache and
-// in each of its seven shadows, and one entry per remembered id (at most
+// in each of its eight shadows, and one entry per remembered id (at most
 // max(64 × capacity, 2^20) ids); see kvbench's trace suite for the measured
 // time per operation and bytes per id.
 //
