@@ -226,7 +226,15 @@ func New(cfg Config) (*Manager, error) {
 	}
 	var diskMisses bool
 	if m.pinned != nil {
-		m.idxPID = root.Spawn(m.props(actors.NewIndexActor(c.Logger.Named("index"), m.remPID, m.evPID)))
+		order := []Tier{Pinned}
+		if m.store != nil {
+			order = append(order, Disk)
+		}
+		prod, err := actors.NewIndexActor(actors.IndexConfig{Log: c.Logger.Named("index"), Tiers: order, Remote: m.remPID, Events: m.evPID})
+		if err != nil { // cannot happen: the list is built here
+			panic(err.Error())
+		}
+		m.idxPID = root.Spawn(m.props(prod))
 		pcfg := actors.PinnedConfig{
 			Pool: m.pinned, Index: m.idxPID, WriteQuota: c.WriteQuota, Log: c.Logger.Named("pinned"), Clock: clockFunc(c.Clock),
 			DiskIngestion: c.DiskIngestion, HotHits: c.HotHits, FreeTarget: freeTarget(c.OffloadAhead, m.pinned.NumSlots()),

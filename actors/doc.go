@@ -76,8 +76,9 @@
 //     that list; a tier that answers LowerQuery also gets a case in the
 //     Manager's queryTier), and list it in Close.
 //  4. How lookups find its blocks: a tier this node owns announces what it
-//     holds with IndexUpdate (the disk); a shared one answers the index's
-//     RemoteLookup instead, since other nodes change it.
+//     holds with IndexUpdate (the disk) and takes its place in the index's
+//     IndexConfig.Tiers, the order blocks are served from; a shared one
+//     answers the index's RemoteLookup instead, since other nodes change it.
 //
 // Indexed by tier already, so a new tier adds an entry and no field:
 // the token counts of AllocResult, QueryResult, Presence and LookupResult
@@ -87,9 +88,11 @@
 // Still named per tier, and the next things to make generic: the Manager's
 // actor fields (New gathers them into its list of tiers), the remote tier's
 // own steps in Manager.Delete (it answers no query, so the Manager deletes
-// from its store directly), the index actor's leading run, which knows the
-// pinned and disk tiers by name, and the fan-out actor, which takes exactly
-// two lower tiers. The scheduler's AllocOutcome and Result keep a field per
+// from its store directly), the index actor's messages to the tiers (it
+// tells the pinned actor when a block left the tiers below it, and the disk
+// actor of its misses), and the fan-out actor, which takes exactly two
+// lower tiers. The index serves a block from the first tier holding it in
+// the order the Manager configures (IndexConfig.Tiers), not from code. The scheduler's AllocOutcome and Result keep a field per
 // tier: the scheduler package does not import the library, and schedcache
 // maps TierTokens into them.
 //

@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
 
@@ -12,14 +15,22 @@ import (
 type IndexActor struct {
 	log       *zap.Logger
 	residency map[uint64]messages.Tier
-	lookups   uint64
+	// order is the node's own tiers below the GPU, top first, as the
+	// Manager configured them: a block is served from the first that holds
+	// it.
+	order []messages.Tier
+	// below is every tier in order but the first.
+	below   messages.Tier
+	lookups uint64
 	// remote, when set, is the shared tier's actor: the part of a chain no
 	// local tier holds is looked up there (one round trip per Lookup).
 	remote  *actor.PID
 	nextID  uint64
 	pending map[uint64]*remotePending
 	// gpu and pinned hear of blocks that left the tiers below them
-	// (messages.BelowGone), once IndexWatch named them.
+	// (messages.BelowGone), once IndexWatch named them: the GPU when a
+	// block left every tier in order, pinned (the first) when it left
+	// every tier below it.
 	gpu, pinned *actor.PID
 	// missDisk hears of the blocks each Lookup came to the disk for and it
 	// lacked (messages.Missed), once IndexWatch named it.
@@ -47,18 +58,51 @@ type remotePending struct {
 	chains []int // indexes of res.Tiers asked about, in RemoteLookup order
 }
 
-// NewIndexActor returns the actor's producer; remote and events may be nil.
-func NewIndexActor(log *zap.Logger, remote, events *actor.PID) actor.Producer {
-	return func() actor.Actor {
-		return &IndexActor{log: log, residency: make(map[uint64]messages.Tier), remote: remote, events: events, pending: map[uint64]*remotePending{}}
+// IndexConfig configures the index actor.
+type IndexConfig struct {
+	Log *zap.Logger
+	// Tiers are the node's own tiers below the GPU, top first (pinned
+	// memory, then the disk when there is one): the order lookups serve
+	// blocks from. Each is a single tier, neither the GPU nor the shared
+	// remote tier, which Remote answers for.
+	Tiers []messages.Tier
+	// Remote (the shared tier's actor) and Events (the KV-event publisher)
+	// may be nil.
+	Remote, Events *actor.PID
+}
+
+// NewIndexActor returns the actor's producer, or an error for a Tiers list
+// that is empty, repeats a tier or names a set, the GPU or the remote tier.
+func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
+	var seen, below messages.Tier
+	for i, t := range cfg.Tiers {
+		if t == 0 || t&(t-1) != 0 || t&(messages.GPU|messages.Remote) != 0 || seen&t != 0 {
+			return nil, fmt.Errorf("kvtier: index actor: tier %d of %v: want each of pinned or disk once", i, cfg.Tiers)
+		}
+		seen |= t
+		if i > 0 {
+			below |= t
+		}
 	}
+	if len(cfg.Tiers) == 0 {
+		return nil, errors.New("kvtier: index actor: no tiers below the GPU")
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	order := append([]messages.Tier(nil), cfg.Tiers...)
+	return func() actor.Actor {
+		return &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, below: below,
+			remote: cfg.Remote, events: cfg.Events, pending: map[uint64]*remotePending{}}
+	}, nil
 }
 
 // sendMisses tells the disk tier, when IndexWatch named it, which blocks of
 // the chains came to it and found it without: those neither it nor the
 // pinned tier holds (a pinned hit never reaches the disk). runs are the
-// chains' leading runs, each block's serving tier (pinned before disk);
-// every block past a run is a miss.
+// chains' leading runs, each block's serving tier; every block past a run
+// is a miss. The disk is the last tier in order, so a block reaches it
+// only when nothing above holds it.
 func (a *IndexActor) sendMisses(ctx actor.Context, chains [][]uint64, runs [][]messages.Tier) {
 	if a.missDisk == nil {
 		return
@@ -99,7 +143,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 		for _, h := range m.Added {
 			a.residency[h] |= m.Tier
 		}
-		var leftDisk, leftAll []uint64
+		var leftBelow, leftAll []uint64
 		for _, h := range m.Remove {
 			was := a.residency[h]
 			t := was &^ m.Tier
@@ -108,15 +152,15 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 			} else {
 				a.residency[h] = t
 			}
-			if was&messages.Disk != 0 && t&messages.Disk == 0 {
-				leftDisk = append(leftDisk, h)
+			if was&a.below != 0 && t&a.below == 0 {
+				leftBelow = append(leftBelow, h)
 			}
 			if was != 0 && t == 0 {
 				leftAll = append(leftAll, h)
 			}
 		}
-		if len(leftDisk) > 0 && a.pinned != nil {
-			ctx.Send(a.pinned, &messages.BelowGone{Hashes: leftDisk})
+		if len(leftBelow) > 0 && a.pinned != nil {
+			ctx.Send(a.pinned, &messages.BelowGone{Hashes: leftBelow})
 		}
 		if len(leftAll) > 0 && a.gpu != nil {
 			ctx.Send(a.gpu, &messages.BelowGone{Hashes: leftAll})
@@ -163,7 +207,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	case *messages.ResidencyQuery:
 		out := map[messages.Tier][]uint64{}
 		for h, t := range a.residency {
-			for _, tier := range []messages.Tier{messages.Pinned, messages.Disk} {
+			for _, tier := range a.order {
 				if t&tier != 0 {
 					out[tier] = append(out[tier], h)
 				}
@@ -178,20 +222,23 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	}
 }
 
-// leadingRun returns the tier of each hash of the chain's leading run held below
-// the GPU, preferring pinned memory.
+// leadingRun returns the tier each hash of the chain's leading run is served
+// from: the first in order that holds it.
 func (a *IndexActor) leadingRun(chain []uint64) []messages.Tier {
 	var out []messages.Tier
 	for _, h := range chain {
 		t := a.residency[h]
-		switch {
-		case t&messages.Pinned != 0:
-			out = append(out, messages.Pinned)
-		case t&messages.Disk != 0:
-			out = append(out, messages.Disk)
-		default:
+		served := messages.Tier(0)
+		for _, o := range a.order {
+			if t&o != 0 {
+				served = o
+				break
+			}
+		}
+		if served == 0 {
 			return out
 		}
+		out = append(out, served)
 	}
 	return out
 }

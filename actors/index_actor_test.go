@@ -17,7 +17,7 @@ import (
 // nothing when IndexWatch names no disk.
 func TestIndexSendsMisses(t *testing.T) {
 	sys := actor.NewActorSystem()
-	idx := sys.Root.Spawn(actor.PropsFromProducer(NewIndexActor(zap.NewNop(), nil, nil)))
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
 	probe := func() (*actor.PID, chan []uint64) {
 		got := make(chan []uint64, 4)
 		pid := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
@@ -64,5 +64,38 @@ func TestIndexSendsMisses(t *testing.T) {
 	sys.Root.Send(diskPID, &messages.Missed{Hashes: []uint64{999}})
 	if got := wait(diskGot, "disk"); !slices.Equal(got, []uint64{999}) {
 		t.Fatalf("disk heard of misses %v with no MissDisk", got)
+	}
+}
+
+func mustIndex(t *testing.T, tiers ...messages.Tier) actor.Producer {
+	t.Helper()
+	p, err := NewIndexActor(IndexConfig{Log: zap.NewNop(), Tiers: tiers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestIndexServesInConfiguredOrder: a block held by two tiers is served
+// from the first the configuration lists, and a bad list is refused.
+func TestIndexServesInConfiguredOrder(t *testing.T) {
+	sys := actor.NewActorSystem()
+	for _, order := range [][]messages.Tier{{messages.Pinned, messages.Disk}, {messages.Disk, messages.Pinned}} {
+		idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, order...)))
+		sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Pinned, Added: []uint64{1, 2}})
+		sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Disk, Added: []uint64{2, 3}})
+		r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{1, 2, 3}}}, testWait).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []messages.Tier{messages.Pinned, order[0], messages.Disk}
+		if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, want) {
+			t.Fatalf("order %v: served from %v, want %v", order, got, want)
+		}
+	}
+	for _, bad := range [][]messages.Tier{nil, {messages.GPU}, {messages.Remote}, {messages.Pinned | messages.Disk}, {messages.Pinned, messages.Pinned}, {0}} {
+		if _, err := NewIndexActor(IndexConfig{Tiers: bad}); err == nil {
+			t.Fatalf("tiers %v accepted", bad)
+		}
 	}
 }
