@@ -13,15 +13,20 @@ import (
 // Config: GPU tier only, host gpu backend): one client,
 // then actorClients clients at once, each sending batches of actorBatch
 // allocations and freeing its previous batch, on a Manager of poolBlocks GPU
-// blocks (the size of the direct run it is compared with). The Manager's
-// metrics go to mx, as configuration "alloc/actor".
-func runActor(quick bool, mx metricsSink) (res actorResult, err error) {
+// blocks of bt tokens (the size of the direct run it is compared with); the
+// parallel run only when parallel is set. The Manager's metrics go to mx, as
+// configuration "alloc/actor" (16-token blocks) or "alloc/actor-<bt>".
+func runActor(quick bool, mx metricsSink, bt int, parallel bool) (res actorResult, err error) {
 	dur := 3 * time.Second
 	if quick {
 		dur = 300 * time.Millisecond
 	}
 	ctx := context.Background()
-	m, err := kvtier.New(kvtier.Config{GPUBlocks: poolBlocks, BlockTokens: blockTokens, Registerer: mx.registerer("alloc/actor")})
+	name := "alloc/actor"
+	if bt != blockTokens {
+		name = fmt.Sprintf("alloc/actor-%d", bt)
+	}
+	m, err := kvtier.New(kvtier.Config{GPUBlocks: poolBlocks, BlockTokens: bt, Registerer: mx.registerer(name)})
 	if err != nil {
 		return actorResult{}, err
 	}
@@ -32,7 +37,7 @@ func runActor(quick bool, mx metricsSink) (res actorResult, err error) {
 	}()
 
 	// Warm the pool as the direct run does: enough batches to cycle every block.
-	warm := newActorClient(1)
+	warm := newActorClient(1, bt)
 	for range poolBlocks/(actorBatch*(seqBlocks-stemBlocks)) + 2 {
 		if err := warm.step(ctx, m); err != nil {
 			return actorResult{}, fmt.Errorf("warm-up: %w", err)
@@ -42,20 +47,22 @@ func runActor(quick bool, mx metricsSink) (res actorResult, err error) {
 		return actorResult{}, err
 	}
 
-	one, err := actorThroughput(ctx, m, 1, 2, dur)
+	one, err := actorThroughput(ctx, m, 1, 2, bt, dur)
 	if err != nil {
 		return actorResult{}, fmt.Errorf("one client: %w", err)
 	}
-	par, err := actorThroughput(ctx, m, actorClients, 3, dur)
-	if err != nil {
-		return actorResult{}, fmt.Errorf("%d clients: %w", actorClients, err)
+	res = actorResult{built: true, blocksPerS: one}
+	if parallel {
+		if res.parallelBlocksPerS, err = actorThroughput(ctx, m, actorClients, 3, bt, dur); err != nil {
+			return actorResult{}, fmt.Errorf("%d clients: %w", actorClients, err)
+		}
 	}
-	return actorResult{built: true, blocksPerS: one, parallelBlocksPerS: par}, nil
+	return res, nil
 }
 
 // actorThroughput runs n clients (workload bases base..base+n-1) for about dur
 // and returns the blocks allocated and freed per second, all clients together.
-func actorThroughput(ctx context.Context, m *kvtier.Manager, n int, base int64, dur time.Duration) (float64, error) {
+func actorThroughput(ctx context.Context, m *kvtier.Manager, n int, base int64, bt int, dur time.Duration) (float64, error) {
 	errs := make([]error, n) // one slot per client: no shared error
 	steps := make([]int, n)
 	var wg sync.WaitGroup
@@ -65,7 +72,7 @@ func actorThroughput(ctx context.Context, m *kvtier.Manager, n int, base int64, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := newActorClient(base + int64(i))
+			c := newActorClient(base+int64(i), bt)
 			for time.Now().Before(deadline) {
 				if errs[i] = c.step(ctx, m); errs[i] != nil {
 					return
@@ -98,8 +105,8 @@ type actorClient struct {
 	lens       []int
 }
 
-func newActorClient(base int64) *actorClient {
-	return &actorClient{w: newWorkload(base, 4*actorBatch), base: uint64(base) << 40}
+func newActorClient(base int64, bt int) *actorClient {
+	return &actorClient{w: newWorkload(base, 4*actorBatch, bt), base: uint64(base) << 40}
 }
 
 func (c *actorClient) step(ctx context.Context, m *kvtier.Manager) error {

@@ -43,6 +43,13 @@ type AllocResult struct {
 	ActorBlocksPerS         float64 `json:"actor_blocks_per_s"`
 	ActorParallelBlocksPerS float64 `json:"actor_parallel_blocks_per_s"`
 	ActorOverDirectCost     float64 `json:"actor_over_direct_cost"`
+
+	// The same direct and one-client actor runs at LongBlockTokens tokens a
+	// block, where hashing and checking the tokens dominate.
+	LongBlockTokens         int     `json:"long_block_tokens"`
+	LongDirectBlocksPerS    float64 `json:"long_direct_blocks_per_s"`
+	LongActorBlocksPerS     float64 `json:"long_actor_blocks_per_s"`
+	LongActorOverDirectCost float64 `json:"long_actor_over_direct_cost"`
 	Note                    string  `json:"note,omitempty"`
 }
 
@@ -54,14 +61,15 @@ type directBench struct {
 	evicted []blockpool.Evicted
 }
 
-// newDirectBench builds a pool of n blocks and warms it: it runs steps until
-// every block has held cached contents, so from then on each miss evicts.
-func newDirectBench(n int) (*directBench, error) {
-	p, err := blockpool.New(blockpool.Config{NumBlocks: n, BlockSize: blockTokens})
+// newDirectBench builds a pool of n blocks of bt tokens and warms it: it runs
+// steps until every block has held cached contents, so from then on each miss
+// evicts.
+func newDirectBench(n, bt int) (*directBench, error) {
+	p, err := blockpool.New(blockpool.Config{NumBlocks: n, BlockSize: bt})
 	if err != nil {
 		return nil, err
 	}
-	d := &directBench{pool: p, w: newWorkload(0, 4*numStems)}
+	d := &directBench{pool: p, w: newWorkload(0, 4*numStems, bt)}
 	for d.pool.Stats().Evictions == 0 {
 		if err := d.steps(64); err != nil {
 			return nil, err
@@ -119,7 +127,7 @@ func runAlloc(quick bool, mx metricsSink) (*AllocResult, error) {
 	sizes := []int{smallPoolBlocks, poolBlocks, largePoolBlocks}
 	benches := make([]*directBench, len(sizes))
 	for i, n := range sizes {
-		d, err := newDirectBench(n)
+		d, err := newDirectBench(n, blockTokens)
 		if err != nil {
 			return nil, fmt.Errorf("pool of %d blocks: %w", n, err)
 		}
@@ -155,7 +163,7 @@ func runAlloc(quick bool, mx metricsSink) (*AllocResult, error) {
 	}
 	benches = nil // let the 1M-block pool go before the actor runs
 
-	a, err := runActor(quick, mx)
+	a, err := runActor(quick, mx, blockTokens, true)
 	if err != nil {
 		return nil, fmt.Errorf("actor path: %w", err)
 	}
@@ -166,7 +174,44 @@ func runAlloc(quick bool, mx metricsSink) (*AllocResult, error) {
 		r.ActorParallelBlocksPerS = a.parallelBlocksPerS
 		r.ActorOverDirectCost = r.DirectBlocksPerS / a.blocksPerS
 	}
+	if err := runLongAlloc(r, quick, mx); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// runLongAlloc measures the direct core and one actor client at
+// longBlockTokens tokens a block, on the headline pool: a realistic block,
+// whose tokens the allocation hashes and a hit checks.
+func runLongAlloc(r *AllocResult, quick bool, mx metricsSink) error {
+	rounds, stepsPerRound := 15, 500
+	if quick {
+		rounds, stepsPerRound = 3, 50
+	}
+	d, err := newDirectBench(poolBlocks, longBlockTokens)
+	if err != nil {
+		return fmt.Errorf("%d-token blocks: %w", longBlockTokens, err)
+	}
+	var costs []float64
+	for range rounds {
+		ns, err := d.nsPerBlock(stepsPerRound)
+		if err != nil {
+			return fmt.Errorf("%d-token blocks: %w", longBlockTokens, err)
+		}
+		costs = append(costs, ns)
+	}
+	d = nil // let its pool go before the actor run
+	r.LongBlockTokens = longBlockTokens
+	r.LongDirectBlocksPerS = 1e9 / median(costs)
+	a, err := runActor(quick, mx, longBlockTokens, false)
+	if err != nil {
+		return fmt.Errorf("actor path, %d-token blocks: %w", longBlockTokens, err)
+	}
+	if a.built {
+		r.LongActorBlocksPerS = a.blocksPerS
+		r.LongActorOverDirectCost = r.LongDirectBlocksPerS / a.blocksPerS
+	}
+	return nil
 }
 
 // actorResult is what the actor benchmark measured; built is false when this

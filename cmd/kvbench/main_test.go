@@ -129,12 +129,12 @@ func TestHumanTraceOnly(t *testing.T) {
 }
 
 func TestWorkloadTailsAreFresh(t *testing.T) {
-	w := newWorkload(0, 3)
+	w := newWorkload(0, 3, blockTokens)
 	seen := map[int64]bool{}
 	for range 10 {
 		p := w.prompt()
-		if len(p) != seqTokens {
-			t.Fatalf("prompt of %d tokens, want %d", len(p), seqTokens)
+		if len(p) != seqBlocks*blockTokens {
+			t.Fatalf("prompt of %d tokens, want %d", len(p), seqBlocks*blockTokens)
 		}
 		m := p[stemBlocks*blockTokens]
 		if seen[m] {

@@ -53,6 +53,7 @@ func targets(r *Report) []Target {
 	if a := r.Alloc; a != nil {
 		ts = append(ts,
 			newTarget("actor_over_direct_cost", a.ActorOverDirectCost, "<=", 1.3, a.ActorBuilt),
+			newTarget(fmt.Sprintf("actor_over_direct_cost@%dtok", a.LongBlockTokens), a.LongActorOverDirectCost, "<=", 1.3, a.ActorBuilt && a.LongBlockTokens > 0),
 			newTarget("ns_per_block_1m/ns_per_block_1k", a.NsPerBlock1m/a.NsPerBlock1k, "<=", 1.5, true))
 	}
 	if c := r.Copy; c != nil {
@@ -124,6 +125,12 @@ func writeHuman(w io.Writer, r *Report) error {
 		if a.ActorBuilt {
 			p("  actor, 1 client, batch %d\t%.3g blocks/s\t(%.2fx the direct cost)\n", a.ActorBatch, a.ActorBlocksPerS, a.ActorOverDirectCost)
 			p("  actor, %d clients, batch %d\t%.3g blocks/s\t\n", a.ActorClients, a.ActorBatch, a.ActorParallelBlocksPerS)
+		}
+		if a.LongBlockTokens > 0 {
+			p("  direct core, %d tokens/block\t%.3g blocks/s\t(%d-block pool)\n", a.LongBlockTokens, a.LongDirectBlocksPerS, a.PoolBlocks)
+			if a.ActorBuilt {
+				p("  actor, 1 client, %d tokens/block\t%.3g blocks/s\t(%.2fx the direct cost)\n", a.LongBlockTokens, a.LongActorBlocksPerS, a.LongActorOverDirectCost)
+			}
 		}
 		if a.Note != "" {
 			p("  %s\n", a.Note)
