@@ -174,7 +174,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.blockTokens, "block-tokens", trace.BlockTokens, "tokens per block")
 
 	fs.StringVar(&pinPol, "pinned-policy", "lru", "pinned tier eviction policy: lru, fifo, s3fifo, arc, adaptive (the library defaults a pinned tier over a disk to lru and a last pinned tier to adaptive; the demo uses lru, which measured highest on its sample)")
-	fs.StringVar(&diskPol, "disk-policy", "lru", "disk tier eviction policy: lru, fifo, s3fifo, arc, adaptive")
+	fs.StringVar(&diskPol, "disk-policy", "adaptive", "disk tier eviction policy: lru, fifo, s3fifo, arc, adaptive (the library's default for the last tier)")
 	fs.StringVar(&ingest, "ingestion", "evict", "when GPU blocks are written to pinned memory: evict (before reuse), all (as soon as complete), hot (after -hot-hits)")
 	fs.StringVar(&diskIngest, "disk-ingestion", "evict", "when pinned blocks are written to disk: evict, all, hot")
 	fs.DurationVar(&o.readDeadline, "read-deadline", 0, "the Manager's wall-clock deadline for a load from pinned memory or disk (0: none, for repeatable runs)")
