@@ -183,9 +183,6 @@ type adaptive struct {
 	period    int64
 	nextAdapt int64
 	histLimit int
-	// missing is set while Miss touches: shadows that do not hold the key
-	// count the miss but do not take it in, as the tier does not.
-	missing bool
 }
 
 func newAdaptive(capacity int, cfg AdaptiveConfig) *adaptive {
@@ -234,7 +231,7 @@ func (p *adaptive) AddHint(k Key, h Hint) {
 		p.arrive(i, h)
 		return
 	}
-	i := p.touch(k, h)
+	i := p.touch(k, h, true)
 	if !p.resident(i) {
 		p.push(&p.real, i)
 	} else {
@@ -245,7 +242,7 @@ func (p *adaptive) AddHint(k Key, h Hint) {
 // AccessHint counts a touch of a resident k; others are ignored.
 func (p *adaptive) AccessHint(k Key, h Hint) {
 	if i, ok := p.index[k]; ok && p.resident(i) {
-		p.touch(k, h)
+		p.touch(k, h, true)
 		p.fix(&p.real, i)
 	}
 }
@@ -257,10 +254,9 @@ func (p *adaptive) Miss(k Key) {
 	if i, ok := p.index[k]; ok && p.resident(i) {
 		return
 	}
-	p.missing = true
-	i := p.touch(k, Hint{})
-	p.missing = false
+	i := p.touch(k, Hint{}, false)
 	p.entries[i].awaited = true
+	p.lastDepth = math.MaxInt32 // a hinted touch after it starts a chain of its own
 }
 
 // arrive admits awaited entry i: a new epoch at the next clock tick, as a
@@ -275,19 +271,22 @@ func (p *adaptive) arrive(i int32, h Hint) {
 	e.depth, e.partial = int32(min(h.Depth, math.MaxInt32)), h.Partial
 	for s := range p.shadows {
 		l := &p.shadows[s]
-		if e.pos[l.id] < 0 {
-			p.push(l, i)
-			for len(l.heap) > p.capacity {
-				p.pop(l)
-			}
+		if e.pos[l.id] >= 0 {
+			p.fix(l, i) // its times changed
+			continue
+		}
+		p.push(l, i)
+		for len(l.heap) > p.capacity {
+			p.pop(l)
 		}
 	}
 	p.push(&p.real, i)
 }
 
 // touch advances the clock, updates k's history and the shadows, and returns
-// k's entry.
-func (p *adaptive) touch(k Key, h Hint) int32 {
+// k's entry. A shadow that does not hold k takes it in only when admit is
+// set (Miss counts a request the tier does not take in).
+func (p *adaptive) touch(k Key, h Hint, admit bool) int32 {
 	p.clock++
 	depth := int32(min(h.Depth, math.MaxInt32))
 	if h.Depth <= 0 || depth <= p.lastDepth {
@@ -318,7 +317,7 @@ func (p *adaptive) touch(k Key, h Hint) int32 {
 			continue
 		}
 		l.broken = true
-		if p.missing {
+		if !admit {
 			continue
 		}
 		p.push(l, i)
