@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cespare/xxhash/v2"
@@ -278,7 +279,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 		root.Send(m.idxPID, w)
 	}
-	if m.diskPID != nil {
+	if m.diskPID != nil && m.diskRep.Records > 0 {
 		if err := m.awaitReopened(); err != nil {
 			_ = m.Close(context.Background())
 			return nil, err
@@ -302,16 +303,23 @@ func New(cfg Config) (*Manager, error) {
 // disk actor announces them to the index when it starts; a stats request
 // to the disk, then one to the index, is the barrier: the disk answers
 // after its start, and the index takes the announcement, sent before that
-// answer, before a request sent after it.
+// answer, before a request sent after it. It gives up after
+// reopenWaitLimit: both actors answer at once unless one has stopped.
 func (m *Manager) awaitReopened() error {
+	ctx, cancel := context.WithTimeout(context.Background(), reopenWaitLimit)
+	defer cancel()
 	for _, pid := range []*actor.PID{m.diskPID, m.idxPID} {
 		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
-		if _, err := ask(context.Background(), m, pid, nil, req, req.Reply); err != nil {
+		if _, err := ask(ctx, m, pid, nil, req, req.Reply); err != nil {
 			return fmt.Errorf("kvtier: waiting for the disk's records to reach the index: %w", err)
 		}
 	}
 	return nil
 }
+
+// reopenWaitLimit bounds New's wait for the index to take the disk's
+// reopened records.
+const reopenWaitLimit = time.Minute
 
 // props gives each actor a dedicated goroutine (see actors.Dedicated).
 func (m *Manager) props(p actor.Producer) *actor.Props {
@@ -718,8 +726,11 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 			continue // the remote tier, below
 		}
 		n += lr.Deleted
-		if lr.Err != nil { // dropped in memory, but a disk header scrub failed: not durable
+		switch {
+		case lr.Err != nil && ta.tier == Disk: // dropped in memory, but a header scrub failed: not durable
 			return n, fmt.Errorf("%w: %w", ErrNotDurable, lr.Err)
+		case lr.Err != nil:
+			return n, fmt.Errorf("kvtier: delete from the %v tier: %w", ta.tier, lr.Err)
 		}
 	}
 	if m.remPID != nil {

@@ -92,9 +92,10 @@
 // tells the pinned actor when a block left the tiers below it, and the disk
 // actor of its misses), and the fan-out actor, which takes exactly two
 // lower tiers. The index serves a block from the first tier holding it in
-// the order the Manager configures (IndexConfig.Tiers), not from code. The scheduler's AllocOutcome and Result keep a field per
-// tier: the scheduler package does not import the library, and schedcache
-// maps TierTokens into them.
+// the order the Manager configures (IndexConfig.Tiers), not from code. The
+// scheduler's AllocOutcome and Result keep a field per tier: the scheduler
+// package does not import the library, and schedcache maps TierTokens into
+// them.
 //
 // # Invariants
 //

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,6 +18,10 @@ type IndexActor struct {
 	// Manager configured them: a block is served from the first that holds
 	// it.
 	order []messages.Tier
+	// pos is each tier's place in order, from 1 (0: not in it), indexed
+	// by Tier.Index; known is the set of them.
+	pos   [messages.NumTiers]int
+	known messages.Tier
 	// below is every tier in order but the first.
 	below   messages.Tier
 	lookups uint64
@@ -64,7 +67,9 @@ type IndexConfig struct {
 	// Tiers are the node's own tiers below the GPU, top first (pinned
 	// memory, then the disk when there is one): the order lookups serve
 	// blocks from. Each is a single tier, neither the GPU nor the shared
-	// remote tier, which Remote answers for.
+	// remote tier, which Remote answers for. The first is pinned memory,
+	// the staging area of every tier below it: IndexWatch.Pinned hears
+	// when a block left every tier after it.
 	Tiers []messages.Tier
 	// Remote (the shared tier's actor) and Events (the KV-event publisher)
 	// may be nil.
@@ -72,45 +77,48 @@ type IndexConfig struct {
 }
 
 // NewIndexActor returns the actor's producer, or an error for a Tiers list
-// that is empty, repeats a tier or names a set, the GPU or the remote tier.
+// that is empty, does not start with pinned memory, repeats a tier, or names
+// a set, an unknown tier, the GPU or the remote tier.
 func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
+	if len(cfg.Tiers) == 0 || cfg.Tiers[0] != messages.Pinned {
+		return nil, fmt.Errorf("kvtier: index actor: tiers %v: want pinned memory first", cfg.Tiers)
+	}
 	var seen, below messages.Tier
+	var pos [messages.NumTiers]int
 	for i, t := range cfg.Tiers {
-		if t == 0 || t&(t-1) != 0 || t&(messages.GPU|messages.Remote) != 0 || seen&t != 0 {
+		if t == 0 || t&(t-1) != 0 || t >= 1<<messages.NumTiers || t&(messages.GPU|messages.Remote) != 0 || seen&t != 0 {
 			return nil, fmt.Errorf("kvtier: index actor: tier %d of %v: want each of pinned or disk once", i, cfg.Tiers)
 		}
 		seen |= t
+		pos[t.Index()] = i + 1
 		if i > 0 {
 			below |= t
 		}
-	}
-	if len(cfg.Tiers) == 0 {
-		return nil, errors.New("kvtier: index actor: no tiers below the GPU")
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
 	order := append([]messages.Tier(nil), cfg.Tiers...)
 	return func() actor.Actor {
-		return &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, below: below,
+		return &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, pos: pos, known: seen, below: below,
 			remote: cfg.Remote, events: cfg.Events, pending: map[uint64]*remotePending{}}
 	}, nil
 }
 
 // sendMisses tells the disk tier, when IndexWatch named it, which blocks of
-// the chains came to it and found it without: those neither it nor the
-// pinned tier holds (a pinned hit never reaches the disk). runs are the
-// chains' leading runs, each block's serving tier; every block past a run
-// is a miss. The disk is the last tier in order, so a block reaches it
-// only when nothing above holds it.
+// the chains came to it and found it without: those no tier before it in
+// order holds (a pinned hit never reaches the disk) and it does not hold
+// either. runs are the chains' leading runs, each block's serving tier, the
+// first in order holding it; no tier holds a block past its run.
 func (a *IndexActor) sendMisses(ctx actor.Context, chains [][]uint64, runs [][]messages.Tier) {
-	if a.missDisk == nil {
+	disk := a.pos[messages.Disk.Index()]
+	if a.missDisk == nil || disk == 0 {
 		return
 	}
 	var missed []uint64
 	for i, chain := range chains {
 		for j, h := range chain {
-			if j >= len(runs[i]) || runs[i][j] == 0 {
+			if j >= len(runs[i]) || a.pos[runs[i][j].Index()] > disk {
 				missed = append(missed, h)
 			}
 		}
@@ -137,6 +145,10 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 			m.Reply <- messages.EventsSeq{}
 		}
 	case *messages.IndexUpdate:
+		if m.Tier&^a.known != 0 || m.Tier == 0 {
+			a.log.Warn("index actor: update from a tier not configured below the GPU, ignored", zap.Stringer("tier", m.Tier))
+			return
+		}
 		if a.events != nil {
 			ctx.Send(a.events, residencyOf(m))
 		}

@@ -412,7 +412,8 @@ type BelowGone struct {
 // sends it, one per Lookup, when the disk's eviction policy learns from
 // misses (policy.MissObserver): a block the disk lacks is computed above it
 // and reaches it much later, when pinned memory lets it go, and what the
-// disk is asked for would otherwise be seen only where it hits.
+// disk is asked for would otherwise be seen only where it hits. Hashes
+// belongs to the receiver once sent.
 type Missed struct {
 	Hashes []uint64
 }

@@ -129,17 +129,19 @@ func TestHumanTraceOnly(t *testing.T) {
 }
 
 func TestWorkloadTailsAreFresh(t *testing.T) {
-	w := newWorkload(0, 3, blockTokens)
-	seen := map[int64]bool{}
-	for range 10 {
-		p := w.prompt()
-		if len(p) != seqBlocks*blockTokens {
-			t.Fatalf("prompt of %d tokens, want %d", len(p), seqBlocks*blockTokens)
+	for _, bt := range []int{blockTokens, longBlockTokens} {
+		w := newWorkload(0, 3, bt)
+		seen := map[int64]bool{}
+		for range 10 {
+			p := w.prompt()
+			if len(p) != seqBlocks*bt {
+				t.Fatalf("%d-token blocks: prompt of %d tokens, want %d", bt, len(p), seqBlocks*bt)
+			}
+			m := p[stemBlocks*bt]
+			if seen[m] {
+				t.Fatalf("%d-token blocks: tail marker %d repeated", bt, m)
+			}
+			seen[m] = true
 		}
-		m := p[stemBlocks*blockTokens]
-		if seen[m] {
-			t.Fatalf("tail marker %d repeated", m)
-		}
-		seen[m] = true
 	}
 }
