@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/policy"
 )
 
 // diskConfig: 8 GPU blocks, 4 pinned slots, a disk tier of 256 blocks.
@@ -147,6 +148,35 @@ func TestRestartFirstAllocationFindsDisk(t *testing.T) {
 		}
 		if err := m.Close(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestDiskHearsItsMisses: an allocation that finds nothing tells a disk
+// whose policy learns from misses (Adaptive, the default) about every block,
+// and a disk whose policy does not (LRU) hears nothing.
+func TestDiskHearsItsMisses(t *testing.T) {
+	ctx := context.Background()
+	for _, pol := range []policy.Kind{policy.Adaptive, policy.LRU} {
+		cfg := diskConfig(t, t.TempDir())
+		cfg.DiskPolicy = pol
+		m := newManager(t, cfg)
+		a := toks(300, 4*bt)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+		st, err := m.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0.0
+		if pol == policy.Adaptive {
+			want = 4
+		}
+		if got := st.Tier(Disk).Extra["misses_observed"]; got != want {
+			t.Fatalf("disk policy %v: %v misses observed, want %v", pol, got, want)
 		}
 	}
 }

@@ -80,6 +80,8 @@ type Stats struct {
 	// ReadErrors.Corrupt; the block is dropped).
 	VerifyMismatch          int64
 	BytesWritten, BytesRead int64
+	// MissesObserved counts the misses Miss passed to the eviction policy.
+	MissesObserved int64
 	// NextGeneration is the generation the next planned write gets.
 	NextGeneration uint64
 }

@@ -102,6 +102,7 @@ func (s *Store) Miss(hash uint64) {
 	}
 	if mo, ok := s.pol.(policy.MissObserver); ok {
 		mo.Miss(hash)
+		s.stats.MissesObserved++
 	}
 }
 

@@ -296,8 +296,18 @@ func TestMissReachesOnlyAnAdaptivePolicy(t *testing.T) {
 		if s.Len() != 1 || !s.Contains(1) || s.Contains(2) {
 			t.Fatalf("%v: after misses the store holds %d blocks (1: %v, 2: %v)", k, s.Len(), s.Contains(1), s.Contains(2))
 		}
+		if got, want := s.Stats().MissesObserved, int64(b2i(k == policy.Adaptive)); got != want {
+			t.Fatalf("%v: %d misses observed, want %d (the held block's is not one)", k, got, want)
+		}
 		checkInv(t, s)
 		mustClose(t, s)
 		s.Miss(3)
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
