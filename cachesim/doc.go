@@ -51,12 +51,12 @@
 // from `go run ./cmd/kvbench -suite trace -trace FILE -capacity ...` on
 // 2026-11-24 (adaptive, best classic, OPT):
 //
-//	conversation  1k: 7.86% arc 6.96% opt 19.28%   4k: 15.76% arc 12.07% opt 32.43%   16k: 28.49% arc 27.64% opt 36.64%
-//	synthetic    256: 2.77% fifo 2.15% opt 13.71%  1k: 9.79% arc 8.69% opt 27.97%     2k: 15.05% arc 15.59% opt 38.35%
-//	             4k: 26.80% arc 25.98% opt 49.66%  16k: 56.13% arc 56.68% opt 63.96%  64k: all 63.96%
+//	conversation  1k: 8.26% arc 6.96% opt 19.28%   4k: 15.76% arc 12.07% opt 32.43%   16k: 28.49% arc 27.64% opt 36.64%
+//	synthetic    256: 3.10% fifo 2.15% opt 13.71%  1k: 9.82% arc 8.69% opt 27.97%     2k: 15.29% arc 15.59% opt 38.35%
+//	             4k: 26.49% arc 25.98% opt 49.66%  16k: 56.13% arc 56.68% opt 63.96%  64k: all 63.96%
 //
 // It beats the best classic policy except on the synthetic trace at 2k and
-// 16k blocks (0.97x and 0.99x of ARC). Run the report test for the classic
+// 16k blocks (0.98x and 0.99x of ARC). Run the report test for the classic
 // policies' table:
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportFullTraces -v ./cachesim

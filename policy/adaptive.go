@@ -82,8 +82,15 @@ const minPeriod = 256
 
 // adaptDecay multiplies the shadows' hit counts at every adaptation step, so
 // a hit counts with weight 0.75^k after k steps: about four periods of
-// memory.
+// memory, once the counts hold minEvidence hits.
 const adaptDecay = 0.75
+
+// minEvidence is how many hits the leading shadow must hold before the
+// counts decay: a comparison rests on at least about a thousand hits, whose
+// relative noise (1/√1000, about 3%) is of the order of switchMargin. A
+// small cache sees few hits a period, and with decay every period it chose
+// on a few dozen.
+const minEvidence = 1000
 
 // switchMargin is how far a shadow must lead the current choice, as a
 // ratio of decayed hits, before the tier switches to its ranking; it stops
@@ -379,8 +386,9 @@ func (p *adaptive) anywhere(i int32) bool {
 	return false
 }
 
-// adapt halves the shadows' hit counts and points real at the window of the
-// shadow with the most, if another one leads.
+// adapt points real at the ranking of the shadow with the most hits, if it
+// leads the current one by switchMargin, and decays the shadows' hit counts
+// once the leader holds minEvidence.
 func (p *adaptive) adapt() {
 	p.nextAdapt = p.clock + p.period
 	best := p.choice
@@ -389,8 +397,14 @@ func (p *adaptive) adapt() {
 			best = s
 		}
 	}
+	top := 0.0
 	for s := range p.shadows {
-		p.shadows[s].hits *= adaptDecay
+		top = max(top, p.shadows[s].hits)
+	}
+	if top >= minEvidence {
+		for s := range p.shadows {
+			p.shadows[s].hits *= adaptDecay
+		}
 	}
 	if best == p.choice {
 		return

@@ -338,6 +338,32 @@ func TestAdaptiveWithShadows(t *testing.T) {
 	}
 }
 
+// TestAdaptiveWaitsForEvidence: the shadows' hit counts decay only once the
+// leader holds minEvidence hits, so a small cache, which sees few hits a
+// period, compares its candidates on enough of them.
+func TestAdaptiveWaitsForEvidence(t *testing.T) {
+	p := mustNew(t, Adaptive, 4).(*adaptive)
+	touches := 0
+	touch := func(n int) {
+		for range n {
+			p.Add(Key(touches % 2)) // two keys: every touch after the first two hits in every shadow
+			touches++
+		}
+	}
+	touch(3 * minPeriod) // three adaptation steps, 766 hits
+	for s, l := range p.shadows {
+		if l.hits != float64(touches-2) {
+			t.Fatalf("after %d touches shadow %d holds %v hits, want %d undecayed", touches, s, l.hits, touches-2)
+		}
+	}
+	touch(3 * minPeriod) // past minEvidence: the counts decay
+	for s, l := range p.shadows {
+		if l.hits >= float64(touches-2) {
+			t.Fatalf("after %d touches shadow %d holds %v hits, want them decayed", touches, s, l.hits)
+		}
+	}
+}
+
 // TestAdaptiveChainOrder: within one request the partial last block goes
 // first, then the deeper blocks before their ancestors; a block seen in an
 // earlier request (remembered after its eviction) outlives them all.
