@@ -280,14 +280,20 @@ func (p *adaptive) arrive(i int32, h Hint) {
 		l := &p.shadows[s]
 		if e.pos[l.id] >= 0 {
 			p.fix(l, i) // its times changed
-			continue
-		}
-		p.push(l, i)
-		for len(l.heap) > p.capacity {
-			p.pop(l)
+		} else {
+			p.admit(l, i)
 		}
 	}
 	p.push(&p.real, i)
+}
+
+// admit takes entry i into shadow l, which evicts down to the capacity on
+// its own.
+func (p *adaptive) admit(l *lane, i int32) {
+	p.push(l, i)
+	for len(l.heap) > p.capacity {
+		p.pop(l)
+	}
 }
 
 // touch advances the clock, updates k's history and the shadows, and returns
@@ -324,13 +330,8 @@ func (p *adaptive) touch(k Key, h Hint, admit bool) int32 {
 			continue
 		}
 		l.broken = true
-		if !admit {
-			continue
-		}
-		p.push(l, i)
-		for len(l.heap) > p.capacity {
-			p.pop(l)
-
+		if admit {
+			p.admit(l, i)
 		}
 	}
 	if p.clock >= p.nextAdapt {
@@ -391,14 +392,11 @@ func (p *adaptive) anywhere(i int32) bool {
 // once the leader holds minEvidence.
 func (p *adaptive) adapt() {
 	p.nextAdapt = p.clock + p.period
-	best := p.choice
+	best, top := p.choice, 0.0
 	for s := range p.shadows {
 		if p.shadows[s].hits > p.shadows[best].hits && p.shadows[s].hits > switchMargin*p.shadows[p.choice].hits {
 			best = s
 		}
-	}
-	top := 0.0
-	for s := range p.shadows {
 		top = max(top, p.shadows[s].hits)
 	}
 	if top >= minEvidence {
