@@ -204,9 +204,7 @@ func (a *DiskActor) Receive(ctx actor.Context) {
 	case *messages.LowerQuery:
 		a.query(ctx, m)
 	case *messages.Missed:
-		for _, h := range m.Hashes {
-			a.store.Miss(h)
-		}
+		a.store.Miss(m.Hashes...)
 	case *messages.Flush:
 		a.flush(m)
 	case *messages.StatsRequest:

@@ -20,10 +20,8 @@ type IndexActor struct {
 	order []messages.Tier
 	// pos is each tier's place in order, from 1 (0: not in it), indexed
 	// by Tier.Index; known is the set of them.
-	pos   [messages.NumTiers]int
-	known messages.Tier
-	// below is every tier in order but the first.
-	below   messages.Tier
+	pos     [messages.NumTiers]int
+	known   messages.Tier
 	lookups uint64
 	// remote, when set, is the shared tier's actor: the part of a chain no
 	// local tier holds is looked up there (one round trip per Lookup).
@@ -83,7 +81,7 @@ func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
 	if len(cfg.Tiers) == 0 || cfg.Tiers[0] != messages.Pinned {
 		return nil, fmt.Errorf("kvtier: index actor: tiers %v: want pinned memory first", cfg.Tiers)
 	}
-	var seen, below messages.Tier
+	var seen messages.Tier
 	var pos [messages.NumTiers]int
 	for i, t := range cfg.Tiers {
 		if t == 0 || t&(t-1) != 0 || t >= 1<<messages.NumTiers || t&(messages.GPU|messages.Remote) != 0 || seen&t != 0 {
@@ -91,16 +89,13 @@ func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
 		}
 		seen |= t
 		pos[t.Index()] = i + 1
-		if i > 0 {
-			below |= t
-		}
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
 	order := append([]messages.Tier(nil), cfg.Tiers...)
 	return func() actor.Actor {
-		return &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, pos: pos, known: seen, below: below,
+		return &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, pos: pos, known: seen,
 			remote: cfg.Remote, events: cfg.Events, pending: map[uint64]*remotePending{}}
 	}, nil
 }
@@ -155,6 +150,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 		for _, h := range m.Added {
 			a.residency[h] |= m.Tier
 		}
+		below := a.known &^ a.order[0] // every tier after the first
 		var leftBelow, leftAll []uint64
 		for _, h := range m.Remove {
 			was := a.residency[h]
@@ -164,7 +160,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 			} else {
 				a.residency[h] = t
 			}
-			if was&a.below != 0 && t&a.below == 0 {
+			if was&below != 0 && t&below == 0 {
 				leftBelow = append(leftBelow, h)
 			}
 			if was != 0 && t == 0 {

@@ -93,16 +93,19 @@ func (s *Store) ObservesMisses() bool {
 	return ok
 }
 
-// Miss tells the eviction policy that hash was asked for and the store
-// lacks it; it does nothing when a block of that hash is stored or being
-// written, or the policy does not learn from misses. It does no I/O.
-func (s *Store) Miss(hash uint64) {
-	if _, held := s.index[hash]; held || s.closed {
+// Miss tells the eviction policy that hashes were asked for and the store
+// lacks them; it skips a hash whose block is stored or being written, and
+// does nothing when the policy does not learn from misses. It does no I/O.
+func (s *Store) Miss(hashes ...uint64) {
+	mo, ok := s.pol.(policy.MissObserver)
+	if !ok || s.closed {
 		return
 	}
-	if mo, ok := s.pol.(policy.MissObserver); ok {
-		mo.Miss(hash)
-		s.stats.MissesObserved++
+	for _, h := range hashes {
+		if _, held := s.index[h]; !held {
+			mo.Miss(h)
+			s.stats.MissesObserved++
+		}
 	}
 }
 
