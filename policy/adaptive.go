@@ -104,11 +104,11 @@ func (c AdaptiveConfig) withDefaults() (AdaptiveConfig, error) {
 	}
 	c.Candidates = append([]Candidate(nil), c.Candidates...)
 	if len(c.Candidates) >= maxLanes {
-		return c, fmt.Errorf("kvtier: policy: adaptive: %d candidates, at most %d", len(c.Candidates), maxLanes-1)
+		return c, fmt.Errorf("kvtier: policy: adaptive: %d candidates, at most %d: %w", len(c.Candidates), maxLanes-1, ErrBadConfig)
 	}
 	for _, k := range c.Candidates {
 		if !(k.Window >= 0) || k.Rank < RankSecondUse || k.Rank > RankFrequencyNewFirst {
-			return c, fmt.Errorf("kvtier: policy: adaptive: candidate %+v: unknown ranking or window < 0", k)
+			return c, fmt.Errorf("kvtier: policy: adaptive: candidate %+v: unknown ranking or window < 0: %w", k, ErrBadConfig)
 		}
 	}
 	if c.Period == 0 {
@@ -121,8 +121,8 @@ func (c AdaptiveConfig) withDefaults() (AdaptiveConfig, error) {
 		c.MinHistory = d.MinHistory
 	}
 	if !(c.Period > 0) || !(c.History >= 1) || c.MinHistory < 0 {
-		return c, fmt.Errorf("kvtier: policy: adaptive: Period %v must be > 0, History %v >= 1, MinHistory %d >= 0",
-			c.Period, c.History, c.MinHistory)
+		return c, fmt.Errorf("kvtier: policy: adaptive: Period %v must be > 0, History %v >= 1, MinHistory %d >= 0: %w",
+			c.Period, c.History, c.MinHistory, ErrBadConfig)
 	}
 	return c, nil
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -425,14 +426,16 @@ func TestNewAdaptiveValidates(t *testing.T) {
 		{Candidates: make([]Candidate, maxLanes)},
 		{Period: -1},
 		{History: 0.5},
+		{MinHistory: -1},
+		{Period: math.NaN()},
 	}
 	for _, c := range bad {
-		if _, err := NewAdaptive(10, c); err == nil {
-			t.Errorf("NewAdaptive(10, %+v) accepted", c)
+		if _, err := NewAdaptive(10, c); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("NewAdaptive(10, %+v): %v, want ErrBadConfig", c, err)
 		}
 	}
-	if _, err := NewAdaptive(0, AdaptiveConfig{}); err == nil {
-		t.Error("NewAdaptive(0) accepted")
+	if _, err := NewAdaptive(0, AdaptiveConfig{}); !errors.Is(err, ErrBadCapacity) {
+		t.Errorf("NewAdaptive(0): %v, want ErrBadCapacity", err)
 	}
 	c := AdaptiveConfig{Candidates: []Candidate{{RankFrequency, 2}}}
 	if _, err := NewAdaptive(10, c); err != nil || c.Period != 0 {
