@@ -100,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "seconds-long variant (fewer repetitions, smaller sizes) for CI")
 	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, replay, remote (needs -redis), or all")
 	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace and replay suites (default: the embedded sample)")
-	fs.StringVar(&caps, "capacity", "1024,4096,16384", "comma-separated tier capacities in blocks for the trace suite")
+	fs.StringVar(&caps, "capacity", "256,1024,4096,16384,65536", "comma-separated tier capacities in blocks for the trace suite: by default every 4x from 256 to 64k")
 	fs.IntVar(&o.blockTokens, "block-tokens", 512, "tokens per hash id in the -trace file (Mooncake: 512); tells which last blocks are partial")
 	var redisAddrs string
 	fs.StringVar(&redisAddrs, "redis", "", "Redis address(es), comma-separated, for the remote suite (several: a cluster)")
