@@ -32,22 +32,36 @@ func TestHintsReachThePolicy(t *testing.T) {
 }
 
 // TestAdaptiveAtLeastBestClassic guards the default policy's reason to
-// exist on traces no constant was tuned on: the embedded conversation sample
-// and trace.Synthetic's default workload. At every capacity it gets at least
-// the hits of the best of LRU, FIFO, S3-FIFO and ARC.
+// exist on traces no constant was tuned on: the embedded conversation sample,
+// trace.Synthetic's default workload, one without shared system prompts and
+// one of long conversations. At every capacity it gets at least the hits of
+// the best of LRU, FIFO, S3-FIFO and ARC.
 func TestAdaptiveAtLeastBestClassic(t *testing.T) {
-	syn, err := trace.Synthetic(trace.DefaultSyntheticConfig())
-	if err != nil {
-		t.Fatal(err)
+	traces := map[string][]trace.Request{"sample": trace.Sample()}
+	for name, mod := range map[string]func(*trace.SyntheticConfig){
+		"synthetic":             func(*trace.SyntheticConfig) {},
+		"synthetic, no system":  func(c *trace.SyntheticConfig) { c.SystemPrompts = 0 },
+		"synthetic, 8-20 turns": func(c *trace.SyntheticConfig) { c.Turns, c.Sessions = trace.IntRange{Min: 8, Max: 20}, 400 },
+	} {
+		cfg := trace.DefaultSyntheticConfig()
+		mod(&cfg)
+		tr, err := trace.Synthetic(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		traces[name] = tr
 	}
-	for name, tr := range map[string][]trace.Request{"sample": trace.Sample(), "synthetic": syn} {
-		for _, c := range []int{256, 1024, 4096} {
-			a := mustSimulate(t, tr, c, policy.Adaptive, Options{})
-			for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC} {
-				if r := mustSimulate(t, tr, c, k, Options{}); r.Hits > a.Hits {
-					t.Errorf("%s at %d blocks: %v %v above adaptive %v", name, c, k, r, a)
+	for name, tr := range traces {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range []int{256, 1024, 4096} {
+				a := mustSimulate(t, tr, c, policy.Adaptive, Options{})
+				for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC} {
+					if r := mustSimulate(t, tr, c, k, Options{}); r.Hits > a.Hits {
+						t.Errorf("%d blocks: %v %v above adaptive %v", c, k, r, a)
+					}
 				}
 			}
-		}
+		})
 	}
 }
