@@ -74,3 +74,50 @@ func readShared(t testing.TB, name string) []trace.Request {
 	}
 	return reqs
 }
+
+// TestReportAdaptiveGenerated prints, for trace.Synthetic workloads of
+// several shapes, the best classic policy's hit ratio, Adaptive's, their
+// ratio and OPT per capacity. Adaptive's constants were chosen on the two
+// shared Mooncake traces; of these workloads only the default one guarded
+// them (TestAdaptiveAtLeastBestClassic) while they were chosen. It runs only with KVTIER_CACHESIM_REPORT=1:
+//
+//	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveGenerated -v ./cachesim
+func TestReportAdaptiveGenerated(t *testing.T) {
+	if os.Getenv("KVTIER_CACHESIM_REPORT") != "1" {
+		t.Skip("set KVTIER_CACHESIM_REPORT=1 to print the generated-workload table")
+	}
+	workloads := []struct {
+		name string
+		mod  func(*trace.SyntheticConfig)
+	}{
+		{"default", func(*trace.SyntheticConfig) {}},
+		{"16 open conversations", func(c *trace.SyntheticConfig) { c.Concurrency = 16 }},
+		{"1024 open, 3000 sessions", func(c *trace.SyntheticConfig) { c.Concurrency, c.Sessions = 1024, 3000 }},
+		{"no system prompts", func(c *trace.SyntheticConfig) { c.SystemPrompts = 0 }},
+		{"64 system prompts", func(c *trace.SyntheticConfig) { c.SystemPrompts = 64 }},
+		{"1-2 turns, 4000 sessions", func(c *trace.SyntheticConfig) { c.Turns, c.Sessions = trace.IntRange{Min: 1, Max: 2}, 4000 }},
+		{"8-20 turns, 400 sessions", func(c *trace.SyntheticConfig) { c.Turns, c.Sessions = trace.IntRange{Min: 8, Max: 20}, 400 }},
+		{"seed 7", func(c *trace.SyntheticConfig) { c.Seed = 7 }},
+	}
+	classics := []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC}
+	t.Logf("| workload | capacity | best classic | adaptive | adaptive/best | OPT |")
+	for _, w := range workloads {
+		cfg := trace.DefaultSyntheticConfig()
+		w.mod(&cfg)
+		reqs, err := trace.Synthetic(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []int{256, 1024, 4096, 16384} {
+			best, bestKind := -1.0, policy.LRU
+			for _, k := range classics {
+				if r := mustSimulate(t, reqs, c, k, Options{}); r.HitRatio > best {
+					best, bestKind = r.HitRatio, k
+				}
+			}
+			a := mustSimulate(t, reqs, c, policy.Adaptive, Options{})
+			t.Logf("| %s | %d | %v %.2f%% | %.2f%% | %.3f | %.2f%% |", w.name, c, bestKind, 100*best,
+				100*a.HitRatio, a.HitRatio/best, 100*OPT(reqs, c).HitRatio)
+		}
+	}
+}
