@@ -64,8 +64,9 @@
 // changing, and following it lands near the candidates' average. Longer or
 // shorter memories, a significance test instead of the 2% margin, finer
 // periods, another starting ranking, evicting first what the leading shadow
-// does not hold, and a vote of the shadows each moved these cells by at most
-// a point and lost others. Run the report tests for the classic policies'
+// does not hold, a vote of the shadows, an on-policy choice per eviction
+// (LeCaR's regret weights) and ARC, S3-FIFO and LRU themselves among the
+// choices each moved these cells by at most a point and lost others. Run the report tests for the classic policies'
 // table and for Adaptive on generated workloads of other shapes:
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportFullTraces -v ./cachesim

@@ -79,7 +79,8 @@ func readShared(t testing.TB, name string) []trace.Request {
 // several shapes, the best classic policy's hit ratio, Adaptive's, their
 // ratio and OPT per capacity. Adaptive's constants were chosen on the two
 // shared Mooncake traces; of these workloads only the default one guarded
-// them (TestAdaptiveAtLeastBestClassic) while they were chosen. It runs only with KVTIER_CACHESIM_REPORT=1:
+// them (TestAdaptiveAtLeastBestClassic) while they were chosen. It runs
+// only with KVTIER_CACHESIM_REPORT=1:
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveGenerated -v ./cachesim
 func TestReportAdaptiveGenerated(t *testing.T) {
