@@ -71,6 +71,10 @@
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportFullTraces -v ./cachesim
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveGenerated -v ./cachesim
+//	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveCandidates -v ./cachesim
+//
+// The last prints each of Adaptive's rankings run alone beside Adaptive
+// itself, which is where the figures of single rankings above come from.
 //
 // # What OPT computes
 //

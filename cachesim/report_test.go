@@ -1,7 +1,9 @@
 package cachesim
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +121,55 @@ func TestReportAdaptiveGenerated(t *testing.T) {
 			a := mustSimulate(t, reqs, c, policy.Adaptive, Options{})
 			t.Logf("| %s | %d | %v %.2f%% | %.2f%% | %.3f | %.2f%% |", w.name, c, bestKind, 100*best,
 				100*a.HitRatio, a.HitRatio/best, 100*OPT(reqs, c).HitRatio)
+		}
+	}
+}
+
+// TestReportAdaptiveCandidates prints, on both shared traces, the hit ratio
+// of each of Adaptive's default rankings run alone (no shadows, nothing
+// adapts) beside the default Adaptive and the best classic policy, per
+// capacity: where Adaptive trails a single ranking, the loss is in choosing.
+// It runs only with KVTIER_CACHESIM_REPORT=1 (about half a minute):
+//
+//	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveCandidates -v ./cachesim
+func TestReportAdaptiveCandidates(t *testing.T) {
+	if os.Getenv("KVTIER_CACHESIM_REPORT") != "1" {
+		t.Skip("set KVTIER_CACHESIM_REPORT=1 to print the per-candidate table")
+	}
+	cands := policy.DefaultAdaptiveConfig().Candidates
+	names := make([]string, len(cands))
+	rank := map[policy.Ranking]string{
+		policy.RankSecondUse:         "second-use",
+		policy.RankFrequency:         "frequency",
+		policy.RankFrequencyNewFirst: "frequency, new first",
+	}
+	for i, c := range cands {
+		names[i] = fmt.Sprintf("%s W=%v", rank[c.Rank], c.Window)
+	}
+	t.Logf("| trace | capacity | best classic | adaptive | %s |", strings.Join(names, " | "))
+	for _, file := range []string{"conversation_trace.jsonl", "synthetic_trace.jsonl"} {
+		reqs := readShared(t, file)
+		for _, c := range []int{256, 1024, 2048, 4096, 16384, 65536} {
+			best, bestKind := -1.0, policy.LRU
+			for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC} {
+				if r := mustSimulate(t, reqs, c, k, Options{}); r.HitRatio > best {
+					best, bestKind = r.HitRatio, k
+				}
+			}
+			row := fmt.Sprintf("| %s | %d | %v %.2f%% | %.2f%% |", file, c, bestKind, 100*best,
+				100*mustSimulate(t, reqs, c, policy.Adaptive, Options{}).HitRatio)
+			for _, cand := range cands {
+				p, err := policy.NewAdaptive(c, policy.AdaptiveConfig{Candidates: []policy.Candidate{cand}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := SimulatePolicy(reqs, c, p, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				row += fmt.Sprintf(" %.2f%% |", 100*r.HitRatio)
+			}
+			t.Log(row)
 		}
 	}
 }
