@@ -66,15 +66,15 @@
 // periods, another starting ranking, evicting first what the leading shadow
 // does not hold, a vote of the shadows, an on-policy choice per eviction
 // (LeCaR's regret weights) and ARC, S3-FIFO and LRU themselves among the
-// choices each moved these cells by at most a point and lost others. Run the report tests for the classic policies'
-// table and for Adaptive on generated workloads of other shapes:
+// choices each moved these cells by at most a point and lost others. Run the
+// report tests for the classic policies' table, for Adaptive on generated
+// workloads of other shapes, and for each of Adaptive's rankings alone:
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportFullTraces -v ./cachesim
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveGenerated -v ./cachesim
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveCandidates -v ./cachesim
 //
-// The last prints each of Adaptive's rankings run alone beside Adaptive
-// itself, which is where the figures of single rankings above come from.
+// The figures of single rankings above come from the last.
 //
 // # What OPT computes
 //

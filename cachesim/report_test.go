@@ -102,25 +102,14 @@ func TestReportAdaptiveGenerated(t *testing.T) {
 		{"8-20 turns, 400 sessions", func(c *trace.SyntheticConfig) { c.Turns, c.Sessions = trace.IntRange{Min: 8, Max: 20}, 400 }},
 		{"seed 7", func(c *trace.SyntheticConfig) { c.Seed = 7 }},
 	}
-	classics := []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC}
 	t.Logf("| workload | capacity | best classic | adaptive | adaptive/best | OPT |")
 	for _, w := range workloads {
-		cfg := trace.DefaultSyntheticConfig()
-		w.mod(&cfg)
-		reqs, err := trace.Synthetic(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		reqs := synthetic(t, w.mod)
 		for _, c := range []int{256, 1024, 4096, 16384} {
-			best, bestKind := -1.0, policy.LRU
-			for _, k := range classics {
-				if r := mustSimulate(t, reqs, c, k, Options{}); r.HitRatio > best {
-					best, bestKind = r.HitRatio, k
-				}
-			}
+			best, bestKind := bestClassic(t, reqs, c)
 			a := mustSimulate(t, reqs, c, policy.Adaptive, Options{})
-			t.Logf("| %s | %d | %v %.2f%% | %.2f%% | %.3f | %.2f%% |", w.name, c, bestKind, 100*best,
-				100*a.HitRatio, a.HitRatio/best, 100*OPT(reqs, c).HitRatio)
+			t.Logf("| %s | %d | %v %.2f%% | %.2f%% | %.3f | %.2f%% |", w.name, c, bestKind, 100*best.HitRatio,
+				100*a.HitRatio, a.HitRatio/best.HitRatio, 100*OPT(reqs, c).HitRatio)
 		}
 	}
 }
@@ -150,13 +139,8 @@ func TestReportAdaptiveCandidates(t *testing.T) {
 	for _, file := range []string{"conversation_trace.jsonl", "synthetic_trace.jsonl"} {
 		reqs := readShared(t, file)
 		for _, c := range []int{256, 1024, 2048, 4096, 16384, 65536} {
-			best, bestKind := -1.0, policy.LRU
-			for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC} {
-				if r := mustSimulate(t, reqs, c, k, Options{}); r.HitRatio > best {
-					best, bestKind = r.HitRatio, k
-				}
-			}
-			row := fmt.Sprintf("| %s | %d | %v %.2f%% | %.2f%% |", file, c, bestKind, 100*best,
+			best, bestKind := bestClassic(t, reqs, c)
+			row := fmt.Sprintf("| %s | %d | %v %.2f%% | %.2f%% |", file, c, bestKind, 100*best.HitRatio,
 				100*mustSimulate(t, reqs, c, policy.Adaptive, Options{}).HitRatio)
 			for _, cand := range cands {
 				p, err := policy.NewAdaptive(c, policy.AdaptiveConfig{Candidates: []policy.Candidate{cand}})

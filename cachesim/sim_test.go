@@ -30,6 +30,35 @@ func mustSimulate(t *testing.T, tr []trace.Request, capacity int, kind policy.Ki
 	return r
 }
 
+// classics are the policies Adaptive is measured against.
+var classics = []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC}
+
+// bestClassic replays tr through each of classics and returns the result
+// with the most hits and its policy.
+func bestClassic(t *testing.T, tr []trace.Request, capacity int) (Result, policy.Kind) {
+	t.Helper()
+	var best Result
+	kind := classics[0]
+	for i, k := range classics {
+		if r := mustSimulate(t, tr, capacity, k, Options{}); i == 0 || r.Hits > best.Hits {
+			best, kind = r, k
+		}
+	}
+	return best, kind
+}
+
+// synthetic generates trace.Synthetic's default workload changed by mod.
+func synthetic(t *testing.T, mod func(*trace.SyntheticConfig)) []trace.Request {
+	t.Helper()
+	cfg := trace.DefaultSyntheticConfig()
+	mod(&cfg)
+	tr, err := trace.Synthetic(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 func wantResult(t *testing.T, name string, got Result, hits, refs, evictions int64) {
 	t.Helper()
 	if got.Hits != hits || got.BlockRefs != refs || got.Evictions != evictions {
