@@ -86,10 +86,11 @@ func targets(r *Report) []Target {
 	}
 	if t := r.Trace; t != nil {
 		for _, c := range t.Capacities {
-			ts = append(ts, newTarget(fmt.Sprintf("adaptive_over_opt@%d", c.CapacityBlocks),
-				c.AdaptiveOverOPT, ">=", 0.95, c.OPTHitRatio > 0))
 			// Issue 16: never below the best classic policy, and 10% above it
-			// where the best classic gets less than half of OPT.
+			// where the best classic gets less than half of OPT. Its third
+			// target, 0.95 of OPT, is for the demo's tiers at their total
+			// capacity (the demo prints hit ratio / OPT); a single cache's
+			// ratio to OPT is a column of the table, not a target.
 			limit := 1.0
 			if c.BestOverOPT < 0.5 {
 				limit = 1.1
