@@ -49,8 +49,13 @@ type AdaptiveConfig struct {
 	// multiple of the capacity (at least minPeriod touches). The shadows'
 	// hit counts halve at each step, so recent hits weigh most.
 	Period float64
-	// History bounds the ids remembered (resident or not) to this multiple
-	// of the capacity, but never fewer than MinHistory ids.
+	// History bounds the ids remembered (resident or not) to about this
+	// multiple of the capacity, but never fewer than MinHistory ids: when
+	// that many are known, those resident nowhere (neither in the tier nor
+	// in a shadow) and untouched for half that many touches are forgotten.
+	// Ids resident somewhere are kept, so the bound can be passed by up to
+	// (1 + shadows) × capacity ids, and the next sweep waits until half
+	// the bound is new again.
 	History float64
 	// MinHistory is the floor of the history bound, in ids.
 	MinHistory int
@@ -160,8 +165,9 @@ type lane struct {
 
 // adaptive is the Adaptive policy. Every key ever touched (up to the history
 // bound) has an entry with its last two touch times, its use count and its
-// last Hint, kept after eviction: 16 bytes of times and count per id plus
-// the index and heap slots. A touch's time is its epoch: hinted touches of
+// last Hint, kept after eviction: a 72-byte entry (times, count, and a heap
+// slot per lane) plus its index entry, about 120 bytes per id as kvbench
+// measures it. A touch's time is its epoch: hinted touches of
 // increasing Depth share the epoch of the chain's first block, so the blocks
 // of one request tie and the deeper one is evicted first.
 //
@@ -190,6 +196,8 @@ type adaptive struct {
 	period    int64
 	nextAdapt int64
 	histLimit int
+	forgetAt  int // len(index) at which alloc sweeps the history next
+	forgets   int // sweeps so far
 }
 
 func newAdaptive(capacity int, cfg AdaptiveConfig) *adaptive {
@@ -198,9 +206,10 @@ func newAdaptive(capacity int, cfg AdaptiveConfig) *adaptive {
 		capacity:  capacity,
 		index:     make(map[Key]int32, hint(capacity)),
 		lastDepth: -1,
-		period:    max(minPeriod, int64(cfg.Period*float64(capacity))),
+		period:    max(minPeriod, int64(min(cfg.Period*float64(capacity), 1<<62))),
 		histLimit: max(cfg.MinHistory, int(min(cfg.History*float64(capacity), math.MaxInt32/2))),
 	}
+	p.forgetAt = p.histLimit
 	for i, c := range cfg.Candidates {
 		if len(cfg.Candidates) > 1 {
 			p.shadows = append(p.shadows, lane{id: i + 1, rank: c.Rank, window: windowTouches(c.Window, capacity)})
@@ -314,7 +323,9 @@ func (p *adaptive) touch(k Key, h Hint, admit bool) int32 {
 	e := &p.entries[i]
 	if e.t1 != p.epoch {
 		e.t2, e.t1 = e.t1, p.epoch
-		e.count++
+		if e.count < math.MaxInt32 {
+			e.count++
+		}
 	}
 	e.depth, e.partial = depth, h.Partial
 	for s := range p.shadows {
@@ -341,7 +352,7 @@ func (p *adaptive) touch(k Key, h Hint, admit bool) int32 {
 }
 
 func (p *adaptive) alloc(k Key) int32 {
-	if len(p.index) >= p.histLimit {
+	if len(p.index) >= p.forgetAt {
 		p.forget()
 	}
 	var i int32
@@ -362,8 +373,14 @@ func (p *adaptive) alloc(k Key) int32 {
 }
 
 // forget drops the history of ids resident nowhere whose last touch is older
-// than half the history bound, so at most about half the bound survives.
+// than half the history bound, so that about half the bound survives besides
+// the resident ids, and sets the next sweep half a bound of new ids later:
+// each O(ids) sweep is paid for by that many insertions.
 func (p *adaptive) forget() {
+	defer func() {
+		p.forgets++
+		p.forgetAt = max(p.histLimit, len(p.index)+p.histLimit/2)
+	}()
 	cutoff := p.clock - int64(p.histLimit/2)
 	for k, i := range p.index {
 		e := &p.entries[i]
@@ -447,31 +464,36 @@ func (p *adaptive) Evict(evictable func(Key) bool) (Key, bool) {
 	return 0, false
 }
 
-// rank is the eviction rank of entry i in l: lower goes first.
-func (p *adaptive) rank(l *lane, i int32) int64 {
+// rank returns entry i's eviction class in l and its rank within the
+// class: the lower class goes first, then the lower rank. A partial block
+// seen once is class 0; a key seen once under RankFrequencyNewFirst class 1,
+// newest first; under an infinite frequency window the class is 2 + the use
+// count; every other key is class 2.
+func (p *adaptive) rank(l *lane, i int32) (class, r int64) {
 	e := &p.entries[i]
-	if e.partial && e.t2 == never {
-		return e.t1 - 3*infWindow
-	}
-	switch l.rank {
-	case RankSecondUse:
-		return max(e.t2, e.t1-l.window)
-	case RankFrequency:
-		if l.window >= infWindow {
-			return int64(e.count)<<40 + e.t1
-		}
-		return e.t1 + l.window*int64(bits.Len32(uint32(e.count))-1)
-	default: // RankFrequencyNewFirst
-		if e.t2 == never {
-			return -infWindow - e.t1
-		}
-		return e.t1 + l.window*int64(bits.Len32(uint32(e.count))-1)
+	seenOnce := e.t2 == never
+	switch {
+	case e.partial && seenOnce:
+		return 0, e.t1
+	case l.rank == RankSecondUse:
+		return 2, max(e.t2, e.t1-l.window)
+	case l.rank == RankFrequencyNewFirst && seenOnce:
+		return 1, -e.t1
+	case l.window >= infWindow: // RankFrequency or RankFrequencyNewFirst
+		return 2 + int64(e.count), e.t1
+	default:
+		return 2, e.t1 + l.window*int64(bits.Len32(uint32(e.count))-1)
 	}
 }
 
-// less orders heap slots a, b of l: lower rank first, then deeper first.
+// less orders heap slots a, b of l: lower class, then lower rank, then
+// deeper first.
 func (p *adaptive) less(l *lane, a, b int32) bool {
-	ra, rb := p.rank(l, a), p.rank(l, b)
+	ca, ra := p.rank(l, a)
+	cb, rb := p.rank(l, b)
+	if ca != cb {
+		return ca < cb
+	}
 	if ra != rb {
 		return ra < rb
 	}

@@ -182,6 +182,7 @@ func TestAdaptiveModel(t *testing.T) {
 	cands := []Candidate{
 		{RankSecondUse, 0}, {RankSecondUse, 0.5}, {RankSecondUse, math.Inf(1)},
 		{RankFrequency, 1}, {RankFrequency, math.Inf(1)}, {RankFrequencyNewFirst, 2},
+		{RankFrequencyNewFirst, math.Inf(1)},
 	}
 	for ci, c := range cands {
 		for seed := range uint64(3) {
@@ -399,7 +400,8 @@ func TestAdaptiveChainOrder(t *testing.T) {
 }
 
 // TestAdaptiveHistoryBound: ids resident nowhere are forgotten once the
-// history holds MinHistory ids, so memory stays bounded under a scan.
+// history holds MinHistory ids, so memory stays bounded under a scan: by the
+// bound plus the ids the real cache and the shadows hold.
 func TestAdaptiveHistoryBound(t *testing.T) {
 	const capacity, bound = 4, 64
 	hp, err := NewAdaptive(capacity, AdaptiveConfig{History: 1, MinHistory: bound})
@@ -407,16 +409,113 @@ func TestAdaptiveHistoryBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := hp.(*adaptive)
+	limit := bound + (1+len(p.shadows))*capacity
 	for k := range Key(10000) {
 		p.Add(k)
 		for p.Len() > capacity {
 			p.Evict(nil)
 		}
+		if n := len(p.index); n > limit {
+			t.Fatalf("after %d ids the history holds %d, bound %d + %d resident", k+1, n, bound, limit-bound)
+		}
 	}
-	if n := len(p.index); n > bound || len(p.entries) > bound+1 {
-		t.Fatalf("history holds %d ids in %d entries, bound %d", n, len(p.entries), bound)
+	if len(p.entries) > limit+1 {
+		t.Fatalf("%d entries, bound %d + %d resident", len(p.entries), bound, limit-bound)
 	}
 	checkAdaptive(t, p)
+}
+
+// TestAdaptiveHistorySweepsAmortized: with a history bound smaller than what
+// the shadows hold, each sweep of the history still frees room for half a
+// bound of ids, so a stream of new ids does not sweep on every insert.
+func TestAdaptiveHistorySweepsAmortized(t *testing.T) {
+	const capacity, steps = 100, 20000
+	hp, err := NewAdaptive(capacity, AdaptiveConfig{History: 1, MinHistory: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hp.(*adaptive)
+	rng := rand.New(rand.NewPCG(1, 2))
+	inserts := 0 // ids the history did not hold
+	for step := range steps {
+		k := Key(rng.IntN(3 * capacity))
+		if rng.IntN(2) == 0 {
+			k = Key(1_000_000 + step)
+		}
+		if _, ok := p.index[k]; !ok {
+			inserts++
+		}
+		p.Add(k)
+		for p.Len() > capacity {
+			p.Evict(nil)
+		}
+	}
+	if max := inserts/(p.histLimit/2) + 1; p.forgets > max {
+		t.Fatalf("%d sweeps of the history for %d inserted ids, want at most %d (one per %d)", p.forgets, inserts, max, p.histLimit/2)
+	}
+	if p.forgets == 0 {
+		t.Fatal("the history was never swept")
+	}
+	checkAdaptive(t, p)
+}
+
+// TestAdaptiveCountSaturates: a key's use count stops at MaxInt32 instead of
+// wrapping, and under an infinite frequency window the most used key stays
+// the last to go.
+func TestAdaptiveCountSaturates(t *testing.T) {
+	for _, r := range []Ranking{RankFrequency, RankFrequencyNewFirst} {
+		hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{r, math.Inf(1)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := hp.(*adaptive)
+		p.Add(1)
+		p.Access(1)
+		p.entries[p.index[1]].count = math.MaxInt32 - 1
+		p.Access(1)
+		p.Access(1)
+		p.Add(2)
+		p.Access(2)
+		if c := p.entries[p.index[1]].count; c != math.MaxInt32 {
+			t.Fatalf("ranking %d: count %d after MaxInt32 uses, want %d", r, c, int32(math.MaxInt32))
+		}
+		if k, _ := p.Evict(nil); k != 2 {
+			t.Fatalf("ranking %d: evicted key %d (used MaxInt32 times) before key 2 (used twice)", r, k)
+		}
+	}
+}
+
+// TestAdaptiveNewFirstInfiniteCountsFirst: RankFrequencyNewFirst with an
+// infinite window is RankFrequency's count-first order for keys seen again.
+func TestAdaptiveNewFirstInfiniteCountsFirst(t *testing.T) {
+	for _, r := range []Ranking{RankFrequency, RankFrequencyNewFirst} {
+		hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{r, math.Inf(1)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hp.Add(1)
+		hp.Access(1)
+		hp.Access(1) // three uses, older
+		hp.Add(2)
+		hp.Access(2) // two uses, newer
+		if k, _ := hp.Evict(nil); k != 2 {
+			t.Errorf("ranking %d, infinite window: evicted %d, want 2 (fewer uses)", r, k)
+		}
+	}
+}
+
+// TestAdaptiveHugePeriod: a Period too large for the clock means "adapt
+// almost never", not the shortest period.
+func TestAdaptiveHugePeriod(t *testing.T) {
+	for _, per := range []float64{math.Inf(1), 1e30} {
+		hp, err := NewAdaptive(1000, AdaptiveConfig{Period: per})
+		if err != nil {
+			t.Fatalf("Period %v: %v", per, err)
+		}
+		if got := hp.(*adaptive).period; got < 1<<40 {
+			t.Errorf("Period %v x 1000 blocks: adapts every %d touches", per, got)
+		}
+	}
 }
 
 func TestNewAdaptiveValidates(t *testing.T) {

@@ -11,7 +11,8 @@ type Key = uint64
 
 // Errors returned by New and ParseKind; test with errors.Is.
 var (
-	// ErrUnknownKind means the Kind or its name is not one of LRU, FIFO, S3FIFO, ARC.
+	// ErrUnknownKind means the Kind or its name is not one of LRU, FIFO,
+	// S3FIFO, ARC, Adaptive.
 	ErrUnknownKind = errors.New("kvtier: policy: unknown kind")
 	// ErrBadCapacity means the capacity passed to New is not positive.
 	ErrBadCapacity = errors.New("kvtier: policy: capacity must be > 0")
