@@ -118,6 +118,8 @@ func TestReportAdaptiveGenerated(t *testing.T) {
 // of each of Adaptive's default rankings run alone (no shadows, nothing
 // adapts) beside the default Adaptive and the best classic policy, per
 // capacity: where Adaptive trails a single ranking, the loss is in choosing.
+// It also runs the default Adaptive without hints, as the tiers call it
+// (Add and Access only: no chain depth, no partial last block).
 // It runs only with KVTIER_CACHESIM_REPORT=1 (about half a minute):
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveCandidates -v ./cachesim
@@ -135,13 +137,21 @@ func TestReportAdaptiveCandidates(t *testing.T) {
 	for i, c := range cands {
 		names[i] = fmt.Sprintf("%s W=%v", rank[c.Rank], c.Window)
 	}
-	t.Logf("| trace | capacity | best classic | adaptive | %s |", strings.Join(names, " | "))
+	t.Logf("| trace | capacity | best classic | adaptive | adaptive, no hints | %s |", strings.Join(names, " | "))
 	for _, file := range []string{"conversation_trace.jsonl", "synthetic_trace.jsonl"} {
 		reqs := readShared(t, file)
 		for _, c := range []int{256, 1024, 2048, 4096, 16384, 65536} {
 			best, bestKind := bestClassic(t, reqs, c)
-			row := fmt.Sprintf("| %s | %d | %v %.2f%% | %.2f%% |", file, c, bestKind, 100*best.HitRatio,
-				100*mustSimulate(t, reqs, c, policy.Adaptive, Options{}).HitRatio)
+			p, err := policy.New(policy.Adaptive, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, err := SimulatePolicy(reqs, c, unhinted{p}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := fmt.Sprintf("| %s | %d | %v %.2f%% | %.2f%% | %.2f%% |", file, c, bestKind, 100*best.HitRatio,
+				100*mustSimulate(t, reqs, c, policy.Adaptive, Options{}).HitRatio, 100*plain.HitRatio)
 			for _, cand := range cands {
 				p, err := policy.NewAdaptive(c, policy.AdaptiveConfig{Candidates: []policy.Candidate{cand}})
 				if err != nil {
@@ -157,3 +167,7 @@ func TestReportAdaptiveCandidates(t *testing.T) {
 		}
 	}
 }
+
+// unhinted hides a policy's Hinted methods, so that SimulatePolicy calls
+// only Add and Access, as the tiers do.
+type unhinted struct{ policy.Policy }

@@ -28,8 +28,10 @@
 //     it is the last tier (over a disk it drains to, kvtier.Config
 //     defaults the host tier to LRU; see Config.PinnedPolicy). It remembers ids
 //     after eviction (LRU-2 needs a block's previous use however long ago),
-//     uses Hints (chain depth, partial last block) where the tier has them,
-//     and picks among a few rankings (AdaptiveConfig.Candidates) the one
+//     uses Hints (chain depth, partial last block) when its caller gives
+//     them (cachesim's replay does; the tiers below the GPU call Add and
+//     Access, since a block there is always full and its depth does not
+//     travel with it), and picks among a few rankings (AdaptiveConfig.Candidates) the one
 //     whose shadow cache of the tier's size got the most prefix hits
 //     lately: LRU-2-like at small sizes, close to LRU at large ones.
 //   - Pinned keys: Evict takes an evictable filter, so a tier can keep keys
