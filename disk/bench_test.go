@@ -64,6 +64,41 @@ func BenchmarkDiskWrite(b *testing.B) {
 	}
 }
 
+// BenchmarkDiskWriteWays writes each size both ways, alternating write by
+// write on one store so that both see the same disk: header and payload in
+// one pwritev with the checksum summed first ("vectored"), and the payload
+// then its header with the checksum summed meanwhile ("split"). It reports
+// each way's time per write and vectored/split; defaultSplitWriteMin comes
+// from it.
+func BenchmarkDiskWriteWays(b *testing.B) {
+	for _, size := range []int{32 << 10, 256 << 10, 1 << 20, 2 << 20, 8 << 20} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			s := benchStore(b, size)
+			p := randomPayload(size)
+			b.SetBytes(int64(size))
+			var took [2]time.Duration // split, vectored
+			h := uint64(0)
+			for b.Loop() {
+				h++
+				way := int(h % 2)
+				s.splitWriteMin = 0 // split
+				if way == 1 {
+					s.splitWriteMin = size + 1
+				}
+				start := time.Now()
+				if _, _, err := s.WriteSync(Meta{Hash: h}, p); err != nil {
+					b.Fatal(err)
+				}
+				took[way] += time.Since(start)
+			}
+			n := float64(max(h/2, 1))
+			b.ReportMetric(float64(took[0].Nanoseconds())/n, "split-ns/write")
+			b.ReportMetric(float64(took[1].Nanoseconds())/n, "vectored-ns/write")
+			b.ReportMetric(float64(took[1])/float64(took[0]), "vectored/split")
+		})
+	}
+}
+
 func BenchmarkDiskRead(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(sizeName(size), func(b *testing.B) {

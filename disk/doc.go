@@ -29,9 +29,11 @@
 //
 // # Crash consistency
 //
-// A write puts the payload first and its header second (the header carries
-// the payload's checksum, computed while the payload is written); with
-// Config.Sync each is followed by fdatasync. A write torn by a crash leaves
+// A payload under 2 MiB goes with its header in one pwritev (the header
+// carries the payload's checksum, summed first); a bigger one, with
+// Config.Sync, or on a File without WritevAt, goes first and its header
+// second (the checksum summed while the payload is written), with
+// Config.Sync each followed by fdatasync. A write torn by a crash leaves
 // either no valid header or a header whose payload checksum does not match
 // what landed (the slot's previous header over a new payload included),
 // which the first read detects: the block is then dropped, never served. A slot is unpublished before it is

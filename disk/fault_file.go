@@ -254,6 +254,38 @@ func (ff *faultFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
 	return n, err
 }
 
+// WritevAt counts as one write of the total length at off. A Partial fault
+// writes the first Partial bytes, across the buffers in order: a write torn
+// inside the header or inside the payload.
+func (ff *faultFile) WritevAt(bufs [][]byte, off int64) (int, error) {
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	limit, ft := total, ff.fs.hit(FaultWrite, ff.name, off, total)
+	if ft != nil {
+		limit = min(ft.Partial, total)
+	}
+	n := 0
+	for _, b := range bufs {
+		if n >= limit {
+			break
+		}
+		b = b[:min(len(b), limit-n)]
+		k, err := ff.f.WriteAt(b, off+int64(n))
+		n += k
+		if err != nil {
+			ff.fs.addBytes(FaultWrite, n)
+			return n, err
+		}
+	}
+	ff.fs.addBytes(FaultWrite, n)
+	if ft != nil {
+		return n, ft.Err
+	}
+	return n, nil
+}
+
 func (ff *faultFile) Sync() error {
 	if ft := ff.fs.hit(FaultSync, ff.name, 0, 0); ft != nil {
 		return ft.Err

@@ -95,11 +95,14 @@ func TestTornHeaderDroppedOnOpen(t *testing.T) {
 	mustReadExact(t, s, 1)
 }
 
-// A crash midway through overwriting an evicted slot's payload leaves the
-// victim's header over foreign bytes: it must be detected, not served.
+// A crash midway through overwriting an evicted slot's payload, written
+// before its header (the way of payloads of defaultSplitWriteMin and up),
+// leaves the victim's header over foreign bytes: it must be detected, not
+// served.
 func TestTornOverwriteNeverServed(t *testing.T) {
 	cfg, ffs := faultConfig(t, 2, true)
 	s, _ := mustOpen(t, cfg)
+	s.splitWriteMin = 0 // every payload written apart from its header
 	mustWrite(t, s, 1)
 	mustWrite(t, s, 2)
 	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Partial: 3000, Match: payloadWrites(SlotBytes(testPayload)), Times: 1})
@@ -117,6 +120,57 @@ func TestTornOverwriteNeverServed(t *testing.T) {
 	wantErr(t, err, ErrCorrupt)
 	mustReadExact(t, s, 2)
 	checkInv(t, s)
+}
+
+// A small payload goes with its header in one pwritev. Torn inside the
+// header, the header's own checksum fails and Open drops it; torn inside
+// the payload, the new header's payload checksum fails and the read reports
+// the block corrupt. Either way the victim is gone and nothing wrong is
+// served.
+func TestTornVectoredWriteNeverServed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		partial int
+		dropped bool // at Open, by the header's checksum
+	}{
+		{"in the header", 40, true},
+		{"in the payload", BlockSize + 3000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, ffs := faultConfig(t, 2, true)
+			s, _ := mustOpen(t, cfg)
+			mustWrite(t, s, 1)
+			mustWrite(t, s, 2)
+			before := ffs.Counts()
+			ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Partial: tc.partial, Match: headerWrites(SlotBytes(testPayload)), Times: 1})
+			v, ev, err := s.WriteSync(metaFor(3), payloadFor(3, testPayload))
+			if !errors.Is(err, unix.EIO) || !ev || v.Hash != 1 {
+				t.Fatalf("overwrite: victim %v/%t err %v", v, ev, err)
+			}
+			if c := ffs.Counts(); c.Writes != before.Writes+1 {
+				t.Fatalf("%d writes for one block, want one pwritev", c.Writes-before.Writes)
+			}
+			s.crash()
+			s, rep := mustOpen(t, cfg)
+			defer mustClose(t, s)
+			if tc.dropped {
+				if rep.Records != 1 || rep.Dropped[DropHeaderChecksum] != 1 {
+					t.Fatalf("report %+v, want the torn header dropped", rep)
+				}
+			} else {
+				if rep.Records != 2 {
+					t.Fatalf("report %+v: the new header should be indexed", rep)
+				}
+				_, _, err = s.ReadSyncDigest(3, digestFor(3), AlignedBuffer(testPayload))
+				wantErr(t, err, ErrCorrupt)
+			}
+			if s.Contains(1) {
+				t.Fatal("the victim is still indexed after its slot was overwritten")
+			}
+			mustReadExact(t, s, 2)
+			checkInv(t, s)
+		})
+	}
 }
 
 func TestReadFaults(t *testing.T) {

@@ -31,6 +31,14 @@ type File interface {
 	Close() error
 }
 
+// VectoredWriter is an optional File extension: one positioned write from
+// several buffers (pwritev). WriteOp.Execute uses it, without Config.Sync,
+// to write a small payload and its header in a single I/O. A count short of
+// the total comes with a non-nil error or is treated as a short write.
+type VectoredWriter interface {
+	WritevAt(bufs [][]byte, off int64) (int, error)
+}
+
 // VectoredReader is an optional File extension: one positioned read into
 // several buffers (preadv). ReadOp.Execute uses it to fetch a header and
 // its payload in a single I/O. A count short of the total comes with a
@@ -223,6 +231,15 @@ func (o osFile) Close() error                             { return o.f.Close() }
 func (o osFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
 	for {
 		n, err := unix.Preadv(int(o.f.Fd()), bufs, off)
+		if !errors.Is(err, unix.EINTR) {
+			return n, err
+		}
+	}
+}
+
+func (o osFile) WritevAt(bufs [][]byte, off int64) (int, error) {
+	for {
+		n, err := unix.Pwritev(int(o.f.Fd()), bufs, off)
 		if !errors.Is(err, unix.EINTR) {
 			return n, err
 		}

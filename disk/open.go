@@ -51,17 +51,18 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		return nil, OpenReport{}, fmt.Errorf("kvtier: disk: %w", err)
 	}
 	s := &Store{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		lay:   lay,
-		mode:  mode,
-		files: files,
-		lock:  lock,
-		slots: make([]slot, lay.slots),
-		index: make(map[uint64]int32, lay.slots),
-		reads: make(map[uint64]*ReadOp),
-		pol:   pol,
-		zero:  AlignedBuffer(BlockSize),
+		splitWriteMin: defaultSplitWriteMin,
+		cfg:           cfg,
+		log:           cfg.Logger,
+		lay:           lay,
+		mode:          mode,
+		files:         files,
+		lock:          lock,
+		slots:         make([]slot, lay.slots),
+		index:         make(map[uint64]int32, lay.slots),
+		reads:         make(map[uint64]*ReadOp),
+		pol:           pol,
+		zero:          AlignedBuffer(BlockSize),
 	}
 	rep := s.rebuild()
 	rep.Mode = mode

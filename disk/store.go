@@ -64,6 +64,10 @@ type Store struct {
 
 	writing, doomed, pinned, removing int
 
+	// splitWriteMin is the smallest payload written apart from its header
+	// (defaultSplitWriteMin; benchmarks move it to compare both ways).
+	splitWriteMin int
+
 	stats Stats
 }
 
