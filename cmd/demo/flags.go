@@ -181,7 +181,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.hotHits, "hot-hits", 2, "-ingestion hot and -disk-ingestion hot: hits before a block is written down")
 	fs.IntVar(&o.writeQuota, "write-quota", 256, "GPU -> pinned writes in flight before more are denied")
 	fs.IntVar(&o.diskQuota, "disk-write-quota", 4096, "pinned -> disk writes in flight before more are denied (the Manager's default is 64; a quota the demo never reaches keeps runs repeatable)")
-	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so runs are repeatable")
+	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so that runs repeat: exactly on the embedded sample, within a few tenths of a point on full traces, where copies inside one call still race (package schedcache, Determinism)")
 
 	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")
 	fs.DurationVar(&o.onboardTimeout, "onboard-timeout", scheduler.DefaultOnboardTimeout, "-onboard timeout: base allowance (logical time)")

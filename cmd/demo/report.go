@@ -183,7 +183,7 @@ func writeJSON(w io.Writer, r jsonReport) error {
 
 // printTable writes the configurations side by side, one column each.
 func printTable(w io.Writer, r jsonReport) {
-	const labelW, colW = 32, 20
+	const labelW, colW = 34, 20 // labelW fits "pinned -> disk (Llama-3-8B bytes)"
 	row := func(label string, cell func(c jsonConfig) string) {
 		fmt.Fprintf(w, "%-*s", labelW, label)
 		for _, c := range r.Configs {
