@@ -14,7 +14,7 @@ type FaultOp int
 // The faultable operations.
 const (
 	FaultRead  FaultOp = iota + 1 // ReadAt and ReadvAt
-	FaultWrite                    // WriteAt
+	FaultWrite                    // WriteAt and WritevAt
 	FaultSync                     // Sync
 )
 
@@ -39,8 +39,9 @@ type Fault struct {
 	Match func(name string, off int64, n int) bool
 	// Err is what a hit call returns, e.g. unix.EIO or unix.ENOSPC.
 	Err error
-	// Partial passes the first Partial bytes of a hit ReadAt or WriteAt
-	// through to the file before failing: a short read or a torn write.
+	// Partial passes the first Partial bytes of a hit read or write (of
+	// all its buffers, for ReadvAt and WritevAt: see there) through to the
+	// file before failing: a short read or a torn write.
 	// Partial transfers that are not BlockSize multiples need buffered
 	// I/O (FaultFS.NoDirect).
 	Partial int
@@ -256,13 +257,20 @@ func (ff *faultFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
 
 // WritevAt counts as one write of the total length at off. A Partial fault
 // writes the first Partial bytes, across the buffers in order: a write torn
-// inside the header or inside the payload.
+// inside the header or inside the payload. With no fault it passes the call
+// to the file's own WritevAt, so the store's one pwritev stays one.
 func (ff *faultFile) WritevAt(bufs [][]byte, off int64) (int, error) {
 	total := 0
 	for _, b := range bufs {
 		total += len(b)
 	}
-	limit, ft := total, ff.fs.hit(FaultWrite, ff.name, off, total)
+	ft := ff.fs.hit(FaultWrite, ff.name, off, total)
+	if v, ok := ff.f.(VectoredWriter); ok && ft == nil {
+		n, err := v.WritevAt(bufs, off)
+		ff.fs.addBytes(FaultWrite, n)
+		return n, err
+	}
+	limit := total
 	if ft != nil {
 		limit = min(ft.Partial, total)
 	}
@@ -274,6 +282,9 @@ func (ff *faultFile) WritevAt(bufs [][]byte, off int64) (int, error) {
 		b = b[:min(len(b), limit-n)]
 		k, err := ff.f.WriteAt(b, off+int64(n))
 		n += k
+		if err == nil && k < len(b) {
+			err = io.ErrShortWrite
+		}
 		if err != nil {
 			ff.fs.addBytes(FaultWrite, n)
 			return n, err

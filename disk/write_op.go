@@ -158,10 +158,11 @@ const defaultSplitWriteMin = 2 << 20
 
 // executeVectored writes header and payload in one pwritev, the checksum
 // computed first: for a small payload one I/O costs less than two, and
-// summing it is short beside either (see splitWriteMin). The header goes
-// first on disk, so a write torn by a crash leaves a header whose payload
-// checksum does not match what landed, which every read verifies (a miss,
-// never data).
+// summing it is short beside either (see defaultSplitWriteMin). One call
+// does not order the sectors it lands, so a crash may tear it anywhere: a
+// torn header fails its own checksum at Open, and a whole header over a
+// torn payload, or the slot's old header over part of the new payload,
+// fails the payload checksum every read verifies (a miss, never data).
 func (op *WriteOp) executeVectored(v VectoredWriter, payload, buf []byte) error {
 	op.rec.payloadLen = int64(len(payload))
 	op.rec.payloadSum = Checksum(payload)
