@@ -223,8 +223,17 @@ func TestDefaults(t *testing.T) {
 	}
 	if !reflect.DeepEqual(o.configs, []tierSet{gpuOnly, withPinned, withDisk}) || o.gpuBlocks != defaultGPUBlocks ||
 		o.pinnedBlocks != defaultPinnedBlocks || o.diskBlocks != defaultDiskBlocks || o.blockTokens != 512 ||
-		o.timeScale != 0 || o.load != defaultLoad || !o.sync || o.plotPath == "" || o.jsonPath != "" || o.tracePath != "" {
+		o.timeScale != 0 || o.load != defaultLoad || !o.sync || o.plotPath == "" || o.jsonPath != "" || o.tracePath != "" ||
+		o.offloadAhead != 64 {
 		t.Fatalf("defaults: %+v", o)
+	}
+	// -offload-ahead reaches the Manager's configuration.
+	o, err = parseFlags([]string{"-offload-ahead", "7"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := managerConfig(o, withPinned, ""); err != nil || c.OffloadAhead != 7 {
+		t.Fatalf("managerConfig with -offload-ahead 7: OffloadAhead %d, err %v", c.OffloadAhead, err)
 	}
 }
 
@@ -236,7 +245,7 @@ func TestFlagErrors(t *testing.T) {
 		{"-pinned-policy", "mru"}, {"-disk-policy", "random"}, {"-ingestion", "some"}, {"-disk-ingestion", "never"},
 		{"-onboard", "maybe"}, {"-preempt", "kill"}, {"-max-seqs", "0"}, {"-max-batched-tokens", "-5"},
 		{"-time-scale", "-1"}, {"-time-scale", "NaN"}, {"-load", "0"}, {"-load", "11"}, {"-load", "NaN"}, {"-limit", "-1"}, {"-onboard-timeout", "-1s"},
-		{"-series-interval", "0s"}, {"-hot-hits", "0"}, {"-write-quota", "0"}, {"-disk-write-quota", "0"}, {"-no-such-flag"}, {"extra"},
+		{"-series-interval", "0s"}, {"-hot-hits", "0"}, {"-write-quota", "0"}, {"-disk-write-quota", "0"}, {"-offload-ahead", "0"}, {"-no-such-flag"}, {"extra"},
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), args, &bytes.Buffer{}, &stderr, false)
