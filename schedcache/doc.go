@@ -46,11 +46,13 @@
 // ahead of need with the default OffloadAhead of 64) do not.
 //
 // Without a disk, GPU + pinned memory does not replay exactly on long traces
-// either: on the full Mooncake conversation trace the demo's GPU + pinned run
-// (pinned Adaptive) gave 14.27-14.67% over eight runs, and with a pinned
-// write quota it never reaches still differed between runs. The race inside
-// one call that causes it is not yet traced; the embedded sample repeats
-// exactly.
+// either when the pinned tier runs ARC or Adaptive: on the full Mooncake
+// conversation trace the demo's GPU + pinned run (pinned Adaptive) gave
+// 14.27-14.67% over eight runs, and with a pinned write quota it never
+// reaches still differed between runs. On the trace's first 3,000 requests
+// GPU only and GPU + pinned LRU repeat exactly, ARC and Adaptive do not (the
+// tokens served from pinned memory differ by about 1%). The race inside one
+// call that causes it is not yet traced; the embedded sample repeats exactly.
 //
 // # Usage
 //
