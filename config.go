@@ -126,6 +126,11 @@ type Config struct {
 	// wait: until evicted they stay on the GPU, where they may be hit again,
 	// and their copies would take room below.
 	OffloadAhead int
+	// SerialOffloads keeps one GPU -> pinned offload in flight at a time,
+	// so that replays on a logical clock repeat exactly (schedcache's Sync
+	// mode): the pinned tier then commits every offload before it grants
+	// the next. It costs overlap between copies; serving leaves it off.
+	SerialOffloads bool
 	// WriteQuota bounds block writes in flight to the lower tier (default 256).
 	WriteQuota int
 	// MaxPendingCalls bounds the calls in flight at once across all callers

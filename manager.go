@@ -195,7 +195,7 @@ func New(cfg Config) (*Manager, error) {
 	gcfg := actors.GPUConfig{
 		Pool: pool, Arena: m.arena, Stream: stream,
 		Ingestion: c.Ingestion, HotHits: c.HotHits,
-		OffloadThreshold: c.OffloadThreshold, OffloadAhead: c.OffloadAhead,
+		OffloadThreshold: c.OffloadThreshold, OffloadAhead: c.OffloadAhead, SerialOffloads: c.SerialOffloads,
 		DoubleGetMinBlocks: c.DoubleGetMinBlocks, DoubleGetMinRatio: c.DoubleGetMinRatio,
 		ReadBase: c.ReadDeadlineBase, ReadPerToken: c.ReadDeadlinePerToken,
 		Log: c.Logger.Named("gpu"), Clock: clockFunc(c.Clock),

@@ -47,6 +47,7 @@ type GPUConfig struct {
 	HotHits          int
 	OffloadThreshold float64 // fraction of blocks holding data above which free cached blocks are offloaded ahead of need
 	OffloadAhead     int     // window of free blocks, from the next to be evicted, written down ahead of need
+	SerialOffloads   bool    // one offload in flight at a time (tier.Config.SerialOffloads)
 
 	// Double get: ask the lower tiers only when they hold at least
 	// DoubleGetMinBlocks blocks of the chain and that is at least
@@ -95,7 +96,7 @@ func NewGPUActor(cfg GPUConfig) actor.Producer {
 			t: tier.New(tier.Config{
 				Pool: cfg.Pool, BlockBytes: cfg.Arena.BlockBytes(), Lower: cfg.Pinned != nil,
 				Ingestion: cfg.Ingestion, HotHits: cfg.HotHits,
-				OffloadThreshold: cfg.OffloadThreshold, OffloadAhead: cfg.OffloadAhead,
+				OffloadThreshold: cfg.OffloadThreshold, OffloadAhead: cfg.OffloadAhead, SerialOffloads: cfg.SerialOffloads,
 				DoubleGetMinBlocks: cfg.DoubleGetMinBlocks, DoubleGetMinRatio: cfg.DoubleGetMinRatio,
 				ReadBase: cfg.ReadBase, ReadPerToken: cfg.ReadPerToken, Log: cfg.Log,
 				Namespaces: cfg.Namespaces,

@@ -52,7 +52,14 @@
 // reaches still differed between runs. On the trace's first 3,000 requests
 // GPU only and GPU + pinned LRU repeat exactly, ARC and Adaptive do not (the
 // tokens served from pinned memory differ by about 1%). The race inside one
-// call that causes it is not yet traced; the embedded sample repeats exactly.
+// call that causes it is partly traced: the pinned tier receives the GPU's
+// next offload request before or after the previous offload's commit,
+// depending on when the copy ends. With
+// kvtier.Config.SerialOffloads (one offload in flight at a time) GPU +
+// pinned ARC repeats exactly on the full trace (14.00% in two runs); Adaptive
+// still varies (14.16% and 14.28%), its time-stamped ranking depending also
+// on the order of loads and commits. The embedded sample repeats exactly
+// either way.
 //
 // # Usage
 //

@@ -42,16 +42,17 @@ type options struct {
 	diskDir      string
 	blockTokens  int
 
-	pinnedPolicy  policy.Kind
-	diskPolicy    policy.Kind
-	ingestion     kvtier.Ingestion
-	diskIngestion kvtier.Ingestion
-	readDeadline  time.Duration
-	sync          bool
-	writeQuota    int
-	offloadAhead  int
-	hotHits       int
-	diskQuota     int
+	pinnedPolicy   policy.Kind
+	diskPolicy     policy.Kind
+	ingestion      kvtier.Ingestion
+	diskIngestion  kvtier.Ingestion
+	readDeadline   time.Duration
+	sync           bool
+	writeQuota     int
+	offloadAhead   int
+	serialOffloads bool
+	hotHits        int
+	diskQuota      int
 
 	onboard        scheduler.OnboardPolicy
 	onboardTimeout time.Duration
@@ -181,6 +182,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.readDeadline, "read-deadline", 0, "the Manager's wall-clock deadline for a load from pinned memory or disk (0: none, for repeatable runs)")
 	fs.IntVar(&o.hotHits, "hot-hits", 2, "-ingestion hot and -disk-ingestion hot: hits before a block is written down")
 	fs.IntVar(&o.writeQuota, "write-quota", 256, "GPU -> pinned writes in flight before more are denied")
+	fs.BoolVar(&o.serialOffloads, "serial-offloads", false, "one GPU -> pinned offload in flight at a time (kvtier.Config.SerialOffloads): with -sync, runs whose pinned tier is ARC repeat exactly on full traces too")
 	fs.IntVar(&o.offloadAhead, "offload-ahead", 64, "free GPU blocks, next to be evicted, written to pinned memory ahead of need (kvtier.Config.OffloadAhead)")
 	fs.IntVar(&o.diskQuota, "disk-write-quota", 4096, "pinned -> disk writes in flight before more are denied (the Manager's default is 64; a quota the demo never reaches keeps runs repeatable)")
 	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so that runs repeat: exactly on the embedded sample, within a few tenths of a point on full traces, where copies inside one call still race (package schedcache, Determinism)")

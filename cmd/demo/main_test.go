@@ -224,7 +224,7 @@ func TestDefaults(t *testing.T) {
 	if !reflect.DeepEqual(o.configs, []tierSet{gpuOnly, withPinned, withDisk}) || o.gpuBlocks != defaultGPUBlocks ||
 		o.pinnedBlocks != defaultPinnedBlocks || o.diskBlocks != defaultDiskBlocks || o.blockTokens != 512 ||
 		o.timeScale != 0 || o.load != defaultLoad || !o.sync || o.plotPath == "" || o.jsonPath != "" || o.tracePath != "" ||
-		o.offloadAhead != 64 {
+		o.offloadAhead != 64 || o.serialOffloads {
 		t.Fatalf("defaults: %+v", o)
 	}
 	// -offload-ahead reaches the Manager's configuration.
@@ -232,8 +232,15 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := managerConfig(o, withPinned, ""); err != nil || c.OffloadAhead != 7 {
-		t.Fatalf("managerConfig with -offload-ahead 7: OffloadAhead %d, err %v", c.OffloadAhead, err)
+	if c, err := managerConfig(o, withPinned, ""); err != nil || c.OffloadAhead != 7 || c.SerialOffloads {
+		t.Fatalf("managerConfig with -offload-ahead 7: OffloadAhead %d, SerialOffloads %v, err %v", c.OffloadAhead, c.SerialOffloads, err)
+	}
+	o, err = parseFlags([]string{"-serial-offloads"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := managerConfig(o, withPinned, ""); err != nil || !c.SerialOffloads {
+		t.Fatalf("managerConfig with -serial-offloads: SerialOffloads %v, err %v", c.SerialOffloads, err)
 	}
 }
 

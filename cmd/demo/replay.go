@@ -49,6 +49,7 @@ func managerConfig(o options, t tierSet, diskDir string) (kvtier.Config, error) 
 	c := kvtier.Config{
 		GPUBlocks: o.gpuBlocks, BlockTokens: o.blockTokens, Model: gpu.TinySpec, VocabSize: o.vocab,
 		Ingestion: o.ingestion, HotHits: o.hotHits, WriteQuota: o.writeQuota, OffloadAhead: o.offloadAhead, ReadDeadlineBase: -1,
+		SerialOffloads: o.serialOffloads,
 	}
 	if o.readDeadline > 0 {
 		c.ReadDeadlineBase, c.ReadDeadlinePerToken = o.readDeadline, 0

@@ -21,6 +21,11 @@ func (t *Tier) CheckInvariants() error {
 			copies[id]++
 		}
 	}
+	for _, q := range t.serialQueue { // pinned for a copy that waits its turn
+		for _, id := range q.op.blocks {
+			copies[id]++
+		}
+	}
 	for _, op := range t.fetches {
 		for _, id := range op.blocks {
 			copies[id]++

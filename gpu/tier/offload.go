@@ -90,7 +90,23 @@ func (t *Tier) startOffload(op *offloadOp) {
 			t.pool.Pin(id)
 		}
 	}
-	id := t.newID()
+	id := t.newID() // now, so that a Flush from here on waits for it
+	if t.cfg.SerialOffloads && (len(t.offload) > 0 || len(t.serialQueue) > 0) {
+		t.serialQueue = append(t.serialQueue, queuedOffload{id: id, op: op})
+		return
+	}
+	t.sendOffload(id, op)
+}
+
+// queuedOffload is an offload waiting for the one in flight
+// (Config.SerialOffloads).
+type queuedOffload struct {
+	id uint64
+	op *offloadOp
+}
+
+// sendOffload registers op under id and offers its blocks to the pinned tier.
+func (t *Tier) sendOffload(id uint64, op *offloadOp) {
 	t.offload[id] = op
 	t.toPinned(&messages.OffloadRequest{ID: id, Items: op.items})
 }
@@ -165,6 +181,11 @@ func (t *Tier) releaseOffloadBlock(op *offloadOp, id blockpool.BlockID, below bo
 
 func (t *Tier) finishOffload(id uint64, op *offloadOp) {
 	delete(t.offload, id)
+	if len(t.serialQueue) > 0 && len(t.offload) == 0 {
+		next := t.serialQueue[0]
+		t.serialQueue = t.serialQueue[1:]
+		defer t.sendOffload(next.id, next.op)
+	}
 	if op.evict && t.pool.Config().Journal {
 		// Removals held back while the evicted blocks were written down:
 		// now, after the OffloadDone above, unless a block serves the hash

@@ -49,6 +49,10 @@ type Config struct {
 	HotHits          int
 	OffloadThreshold float64 // fraction of blocks holding data above which free cached blocks are offloaded ahead of need
 	OffloadAhead     int     // window of free blocks, from the next to be evicted, written down ahead of need
+	// SerialOffloads keeps one offload in flight: the next waits until the
+	// pinned tier has the last one's OffloadDone, so the pinned tier sees
+	// every commit before the next grant, in the same order on every run.
+	SerialOffloads bool
 
 	// Double get: ask the lower tiers only when they hold at least
 	// DoubleGetMinBlocks blocks of the chain and that is at least
@@ -91,7 +95,10 @@ type Tier struct {
 	lookups map[uint64]*pendingAlloc
 	fetches map[uint64]*fetchOp
 	offload map[uint64]*offloadOp
-	flushes []gpuFlush
+	// serialQueue holds offloads waiting for the one in flight
+	// (Config.SerialOffloads), each with the id it was given when started.
+	serialQueue []queuedOffload
+	flushes     []gpuFlush
 	// parked are allocations and appends short of blocks only because offloads
 	// ahead of need pin them; they retry as those copies finish.
 	parked  []func()
@@ -237,6 +244,9 @@ func (t *Tier) maybeFlushed() {
 	for id := range t.offload {
 		oldest = min(oldest, id)
 	}
+	for _, q := range t.serialQueue {
+		oldest = min(oldest, q.id)
+	}
 	keep := t.flushes[:0]
 	for _, f := range t.flushes {
 		if f.upto < oldest {
@@ -280,6 +290,14 @@ func (t *Tier) Stop() {
 		}
 	}
 	t.offload = map[uint64]*offloadOp{}
+	for _, q := range t.serialQueue { // never started: no copy touches their blocks
+		for _, w := range q.op.waiters {
+			if _, ok := waits[w]; !ok {
+				waits[w] = nil
+			}
+		}
+	}
+	t.serialQueue = nil
 	for w, ids := range waits {
 		w.loading = false
 		t.out.Stopped = append(t.out.Stopped, StoppedWait{Copies: ids, Complete: w.Reply})
@@ -297,7 +315,7 @@ func (t *Tier) Stats() messages.TierStats {
 	s.Blocks = ps.NumBlocks
 	s.UsedBlocks = ps.Used + ps.FreeCached
 	s.BytesUsed = int64(s.UsedBlocks) * int64(t.cfg.BlockBytes)
-	s.InFlight = len(t.offload) + len(t.fetches)
+	s.InFlight = len(t.offload) + len(t.serialQueue) + len(t.fetches)
 	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived)}
 	s.Tokens = make(map[string]messages.TokenCounts, len(t.tokens))
 	for ns, c := range t.tokens {

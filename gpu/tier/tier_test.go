@@ -427,3 +427,40 @@ func TestOffloadAheadIsAWindow(t *testing.T) {
 		t.Fatalf("%d blocks written ahead of need after the window was evicted, want the next 2", n)
 	}
 }
+
+// TestSerialOffloadsOneInFlight: with SerialOffloads a second offload waits
+// until the first's copy is done, and goes to the pinned tier right after
+// that OffloadDone; without it, both are offered at once.
+func TestSerialOffloadsOneInFlight(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		tr := newTier(t, 8, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: serial})
+		for seq := uint64(1); seq <= 2; seq++ {
+			if res, _ := allocate(t, tr, seq, prompt(int(100*seq), 2*bs), []messages.Tier{}); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+		}
+		tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+		first := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
+		tr.CommitBatch([]messages.CommitItem{{Seq: 2, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+		r := drain(t, tr)
+		if serial != (len(r.ToPinned) == 0) {
+			t.Fatalf("serial %v: a commit while an offload is in flight sent %+v", serial, r.ToPinned)
+		}
+		if !serial {
+			continue
+		}
+		tr.OffloadGranted(&messages.OffloadGrant{ID: first.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+		r = drain(t, tr)
+		tr.CopyDone(r.Copies[0].CopyID, nil)
+		r = drain(t, tr)
+		if len(r.ToPinned) != 2 {
+			t.Fatalf("after the first copy: %+v, want its OffloadDone and the next OffloadRequest", r.ToPinned)
+		}
+		if _, ok := r.ToPinned[0].(*messages.OffloadDone); !ok {
+			t.Fatalf("first message %T, want the OffloadDone", r.ToPinned[0])
+		}
+		if next, ok := r.ToPinned[1].(*messages.OffloadRequest); !ok || len(next.Items) != 2 || next.Items[0].Hash == first.Items[0].Hash {
+			t.Fatalf("second message %+v, want the queued offload of sequence 2", r.ToPinned[1])
+		}
+	}
+}
