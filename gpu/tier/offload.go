@@ -182,9 +182,11 @@ func (t *Tier) releaseOffloadBlock(op *offloadOp, id blockpool.BlockID, below bo
 func (t *Tier) finishOffload(id uint64, op *offloadOp) {
 	delete(t.offload, id)
 	if len(t.serialQueue) > 0 && len(t.offload) == 0 {
+		// After this offload's OffloadDone (already in ToPinned), before
+		// anything below can start another.
 		next := t.serialQueue[0]
 		t.serialQueue = t.serialQueue[1:]
-		defer t.sendOffload(next.id, next.op)
+		t.sendOffload(next.id, next.op)
 	}
 	if op.evict && t.pool.Config().Journal {
 		// Removals held back while the evicted blocks were written down:

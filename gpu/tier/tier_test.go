@@ -449,18 +449,33 @@ func TestSerialOffloadsOneInFlight(t *testing.T) {
 		if !serial {
 			continue
 		}
+		// A Flush now covers the queued offload too.
+		flush := make(chan error, 1)
+		tr.Flush(flush)
+		drain(t, tr)
 		tr.OffloadGranted(&messages.OffloadGrant{ID: first.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
 		r = drain(t, tr)
 		tr.CopyDone(r.Copies[0].CopyID, nil)
 		r = drain(t, tr)
+		if len(flush) != 0 {
+			t.Fatal("Flush answered while the queued offload had not run")
+		}
 		if len(r.ToPinned) != 2 {
 			t.Fatalf("after the first copy: %+v, want its OffloadDone and the next OffloadRequest", r.ToPinned)
 		}
 		if _, ok := r.ToPinned[0].(*messages.OffloadDone); !ok {
 			t.Fatalf("first message %T, want the OffloadDone", r.ToPinned[0])
 		}
-		if next, ok := r.ToPinned[1].(*messages.OffloadRequest); !ok || len(next.Items) != 2 || next.Items[0].Hash == first.Items[0].Hash {
+		next, ok := r.ToPinned[1].(*messages.OffloadRequest)
+		if !ok || len(next.Items) != 2 || next.Items[0].Hash == first.Items[0].Hash {
 			t.Fatalf("second message %+v, want the queued offload of sequence 2", r.ToPinned[1])
+		}
+		tr.OffloadGranted(&messages.OffloadGrant{ID: next.ID, Slots: []int{2, 3}, Bytes: make([][]byte, 2)})
+		r = drain(t, tr)
+		tr.CopyDone(r.Copies[0].CopyID, nil)
+		drain(t, tr)
+		if len(flush) != 1 || <-flush != nil {
+			t.Fatal("Flush not answered once both offloads were done")
 		}
 	}
 }
