@@ -127,9 +127,11 @@ type Config struct {
 	// and their copies would take room below.
 	OffloadAhead int
 	// SerialOffloads keeps one GPU -> pinned offload in flight at a time,
-	// so that replays on a logical clock repeat exactly (schedcache's Sync
-	// mode): the pinned tier then commits every offload before it grants
-	// the next. It costs overlap between copies; serving leaves it off.
+	// with loads' requests queued behind it, so that replays on a logical
+	// clock repeat exactly (schedcache's Sync mode): the pinned tier then
+	// sees every offload's commit and every load's reads in one order. It
+	// costs overlap between copies, and a queued load can miss a wall-clock
+	// read deadline (use ReadDeadlineBase < 0); serving leaves it off.
 	SerialOffloads bool
 	// WriteQuota bounds block writes in flight to the lower tier (default 256).
 	WriteQuota int

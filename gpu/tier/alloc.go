@@ -203,9 +203,9 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: deadline}
 		if evictOp != nil {
 			// The loads land in blocks whose old bytes are still being copied out.
-			evictOp.then = append(evictOp.then, func() { t.toPinned(req) })
+			evictOp.then = append(evictOp.then, func() { t.sendFetch(req) })
 		} else {
-			t.toPinned(req)
+			t.sendFetch(req)
 		}
 	}
 	t.countTokens(r.Salt, len(r.Tokens), out)

@@ -22,6 +22,9 @@ func (t *Tier) CheckInvariants() error {
 		}
 	}
 	for _, q := range t.serialQueue { // pinned for a copy that waits its turn
+		if q.op == nil {
+			continue // a load's request: its blocks count with t.fetches
+		}
 		for _, id := range q.op.blocks {
 			copies[id]++
 		}

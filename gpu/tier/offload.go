@@ -98,11 +98,23 @@ func (t *Tier) startOffload(op *offloadOp) {
 	t.sendOffload(id, op)
 }
 
-// queuedOffload is an offload waiting for the one in flight
-// (Config.SerialOffloads).
+// queuedOffload is an offload, or a load's FetchRequest, waiting for the
+// offload in flight (Config.SerialOffloads).
 type queuedOffload struct {
-	id uint64
-	op *offloadOp
+	id    uint64
+	op    *offloadOp
+	fetch *messages.FetchRequest // instead of op
+}
+
+// sendFetch sends a load's FetchRequest, behind the offloads in flight or
+// waiting when Config.SerialOffloads is set: the pinned tier then sees every
+// offload's commit and every load's reads in one order on every run.
+func (t *Tier) sendFetch(req *messages.FetchRequest) {
+	if t.cfg.SerialOffloads && (len(t.offload) > 0 || len(t.serialQueue) > 0) {
+		t.serialQueue = append(t.serialQueue, queuedOffload{fetch: req})
+		return
+	}
+	t.toPinned(req)
 }
 
 // sendOffload registers op under id and offers its blocks to the pinned tier.
@@ -181,12 +193,17 @@ func (t *Tier) releaseOffloadBlock(op *offloadOp, id blockpool.BlockID, below bo
 
 func (t *Tier) finishOffload(id uint64, op *offloadOp) {
 	delete(t.offload, id)
-	if len(t.serialQueue) > 0 && len(t.offload) == 0 {
-		// After this offload's OffloadDone (already in ToPinned), before
-		// anything below can start another.
+	// After this offload's OffloadDone (already in ToPinned), before
+	// anything below can start another: the loads queued behind it, then the
+	// next offload.
+	for len(t.serialQueue) > 0 && len(t.offload) == 0 {
 		next := t.serialQueue[0]
 		t.serialQueue = t.serialQueue[1:]
-		t.sendOffload(next.id, next.op)
+		if next.fetch != nil {
+			t.toPinned(next.fetch)
+		} else {
+			t.sendOffload(next.id, next.op)
+		}
 	}
 	if op.evict && t.pool.Config().Journal {
 		// Removals held back while the evicted blocks were written down:

@@ -49,9 +49,10 @@ type Config struct {
 	HotHits          int
 	OffloadThreshold float64 // fraction of blocks holding data above which free cached blocks are offloaded ahead of need
 	OffloadAhead     int     // window of free blocks, from the next to be evicted, written down ahead of need
-	// SerialOffloads keeps one offload in flight: the next waits until the
-	// pinned tier has the last one's OffloadDone, so the pinned tier sees
-	// every commit before the next grant, in the same order on every run.
+	// SerialOffloads keeps one offload in flight: the next, and loads'
+	// FetchRequests, wait until the pinned tier has the last one's
+	// OffloadDone, so the pinned tier sees commits, grants and reads in the
+	// same order on every run.
 	SerialOffloads bool
 
 	// Double get: ask the lower tiers only when they hold at least
@@ -245,7 +246,9 @@ func (t *Tier) maybeFlushed() {
 		oldest = min(oldest, id)
 	}
 	for _, q := range t.serialQueue {
-		oldest = min(oldest, q.id)
+		if q.op != nil {
+			oldest = min(oldest, q.id)
+		}
 	}
 	keep := t.flushes[:0]
 	for _, f := range t.flushes {
@@ -291,6 +294,9 @@ func (t *Tier) Stop() {
 	}
 	t.offload = map[uint64]*offloadOp{}
 	for _, q := range t.serialQueue { // never started: no copy touches their blocks
+		if q.op == nil {
+			continue // a load's request: answered with t.fetches above
+		}
 		for _, w := range q.op.waiters {
 			if _, ok := waits[w]; !ok {
 				waits[w] = nil
@@ -315,7 +321,12 @@ func (t *Tier) Stats() messages.TierStats {
 	s.Blocks = ps.NumBlocks
 	s.UsedBlocks = ps.Used + ps.FreeCached
 	s.BytesUsed = int64(s.UsedBlocks) * int64(t.cfg.BlockBytes)
-	s.InFlight = len(t.offload) + len(t.serialQueue) + len(t.fetches)
+	s.InFlight = len(t.offload) + len(t.fetches)
+	for _, q := range t.serialQueue {
+		if q.op != nil {
+			s.InFlight++
+		}
+	}
 	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived)}
 	s.Tokens = make(map[string]messages.TokenCounts, len(t.tokens))
 	for ns, c := range t.tokens {
