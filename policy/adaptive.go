@@ -440,7 +440,7 @@ func (p *adaptive) Remove(k Key) {
 }
 
 // Evict takes the lowest-ranked evictable resident key. Keys the filter
-// rejects are set aside and put back.
+// rejects stay in their heap slots.
 func (p *adaptive) Evict(evictable func(Key) bool) (Key, bool) {
 	if evictable == nil {
 		if len(p.real.heap) == 0 {
@@ -448,20 +448,64 @@ func (p *adaptive) Evict(evictable func(Key) bool) (Key, bool) {
 		}
 		return p.entries[p.pop(&p.real)].key, true
 	}
-	var rejected []int32
-	defer func() {
-		for _, i := range rejected {
-			p.push(&p.real, i)
-		}
-	}()
-	for len(p.real.heap) > 0 {
-		i := p.pop(&p.real)
-		if k := p.entries[i].key; evictable(k) {
+	// Walk the real heap in rank order without changing it: a small heap
+	// of slots to look at next, from the root, each rejected slot adding its
+	// children. Rejected keys keep their exact slots, so the heap, and every
+	// later choice among equal ranks, does not depend on which keys the
+	// filter turned down.
+	h := p.real.heap
+	if len(h) == 0 {
+		return 0, false
+	}
+	before := func(a, b int32) bool { return p.less(&p.real, h[a], h[b]) }
+	next := []int32{0}
+	for len(next) > 0 {
+		j := next[0]
+		last := len(next) - 1
+		next[0] = next[last]
+		next = next[:last]
+		siftDown(next, 0, before)
+		if k := p.entries[h[j]].key; evictable(k) {
+			p.delete(&p.real, j)
 			return k, true
 		}
-		rejected = append(rejected, i)
+		for _, c := range []int32{2*j + 1, 2*j + 2} {
+			if int(c) < len(h) {
+				next = append(next, c)
+				siftUp(next, len(next)-1, before)
+			}
+		}
 	}
 	return 0, false
+}
+
+// siftDown and siftUp keep q a binary min-heap under before.
+func siftDown(q []int32, i int, before func(a, b int32) bool) {
+	for {
+		c := 2*i + 1
+		if c >= len(q) {
+			return
+		}
+		if r := c + 1; r < len(q) && before(q[r], q[c]) {
+			c = r
+		}
+		if !before(q[c], q[i]) {
+			return
+		}
+		q[i], q[c] = q[c], q[i]
+		i = c
+	}
+}
+
+func siftUp(q []int32, i int, before func(a, b int32) bool) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !before(q[i], q[parent]) {
+			return
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
 }
 
 // rank returns entry i's eviction class in l and its rank within the

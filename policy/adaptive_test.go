@@ -541,3 +541,48 @@ func TestNewAdaptiveValidates(t *testing.T) {
 		t.Fatalf("NewAdaptive: %v; caller's Period now %v", err, c.Period)
 	}
 }
+
+// TestAdaptiveEvictFilterKeepsSlots: keys the filter rejects keep their exact
+// heap slots, so later choices among equal ranks do not depend on what was
+// rejected; the victim is still the lowest-ranked evictable key.
+func TestAdaptiveEvictFilterKeepsSlots(t *testing.T) {
+	hp, err := NewAdaptive(64, AdaptiveConfig{Candidates: []Candidate{{RankFrequency, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hp.(*adaptive)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 400 {
+		p.Add(Key(rng.IntN(100)))
+		for p.Len() > 64 {
+			p.Evict(nil)
+		}
+	}
+	before := slices.Clone(p.real.heap)
+	if _, ok := p.Evict(func(Key) bool { return false }); ok {
+		t.Fatal("evicted a key every filter rejected")
+	}
+	if !slices.Equal(before, p.real.heap) {
+		t.Fatal("rejecting every key moved keys in the heap")
+	}
+	// Reject the eight lowest-ranked keys: the ninth goes, the rest stay put.
+	order := slices.Clone(p.real.heap)
+	slices.SortFunc(order, func(a, b int32) int {
+		switch {
+		case p.less(&p.real, a, b):
+			return -1
+		case p.less(&p.real, b, a):
+			return 1
+		}
+		return 0
+	})
+	rejected := map[Key]bool{}
+	for _, i := range order[:8] {
+		rejected[p.entries[i].key] = true
+	}
+	k, ok := p.Evict(func(k Key) bool { return !rejected[k] })
+	if want := p.entries[order[8]].key; !ok || (k != want && p.less(&p.real, order[8], p.index[k])) {
+		t.Fatalf("evicted %d, want %d (the lowest-ranked key not rejected)", k, want)
+	}
+	checkAdaptive(t, p)
+}

@@ -54,12 +54,14 @@
 // tokens served from pinned memory differ by about 1%). The race inside one
 // call that causes it is partly traced: the pinned tier receives the GPU's
 // next offload request before or after the previous offload's commit,
-// depending on when the copy ends. With
-// kvtier.Config.SerialOffloads (one offload in flight at a time) GPU +
-// pinned ARC repeats exactly on the full trace (14.00% in two runs); Adaptive
-// still varies (14.16% and 14.28%), its time-stamped ranking depending also
-// on the order of loads and commits. The embedded sample repeats exactly
-// either way.
+// depending on when the copy ends, and a load's reads before or after a
+// commit. With kvtier.Config.SerialOffloads (one offload in flight at a
+// time, loads' requests queued behind it) GPU + pinned ARC repeats exactly
+// on the full trace (13.80% in two runs) and Adaptive on its first 3,000
+// requests (12.68% three times); over the full trace Adaptive still varies
+// a little (14.16-14.25%): a grant can find a block still being read, and
+// its second-use ranking may rank a block just read by its previous use.
+// The embedded sample repeats exactly either way.
 //
 // # Usage
 //
