@@ -48,7 +48,7 @@
 // Without a disk, GPU + pinned memory does not replay exactly on long traces
 // either when the pinned tier runs ARC or Adaptive: on the full Mooncake
 // conversation trace the demo's GPU + pinned run (pinned Adaptive) gave
-// 14.27-14.67% over eight runs, and with a pinned write quota it never
+// 14.27-14.76% over nine runs, and with a pinned write quota it never
 // reaches still differed between runs. On the trace's first 3,000 requests
 // GPU only and GPU + pinned LRU repeat exactly, ARC and Adaptive do not (the
 // tokens served from pinned memory differ by about 1%). The race inside one
