@@ -469,11 +469,9 @@ func (p *adaptive) Evict(evictable func(Key) bool) (Key, bool) {
 			p.delete(&p.real, j)
 			return k, true
 		}
-		for _, c := range []int32{2*j + 1, 2*j + 2} {
-			if int(c) < len(h) {
-				next = append(next, c)
-				siftUp(next, len(next)-1, before)
-			}
+		for c := 2*j + 1; c <= 2*j+2 && int(c) < len(h); c++ {
+			next = append(next, c)
+			siftUp(next, len(next)-1, before)
 		}
 	}
 	return 0, false
