@@ -91,7 +91,7 @@ func (t *Tier) startOffload(op *offloadOp) {
 		}
 	}
 	id := t.newID() // now, so that a Flush from here on waits for it
-	if t.cfg.SerialOffloads && (len(t.offload) > 0 || len(t.serialQueue) > 0) {
+	if t.serialWait() {
 		t.serialQueue = append(t.serialQueue, queuedOffload{id: id, op: op})
 		return
 	}
@@ -110,11 +110,17 @@ type queuedOffload struct {
 // waiting when Config.SerialOffloads is set: the pinned tier then sees every
 // offload's commit and every load's reads in one order on every run.
 func (t *Tier) sendFetch(req *messages.FetchRequest) {
-	if t.cfg.SerialOffloads && (len(t.offload) > 0 || len(t.serialQueue) > 0) {
+	if t.serialWait() {
 		t.serialQueue = append(t.serialQueue, queuedOffload{fetch: req})
 		return
 	}
 	t.toPinned(req)
+}
+
+// serialWait reports whether, under Config.SerialOffloads, a new offload or
+// load request must queue: an offload is in flight or others wait already.
+func (t *Tier) serialWait() bool {
+	return t.cfg.SerialOffloads && (len(t.offload) > 0 || len(t.serialQueue) > 0)
 }
 
 // sendOffload registers op under id and offers its blocks to the pinned tier.
