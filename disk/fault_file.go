@@ -219,7 +219,8 @@ func (ff *faultFile) transfer(op FaultOp, do func([]byte, int64) (int, error), p
 }
 
 // ReadvAt counts as one read of the total length at off. A Partial fault
-// transfers into the first buffer only.
+// reads the first Partial bytes, across the buffers in order (a read torn
+// inside the header or inside the payload), then fails.
 func (ff *faultFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
 	total := 0
 	for _, b := range bufs {
@@ -227,14 +228,20 @@ func (ff *faultFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
 	}
 	ft := ff.fs.hit(FaultRead, ff.name, off, total)
 	if ft != nil {
-		n := 0
-		if k := min(ft.Partial, len(bufs[0])); k > 0 {
-			var err error
-			if n, err = ff.f.ReadAt(bufs[0][:k], off); err != nil {
+		n, left := 0, min(ft.Partial, total)
+		for _, b := range bufs {
+			if left <= 0 {
+				break
+			}
+			k, err := ff.f.ReadAt(b[:min(left, len(b))], off+int64(n))
+			n += k
+			left -= k
+			if err != nil {
+				ff.fs.addBytes(FaultRead, n)
 				return n, err
 			}
-			ff.fs.addBytes(FaultRead, n)
 		}
+		ff.fs.addBytes(FaultRead, n)
 		return n, ft.Err
 	}
 	var n int

@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -14,6 +15,14 @@ func payloadWrites(sb int64) func(string, int64, int) bool {
 
 func headerWrites(sb int64) func(string, int64, int) bool {
 	return func(_ string, off int64, _ int) bool { return off%sb == 0 }
+}
+
+// crashMidWrite injects tear and, behind it, a failure of the next write:
+// the failed write's scrub of its header, which a process that crashed
+// mid-write never gets to run.
+func crashMidWrite(ffs *FaultFS, tear Fault) {
+	ffs.Inject(tear)
+	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Times: 1})
 }
 
 func faultConfig(t *testing.T, slots int, noDirect bool) (Config, *FaultFS) {
@@ -82,7 +91,7 @@ func TestTornHeaderDroppedOnOpen(t *testing.T) {
 	cfg, ffs := faultConfig(t, 4, true)
 	s, _ := mustOpen(t, cfg)
 	mustWrite(t, s, 1)
-	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Partial: 40, Match: headerWrites(SlotBytes(testPayload)), Times: 1})
+	crashMidWrite(ffs, Fault{Op: FaultWrite, Err: unix.EIO, Partial: 40, Match: headerWrites(SlotBytes(testPayload)), Times: 1})
 	if _, _, err := s.WriteSync(metaFor(2), payloadFor(2, testPayload)); !errors.Is(err, unix.EIO) {
 		t.Fatalf("torn write: %v", err)
 	}
@@ -105,7 +114,7 @@ func TestTornOverwriteNeverServed(t *testing.T) {
 	s.splitWriteMin = 0 // every payload written apart from its header
 	mustWrite(t, s, 1)
 	mustWrite(t, s, 2)
-	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Partial: 3000, Match: payloadWrites(SlotBytes(testPayload)), Times: 1})
+	crashMidWrite(ffs, Fault{Op: FaultWrite, Err: unix.EIO, Partial: 3000, Match: payloadWrites(SlotBytes(testPayload)), Times: 1})
 	v, ev, err := s.WriteSync(metaFor(3), payloadFor(3, testPayload))
 	if !errors.Is(err, unix.EIO) || !ev || v.Hash != 1 {
 		t.Fatalf("overwrite: victim %v/%t err %v", v, ev, err)
@@ -142,13 +151,14 @@ func TestTornVectoredWriteNeverServed(t *testing.T) {
 			mustWrite(t, s, 1)
 			mustWrite(t, s, 2)
 			before := ffs.Counts()
-			ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Partial: tc.partial, Match: headerWrites(SlotBytes(testPayload)), Times: 1})
+			crashMidWrite(ffs, Fault{Op: FaultWrite, Err: unix.EIO, Partial: tc.partial, Match: headerWrites(SlotBytes(testPayload)), Times: 1})
 			v, ev, err := s.WriteSync(metaFor(3), payloadFor(3, testPayload))
 			if !errors.Is(err, unix.EIO) || !ev || v.Hash != 1 {
 				t.Fatalf("overwrite: victim %v/%t err %v", v, ev, err)
 			}
-			if c := ffs.Counts(); c.Writes != before.Writes+1 {
-				t.Fatalf("%d writes for one block, want one pwritev", c.Writes-before.Writes)
+			if c := ffs.Counts(); c.Writes != before.Writes+2 || c.WriteBytes != before.WriteBytes+int64(tc.partial) {
+				t.Fatalf("%d writes of %d bytes for one block, want one torn pwritev of %d and the failed scrub",
+					c.Writes-before.Writes, c.WriteBytes-before.WriteBytes, tc.partial)
 			}
 			s.crash()
 			s, rep := mustOpen(t, cfg)
@@ -238,4 +248,30 @@ func TestReadsWithoutPreadv(t *testing.T) {
 	_, _, err := s.ReadSyncDigest(1, digestFor(1), AlignedBuffer(testPayload))
 	wantErr(t, err, unix.EIO)
 	afterFault(t, s, 1, 2)
+}
+
+// A failed vectored call reports n >= 0 (io's rule), so FaultFS's byte
+// counts never go down; and a Partial read tears inside the payload too.
+func TestVectoredFailureCountsAndTornRead(t *testing.T) {
+	ffs := &FaultFS{NoDirect: true}
+	f, err := ffs.OpenFile(t.TempDir()+"/f", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, werr := f.(VectoredWriter).WritevAt([][]byte{make([]byte, 10)}, -1)
+	m, rerr := f.(VectoredReader).ReadvAt([][]byte{make([]byte, 10)}, -1)
+	if c := ffs.Counts(); werr == nil || rerr == nil || n != 0 || m != 0 || c.WriteBytes != 0 || c.ReadBytes != 0 {
+		t.Fatalf("at offset -1: WritevAt %d, %v; ReadvAt %d, %v; counts %+v", n, werr, m, rerr, c)
+	}
+	data := bytes.Repeat([]byte{7}, 100)
+	if _, err := f.(VectoredWriter).WritevAt([][]byte{data[:40], data[40:]}, 0); err != nil {
+		t.Fatal(err)
+	}
+	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Partial: 70, Times: 1})
+	a, b := make([]byte, 40), make([]byte, 60)
+	k, err := f.(VectoredReader).ReadvAt([][]byte{a, b}, 0)
+	if !errors.Is(err, unix.EIO) || k != 70 || !bytes.Equal(a, data[:40]) || !bytes.Equal(b[:30], data[40:70]) || b[30] != 0 {
+		t.Fatalf("torn read: %d bytes, %v; want 70 across both buffers", k, err)
+	}
 }

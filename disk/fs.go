@@ -232,7 +232,7 @@ func (o osFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
 	for {
 		n, err := unix.Preadv(int(o.f.Fd()), bufs, off)
 		if !errors.Is(err, unix.EINTR) {
-			return n, err
+			return max(n, 0), err // the syscall's -1 on error: io's n >= 0
 		}
 	}
 }
@@ -241,7 +241,7 @@ func (o osFile) WritevAt(bufs [][]byte, off int64) (int, error) {
 	for {
 		n, err := unix.Pwritev(int(o.f.Fd()), bufs, off)
 		if !errors.Is(err, unix.EINTR) {
-			return n, err
+			return max(n, 0), err // the syscall's -1 on error: io's n >= 0
 		}
 	}
 }

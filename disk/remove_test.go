@@ -106,3 +106,74 @@ func TestRemoveScrubFailure(t *testing.T) {
 		t.Fatalf("removed blocks back after Close: %+v", rep)
 	}
 }
+
+// A write that fails leaves no whole header behind in its slot: neither its
+// own (the bytes landed, the error came after) nor that of the block it
+// evicted (it failed before a byte landed). Either would be indexed at the
+// next Open, and a later removal of that block from another slot would not
+// reach it, so a crash after the removal would bring the block back.
+func TestFailedWriteCannotResurrectRemovedBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sync bool
+		// fault makes the next write fail; own tells whether the failed
+		// write's own header is the one at risk (else the victim's).
+		fault func() Fault
+		own   bool
+	}{
+		{"pwritev-eio-after-bytes", false, func() Fault {
+			return Fault{Op: FaultWrite, Err: unix.EIO, Partial: 1 << 30, Times: 1}
+		}, true},
+		{"header-sync-fails", true, func() Fault {
+			calls := 0
+			return Fault{Op: FaultSync, Err: unix.EIO, Times: 1, Match: func(string, int64, int) bool { calls++; return calls == 2 }}
+		}, true},
+		{"enospc-before-bytes", false, func() Fault {
+			return Fault{Op: FaultWrite, Err: unix.ENOSPC, Times: 1}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, ffs := faultConfig(t, 3, true)
+			cfg.Sync = tc.sync
+			s, _ := mustOpen(t, cfg)
+			for h := uint64(1); h <= 3; h++ {
+				mustWrite(t, s, h)
+			}
+			// The failed write: block 9 takes a victim's slot.
+			op, err := s.PlanWrite(metaFor(9))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := op.Victim()
+			ffs.Inject(tc.fault())
+			if err := op.Execute(payloadFor(9, testPayload)); err == nil {
+				t.Fatal("faulted write succeeded")
+			}
+			s.CompleteWrite(op, errors.New("faulted"))
+			atRisk := v.Hash
+			if tc.own {
+				atRisk = 9
+			}
+			// Free another slot above the failed one, so atRisk is
+			// written again elsewhere, then removed.
+			other := uint64(1)
+			if other == v.Hash {
+				other = 2
+			}
+			if err := s.RemoveSync(other); err != nil {
+				t.Fatal(err)
+			}
+			mustWrite(t, s, atRisk)
+			if err := s.RemoveSync(atRisk); err != nil {
+				t.Fatal(err)
+			}
+			checkInv(t, s)
+			s.crash()
+			s, rep := mustOpen(t, cfg)
+			defer mustClose(t, s)
+			if s.Contains(atRisk) {
+				t.Fatalf("block %d, removed before the crash, is back after Open (report %+v)", atRisk, rep)
+			}
+		})
+	}
+}

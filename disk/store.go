@@ -12,7 +12,8 @@ import (
 
 // slotState is the life cycle of a slot:
 //
-//	free -> writing (PlanWrite) -> live (CompleteWrite ok) or free (failed)
+//	free -> writing (PlanWrite) -> live (CompleteWrite ok) or free (failed:
+//	        Execute zeroed the header, or the slot is left stale for Close)
 //	live -> free (evicted, corrupt) when unpinned
 //	live -> doomed (corrupt while pinned) -> free (last unpin)
 //	live -> doomed, scrubbing (PlanRemove) -> free (CompleteRemove and the

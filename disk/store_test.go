@@ -45,7 +45,7 @@ func TestWriteReadRoundTrip(t *testing.T) {
 		t.Fatalf("oversized payload: %v", err)
 	}
 	st := s.Stats()
-	if st.Writes != 11 || st.Reads != 11 || st.Live != 11 || st.WriteErrors.Other != 1 {
+	if st.Writes != 11 || st.Reads != 11 || st.Live != 11 || st.WriteErrors.Other != 0 || st.Free != 5 {
 		t.Fatalf("stats %+v", st)
 	}
 	checkInv(t, s)
@@ -310,4 +310,38 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// ErrTooLarge is about Config.PayloadBytes, not the slot's rounded-up room,
+// and WriteSync rejects before it evicts anything.
+func TestPayloadOverPayloadBytesRejected(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		cfg := testConfig(t, 2)
+		cfg.PayloadBytes = 5000 // the slot holds 8192
+		cfg.CapacityBytes = 2 * SlotBytes(cfg.PayloadBytes)
+		cfg.NoDirectIO = !direct
+		s, _ := mustOpen(t, cfg)
+		for h := uint64(1); h <= 2; h++ {
+			if _, _, err := s.WriteSync(Meta{Hash: h}, AlignedBuffer(100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, evicted, err := s.WriteSync(Meta{Hash: 7}, AlignedBuffer(6000))
+		if !errors.Is(err, ErrTooLarge) || evicted || s.Contains(7) || s.Len() != 2 {
+			t.Fatalf("direct=%t: 6000 bytes with PayloadBytes 5000: err %v evicted %t contains %t len %d; want ErrTooLarge and no change",
+				direct, err, evicted, s.Contains(7), s.Len())
+		}
+		// Through the op too (a caller that plans first).
+		op, err := s.PlanWrite(Meta{Hash: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = op.Execute(AlignedBuffer(6000))
+		s.CompleteWrite(op, err)
+		if !errors.Is(err, ErrTooLarge) || s.Contains(8) {
+			t.Fatalf("direct=%t: Execute of 6000 bytes: %v, contains %t", direct, err, s.Contains(8))
+		}
+		checkInv(t, s)
+		mustClose(t, s)
+	}
 }

@@ -23,12 +23,15 @@ type WriteOp struct {
 	// splitMin is the smallest payload written apart from its header (see
 	// Execute); smaller ones go in one pwritev where the file has it.
 	splitMin int
+	maxLen   int    // Config.PayloadBytes
+	zero     []byte // one zero header block, shared read-only
 
 	victim  Meta
 	evicted bool
 
 	n        int64 // payload bytes written, set by Execute
 	executed bool  // Execute succeeded
+	scrubbed bool  // Execute failed and zeroed the slot's header after
 	done     bool
 }
 
@@ -54,7 +57,8 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 	if _, ok := s.index[m.Hash]; ok {
 		return nil, fmt.Errorf("kvtier: disk: plan write %016x: %w", m.Hash, ErrExists)
 	}
-	op := &WriteOp{sync: s.cfg.Sync, direct: s.mode == IODirect, splitMin: s.splitWriteMin}
+	op := &WriteOp{sync: s.cfg.Sync, direct: s.mode == IODirect, splitMin: s.splitWriteMin,
+		maxLen: s.cfg.PayloadBytes, zero: s.zero}
 	if n := len(s.free); n > 0 {
 		op.slot = s.free[n-1]
 		s.free = s.free[:n-1]
@@ -85,22 +89,46 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 	return op, nil
 }
 
-// payloadCap returns the payload capacity of the op's slot.
-func (op *WriteOp) payloadCap() int64 { return op.rec.slotBytes - BlockSize }
-
 // Execute writes payload and header: in one pwritev for a payload under
 // defaultSplitWriteMin without Config.Sync, else the payload and then the
-// header (with fdatasync after each when Config.Sync). It touches no Store state and may run on any
-// goroutine. Under O_DIRECT a payload that is BlockSize-aligned with
-// capacity for its rounded-up length is written in place; any other is
-// copied into a bounce buffer first. payload is not retained.
+// header (with fdatasync after each when Config.Sync). It touches no Store
+// state and may run on any goroutine. Under O_DIRECT a payload that is
+// BlockSize-aligned with capacity for its rounded-up length is written in
+// place; any other is copied into a bounce buffer first. payload is not
+// retained.
+//
+// A write that fails zeroes the slot's header block before it returns: the
+// slot may hold a whole header of this block (the bytes landed, the error
+// came after) or of the block evicted to make room, and either would be
+// indexed again at the next Open, where a later removal of that block from
+// another slot would not reach it. If zeroing fails too, the slot stays
+// marked stale and Close retries.
 func (op *WriteOp) Execute(payload []byte) error {
 	if op.done {
 		panic("kvtier: disk: WriteOp.Execute after CompleteWrite")
 	}
-	if int64(len(payload)) > op.payloadCap() {
+	err := op.execute(payload)
+	if err != nil {
+		op.scrubbed = op.scrub() == nil
+	}
+	return err
+}
+
+// scrub zeroes the slot's header block, synced when Config.Sync.
+func (op *WriteOp) scrub() error {
+	if err := writeFull(op.file, op.zero, op.off); err != nil {
+		return err
+	}
+	if op.sync {
+		return op.file.Sync()
+	}
+	return nil
+}
+
+func (op *WriteOp) execute(payload []byte) error {
+	if len(payload) > op.maxLen {
 		return fmt.Errorf("kvtier: disk: write %016x: %d bytes > %d: %w",
-			op.rec.meta.Hash, len(payload), op.payloadCap(), ErrTooLarge)
+			op.rec.meta.Hash, len(payload), op.maxLen, ErrTooLarge)
 	}
 	buf := payload
 	if op.direct {
@@ -211,7 +239,9 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 	}
 	if err != nil {
 		delete(s.index, sl.meta.Hash)
-		s.release(op.slot, true /* stale: the old header may survive */)
+		// Unless Execute zeroed it, a whole header (this block's or the
+		// evicted one's) may survive in the slot: Close zeroes it then.
+		s.release(op.slot, !op.scrubbed)
 		s.stats.WriteErrors.count(err)
 		s.log.Warn("kvtier: disk: write failed", zap.Uint64("hash", op.rec.meta.Hash), zap.Error(err))
 		return
@@ -229,6 +259,10 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 // WriteSync plans, executes and completes one write on the calling
 // goroutine. It returns the evicted victim, if any.
 func (s *Store) WriteSync(m Meta, payload []byte) (victim Meta, evicted bool, err error) {
+	if len(payload) > s.cfg.PayloadBytes { // before PlanWrite evicts anything
+		return Meta{}, false, fmt.Errorf("kvtier: disk: write %016x: %d bytes > %d: %w",
+			m.Hash, len(payload), s.cfg.PayloadBytes, ErrTooLarge)
+	}
 	op, err := s.PlanWrite(m)
 	if err != nil {
 		return Meta{}, false, err
