@@ -3,6 +3,8 @@ package kvtier
 import (
 	"context"
 	"testing"
+
+	"github.com/kvtier/kvtier/gpu"
 )
 
 // TestDeleteInFlight: Delete right after Free, with every block written
@@ -133,5 +135,54 @@ func TestDeleteDuringOnboard(t *testing.T) {
 	}
 	if pr, err := m.Exists(ctx, a, ""); err != nil || pr != (Presence{}) {
 		t.Fatalf("after a Delete during the onboard: %+v %v", pr, err)
+	}
+}
+
+// TestSerialOffloadsDeleteQueuedOffload: with SerialOffloads, a chain whose
+// write-through waits in the GPU tier's queue behind another offload is
+// deleted; once the offload ahead ends, the queued one must not carry the
+// chain below, where the pinned tier's delete has already run. Without
+// SerialOffloads the request reaches the pinned tier before the Delete.
+func TestSerialOffloadsDeleteQueuedOffload(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		ctx := context.Background()
+		release := make(chan struct{})
+		dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, ops []gpu.CopyOp) error {
+			if dir == gpu.D2H {
+				<-release // a's write-through holds the stream
+			}
+			return nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev, SerialOffloads: serial})
+		a, b := toks(100, 2*bt), toks(900, 2*bt)
+		for i, p := range [][]int64{a, b} {
+			r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(i + 1), Tokens: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait(t, r)
+			writeBlocks(t, m, r.Blocks, p, "")
+			if err := commitFree(ctx, m, uint64(i+1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := m.Delete(ctx, b, ""); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		if err := m.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if pr, err := m.Exists(ctx, b, ""); err != nil || pr != (Presence{}) {
+			t.Errorf("serial %v: deleted chain after its queued write-through ran: %+v %v", serial, pr, err)
+		}
+		if pr, err := m.Exists(ctx, a, ""); err != nil || pr.Tokens.Below() != len(a) {
+			t.Errorf("serial %v: the chain not deleted is not below: %+v %v", serial, pr, err)
+		}
+		m.Close(ctx)
+		dev.Close()
 	}
 }

@@ -152,6 +152,13 @@ func randomPhase(ctx context.Context, k *worker, ops int) error { return k.round
 // after each barrier.
 func TestConcurrentManager(t *testing.T) { runConcurrent(t, kvtier.Config{}) }
 
+// TestConcurrentManagerSerialOffloads runs the same load with one GPU ->
+// pinned offload in flight at a time, so offloads and loads queue in the
+// GPU tier, and Deletes reach chains whose offloads wait there.
+func TestConcurrentManagerSerialOffloads(t *testing.T) {
+	runConcurrent(t, kvtier.Config{SerialOffloads: true})
+}
+
 // TestConcurrentManagerWithDisk adds the disk tier below a small pinned tier, so
 // blocks drain to disk and come back disk -> pinned -> GPU under the load.
 func TestConcurrentManagerWithDisk(t *testing.T) {

@@ -292,14 +292,22 @@ func (t *Tier) parkable(err error) bool {
 		return false
 	}
 	releasable := 0
-	for _, op := range t.offload {
+	count := func(op *offloadOp) {
 		if op.evict {
-			continue
+			return
 		}
 		for _, id := range op.blocks {
 			if t.pool.RefCount(id) == t.pool.Pinned(id) {
 				releasable++
 			}
+		}
+	}
+	for _, op := range t.offload {
+		count(op)
+	}
+	for _, q := range t.serialQueue { // their copies come, in turn
+		if q.op != nil {
+			count(q.op)
 		}
 	}
 	return releasable > 0 && ns.Needed <= ns.Free+releasable

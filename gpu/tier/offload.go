@@ -157,13 +157,19 @@ func (t *Tier) offloadGranted(g *messages.OffloadGrant) {
 	if len(ops) > 0 {
 		t.copy(g.ID, false, gpu.D2H, ops, t.pendingFences(op.blocks))
 	}
+	t.thenOffload(op)
+	if len(ops) == 0 {
+		t.finishOffload(g.ID, op)
+	}
+}
+
+// thenOffload runs what waited for op's copy to be enqueued, or to be
+// found unnecessary.
+func (t *Tier) thenOffload(op *offloadOp) {
 	for _, f := range op.then {
 		f()
 	}
 	op.then = nil
-	if len(ops) == 0 {
-		t.finishOffload(g.ID, op)
-	}
 }
 
 func (t *Tier) offloadCopied(id uint64, err error) {
@@ -205,37 +211,18 @@ func (t *Tier) finishOffload(id uint64, op *offloadOp) {
 	for len(t.serialQueue) > 0 && len(t.offload) == 0 {
 		next := t.serialQueue[0]
 		t.serialQueue = t.serialQueue[1:]
-		if next.fetch != nil {
+		switch {
+		case next.fetch != nil:
 			t.toPinned(next.fetch)
-		} else {
+		case len(next.op.blocks) == 0: // its chain was deleted while it waited
+			t.thenOffload(next.op) // no copy to wait for
+			t.finishOffload(next.id, next.op)
+		default:
 			t.sendOffload(next.id, next.op)
 		}
 	}
-	if op.evict && t.pool.Config().Journal {
-		// Removals held back while the evicted blocks were written down:
-		// now, after the OffloadDone above, unless a block serves the hash
-		// again or another write of it is still in flight.
-		var gone []messages.ResidencyChange
-		for _, it := range op.items {
-			h := it.Hash
-			if t.evictWrites[h]--; t.evictWrites[h] > 0 {
-				continue
-			}
-			delete(t.evictWrites, h)
-			if !t.held[h] {
-				continue
-			}
-			delete(t.held, h)
-			if _, ok := t.pool.Lookup(prefixhash.Hash(h)); !ok {
-				gone = append(gone, messages.ResidencyChange{Hash: h})
-			}
-		}
-		if len(gone) > 0 {
-			if t.out.ResidencyAfter == nil {
-				t.out.ResidencyAfter = &messages.Residency{Tier: messages.GPU}
-			}
-			t.out.ResidencyAfter.Changes = append(t.out.ResidencyAfter.Changes, gone...)
-		}
+	if op.evict {
+		t.evictWritesDone(op.items)
 	}
 	for _, w := range op.waiters {
 		w.done(t)
@@ -244,6 +231,66 @@ func (t *Tier) finishOffload(id uint64, op *offloadOp) {
 		t.retryParked()
 	}
 	t.maybeFlushed()
+}
+
+// evictWritesDone ends the writes down of evicted blocks for the event
+// stream (the pool's Journal on): a removal held back while the blocks were
+// written down goes out now, after their OffloadDone, unless a block serves
+// the hash again or another write of it is still in flight.
+func (t *Tier) evictWritesDone(items []messages.OffloadItem) {
+	if !t.pool.Config().Journal {
+		return
+	}
+	var gone []messages.ResidencyChange
+	for _, it := range items {
+		h := it.Hash
+		if t.evictWrites[h]--; t.evictWrites[h] > 0 {
+			continue
+		}
+		delete(t.evictWrites, h)
+		if !t.held[h] {
+			continue
+		}
+		delete(t.held, h)
+		if _, ok := t.pool.Lookup(prefixhash.Hash(h)); !ok {
+			gone = append(gone, messages.ResidencyChange{Hash: h})
+		}
+	}
+	if len(gone) > 0 {
+		if t.out.ResidencyAfter == nil {
+			t.out.ResidencyAfter = &messages.Residency{Tier: messages.GPU}
+		}
+		t.out.ResidencyAfter.Changes = append(t.out.ResidencyAfter.Changes, gone...)
+	}
+}
+
+// dropQueuedOffloads takes the blocks of a deleted chain out of the offloads
+// still waiting their turn (Config.SerialOffloads): once sent, the pinned
+// tier would store and publish them after its own delete has run. chain maps
+// the chain's hashes to their digests. An offload left with no block is
+// finished when its turn comes, without a request.
+func (t *Tier) dropQueuedOffloads(chain map[uint64]prefixhash.Digest) {
+	for _, q := range t.serialQueue {
+		op := q.op
+		if op == nil {
+			continue
+		}
+		var dropped []messages.OffloadItem
+		keep := 0
+		for i, it := range op.items {
+			if d, ok := chain[it.Hash]; ok && d == it.Digest {
+				t.releaseOffloadBlock(op, op.blocks[i], false)
+				dropped = append(dropped, it)
+				continue
+			}
+			op.blocks[keep], op.items[keep] = op.blocks[i], it
+			keep++
+		}
+		op.blocks, op.items = op.blocks[:keep], op.items[:keep]
+		if op.evict {
+			t.evictWritesDone(dropped)
+		}
+	}
 }
 
 // pendingFences returns the fences of the blocks' commits that are not done

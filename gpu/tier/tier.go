@@ -203,7 +203,9 @@ func (t *Tier) query(m *messages.Query) *messages.QueryResult {
 // (their holders keep using them; they are never cached again), and blocks
 // loads in flight are filling, which become a miss for their sequence instead
 // of being published. Offloads of the chain in flight land below, where the
-// lower tiers' own delete drops them. It returns the cached blocks dropped.
+// lower tiers' own delete drops them; offloads still queued behind another
+// (Config.SerialOffloads) would land after it, so they lose the chain's
+// blocks here. It returns the cached blocks dropped.
 func (t *Tier) deleteChain(tokens []int64, k *blockpool.Keys) int {
 	// Verified as a hit is: a forged hash collision deletes nothing.
 	ids, _ := t.pool.CachedChain(nil, tokens, k)
@@ -213,13 +215,14 @@ func (t *Tier) deleteChain(tokens []int64, k *blockpool.Keys) int {
 		t.hits[id] = 0
 	}
 	n := len(ids)
-	if len(t.fetches) == 0 || len(k.Digests) != len(k.Hashes) {
-		return n // loads in flight need a tier below, which needs digests
+	if len(t.fetches)+len(t.serialQueue) == 0 || len(k.Digests) != len(k.Hashes) {
+		return n // copies in flight need a tier below, which needs digests
 	}
 	chain := make(map[uint64]prefixhash.Digest, len(k.Hashes))
 	for i, h := range k.Hashes {
 		chain[uint64(h)] = k.Digests[i]
 	}
+	t.dropQueuedOffloads(chain)
 	for _, op := range t.fetches {
 		for j, h := range op.hashes {
 			if d, ok := chain[h]; ok && d == op.digests[j] && (!op.deleted || j < op.keep) {

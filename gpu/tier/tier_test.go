@@ -479,3 +479,37 @@ func TestSerialOffloadsOneInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestSerialOffloadsParkBehindQueuedOffload: an allocation short of blocks
+// only because write-throughs pin them parks until those copies end, the
+// copies of offloads waiting their turn (SerialOffloads) included.
+func TestSerialOffloadsParkBehindQueuedOffload(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		tr := newTier(t, 4, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: serial})
+		for seq := uint64(1); seq <= 2; seq++ {
+			if res, _ := allocate(t, tr, seq, prompt(int(100*seq), 2*bs), []messages.Tier{}); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			tr.CommitBatch([]messages.CommitItem{{Seq: seq, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+			drain(t, tr)
+		}
+		tr.FreeBatch([]uint64{1, 2}, false, func(*messages.FreeBatchResult) {})
+		drain(t, tr)
+		// Every block is free cached but pinned by a write-through.
+		var res *messages.AllocateBatchResult
+		p := prompt(5000, 4*bs)
+		tr.AllocateBatch([]messages.AllocRequest{{Seq: 3, Tokens: p}},
+			[]*blockpool.Keys{blockpool.ComputeKeys("", p, bs, true)}, func(r *messages.AllocateBatchResult) { res = r })
+		r := drain(t, tr)
+		if len(r.ToIndex) == 1 {
+			lk := r.ToIndex[0].(*messages.Lookup)
+			tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: [][]messages.Tier{{}}})
+			drain(t, tr)
+		}
+		if res != nil {
+			var ns *blockpool.NoSpaceError
+			t.Fatalf("serial %v: answered at once (NoSpace %v): %+v, want it parked until the write-throughs end",
+				serial, errors.As(res.Results[0].Err, &ns), res.Results[0])
+		}
+	}
+}
