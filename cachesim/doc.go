@@ -67,17 +67,18 @@
 // does not hold, a vote of the shadows, an on-policy choice per eviction
 // (LeCaR's regret weights) and ARC, S3-FIFO and LRU themselves among the
 // choices each moved these cells by at most a point and lost others. Nor did
-// a different kind of policy: hit density (LHD's value, each block's
-// expected hits per unit of cache time from its age on) with reuse-gap
-// distributions per use-count class learned from every id ever seen, evicting
-// among leaf blocks only, matched Adaptive on the conversation trace but
-// stayed at 0.95-0.99x of ARC on the synthetic one at 2k, 4k and 16k blocks
-// in every variant tried. Where
-// OPT gains there (at 2k: 46,735 block hits against ARC's 18,999) is on
-// blocks whose previous use lies one to eight capacities back: it keeps some
-// blocks for several cache lifetimes by passing over others at once, and no
-// use count, age or reuse gap told those blocks apart. Run the report tests for the classic policies' table, for Adaptive on generated
-// workloads of other shapes, and for each of Adaptive's rankings alone:
+// a different kind of policy reach ARC there: hit density (LHD's value, each
+// block's expected hits per unit of cache time from its age on) with
+// reuse-gap distributions per use-count class learned from every id ever
+// seen, evicting among leaf blocks only, matched Adaptive on the
+// conversation trace but stayed at 0.95-0.99x of ARC on the synthetic one at
+// 2k, 4k and 16k blocks in every variant tried. Where OPT gains there (at
+// 2k: 46,735 block hits against ARC's 18,999) is on blocks whose previous
+// use lies one to eight capacities back: it keeps some blocks for several
+// cache lifetimes by passing over others at once, and no use count, age or
+// reuse gap told those blocks apart. Run the report tests for the classic
+// policies' table, for Adaptive on generated workloads of other shapes, and
+// for each of Adaptive's rankings alone:
 //
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportFullTraces -v ./cachesim
 //	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveGenerated -v ./cachesim
