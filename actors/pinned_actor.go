@@ -43,16 +43,26 @@ type PinnedActor struct {
 }
 
 // NewPinnedActor returns the actor's producer.
+//
+// The Tier is made once and outlives a restart: an incarnation that
+// panicked leaves it half-way through an event, so Restarting stops it
+// (everything waiting is answered) and the next incarnation keeps answering
+// from the stopped Tier (offers denied, fetches missed, flushes
+// ErrTierStopped). Its blocks are never served again; the GPU recomputes
+// them, and nothing waits for ever on a pool whose books are lost. So one
+// producer spawns one actor, as it owns one Pool.
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
-	return func() actor.Actor {
-		clock := cfg.Clock
-		if clock == nil {
-			clock = time.Now
-		}
-		return &PinnedActor{cfg: cfg, clock: clock, t: pinned.NewTier(pinned.TierConfig{
-			Pool: cfg.Pool, WriteQuota: cfg.WriteQuota, Lower: cfg.Disk != nil, LowerIngestion: cfg.DiskIngestion,
-			HotHits: cfg.HotHits, FreeTarget: cfg.FreeTarget, Log: cfg.Log})}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
 	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	t := pinned.NewTier(pinned.TierConfig{
+		Pool: cfg.Pool, WriteQuota: cfg.WriteQuota, Lower: cfg.Disk != nil, LowerIngestion: cfg.DiskIngestion,
+		HotHits: cfg.HotHits, FreeTarget: cfg.FreeTarget, Log: cfg.Log})
+	return func() actor.Actor { return &PinnedActor{cfg: cfg, clock: clock, t: t} }
 }
 
 // Receive implements actor.Actor.
@@ -83,7 +93,10 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		a.t.Flush(m.Reply)
 	case *messages.StatsRequest:
 		m.Reply <- a.t.Stats()
-	case *actor.Started, *actor.Stopping, *actor.Restarting:
+	case *actor.Started, *actor.Stopping:
+	case *actor.Restarting:
+		a.cfg.Log.Error("pinned actor: restarting after a failure; the pinned tier stops serving")
+		a.t.Stop()
 	case *actor.Stopped:
 		a.t.Stop()
 	default:

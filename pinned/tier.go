@@ -72,7 +72,9 @@ type Ready struct {
 //	BelowGone(hashes)      the tier below dropped blocks
 //	Query(m)               exists, prefetch or delete
 //	Flush(reply)           answered once the work before it is done
-//	Stop()                 answers what waits with ErrTierStopped
+//	Stop()                 answers everything that waits (offers denied,
+//	                       reads missed, flushes ErrTierStopped); later
+//	                       requests are answered the same way
 type Tier struct {
 	cfg      TierConfig
 	pool     *Pool
@@ -107,6 +109,10 @@ type Tier struct {
 	drained  map[int]bool   // written below, freed once its readers are done
 	doomed   map[int]bool   // Filling slots whose chain was deleted: aborted when filled
 	readQ    []pendingRead  // reads from below waiting for slots to drain
+
+	// stopped: Stop ran; requests are answered as denied, missed or
+	// stopped, and the rest is ignored.
+	stopped bool
 }
 
 type pendingGrant struct {
@@ -157,6 +163,10 @@ func (t *Tier) reply(f func())                  { t.ready.Replies = append(t.rea
 
 // Offload queues the GPU's offer and grants slots as they can be had.
 func (t *Tier) Offload(m *messages.OffloadRequest, from Peer) {
+	if t.stopped {
+		t.send(from, denyAll(m))
+		return
+	}
 	t.event()
 	t.queue = append(t.queue, pendingGrant{req: m, to: from, ep: t.cause})
 	t.begin(t.cause)
@@ -175,8 +185,14 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 			g.Slots[i] = messages.SlotDenied
 			continue
 		}
-		if _, ok := t.pool.Lookup(it.Hash); ok {
+		// Held already, resident or draining below: the GPU may count it as
+		// stored, unless another prefix holds the hash (never stored here).
+		if slot, ok := t.held(it.Hash); ok {
 			g.Slots[i] = messages.SlotExists
+			if t.digests[slot] != it.Digest {
+				g.Slots[i] = messages.SlotDenied
+				t.stats.Mismatches++
+			}
 			continue
 		}
 		if t.inFlight >= t.cfg.WriteQuota {
@@ -187,7 +203,10 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 		slot, err := t.reserve(it.Hash, &evicted)
 		switch {
 		case errors.Is(err, ErrExists):
-			g.Slots[i] = messages.SlotExists
+			// Filling: another offer's copy or a read from below is in
+			// flight, and it may fail. Denied, the GPU keeps its block and
+			// offers it again when it lets it go.
+			g.Slots[i] = messages.SlotDenied
 		case err != nil:
 			g.Slots[i] = messages.SlotDenied
 			t.stats.Denied++
@@ -206,6 +225,16 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 	return g
 }
 
+// held returns the slot holding h: resident, or draining below and still
+// served from pinned memory.
+func (t *Tier) held(h uint64) (int, bool) {
+	if slot, ok := t.pool.Lookup(h); ok {
+		return slot, true
+	}
+	slot, ok := t.drainOf[h]
+	return slot, ok
+}
+
 // serveGrants answers queued offload requests in order. With a tier below, a
 // request that needs more slots than are free waits while victims drain; it
 // is answered (with denials for what still does not fit) once nothing is
@@ -217,7 +246,7 @@ func (t *Tier) serveGrants() {
 		if t.cfg.Lower {
 			need := 0
 			for _, it := range q.req.Items {
-				if _, ok := t.pool.Lookup(it.Hash); !ok {
+				if _, ok := t.held(it.Hash); !ok {
 					need++
 				}
 			}
@@ -270,6 +299,9 @@ func (t *Tier) reserve(h uint64, evicted *[]uint64) (int, error) {
 
 // OffloadDone commits (or aborts) the slots the GPU's copies filled.
 func (t *Tier) OffloadDone(m *messages.OffloadDone) {
+	if t.stopped {
+		return
+	}
 	t.event()
 	var added []uint64
 	t.cause = t.minEp(t.fillEp, m.Slots)
@@ -286,7 +318,6 @@ func (t *Tier) OffloadDone(m *messages.OffloadDone) {
 		if m.Err == nil {
 			t.pool.Commit(s)
 			added = append(added, m.Hashes[i])
-			t.stats.Offloaded++
 		} else {
 			t.pool.Abort(s)
 			t.stats.Failed++
@@ -305,6 +336,10 @@ func (t *Tier) OffloadDone(m *messages.OffloadDone) {
 
 // Flush answers reply once all work that came before it is done.
 func (t *Tier) Flush(reply chan<- error) {
+	if t.stopped {
+		t.reply(func() { reply <- ErrTierStopped })
+		return
+	}
 	t.event()
 	t.flushers = append(t.flushers, flushWaiter{reply: reply, ep: t.epoch})
 	t.epoch++
@@ -365,6 +400,21 @@ func (t *Tier) Fetch(m *messages.FetchRequest, from Peer) {
 	t.event()
 	defer t.maybeFlushed()
 	g := &messages.FetchGrant{ID: m.ID}
+	if t.stopped {
+		g.Short = messages.MissFailed
+		t.send(from, g)
+		return
+	}
+	if len(m.Digests) != len(m.Hashes) {
+		// Nothing can be verified against a digest that is not there.
+		t.log.Error("pinned tier: fetch with a digest per hash missing",
+			zap.Int("hashes", len(m.Hashes)), zap.Int("digests", len(m.Digests)))
+		t.stats.Mismatches++
+		t.stats.Misses += uint64(len(m.Hashes))
+		g.Short = messages.MissMismatch
+		t.send(from, g)
+		return
+	}
 	n := 0
 	for i, h := range m.Hashes {
 		slot, ok := t.pool.Acquire(h)
@@ -402,6 +452,9 @@ func (t *Tier) Fetch(m *messages.FetchRequest, from Peer) {
 
 // Release drops the read references of a finished fetch.
 func (t *Tier) Release(slots []int) {
+	if t.stopped {
+		return
+	}
 	t.event()
 	for _, s := range slots {
 		t.release(s)
@@ -432,6 +485,9 @@ func (t *Tier) release(slot int) {
 // BelowGone forgets that the tier below holds these blocks: they drain again
 // when they are evicted.
 func (t *Tier) BelowGone(hashes []uint64) {
+	if t.stopped {
+		return
+	}
 	for _, h := range hashes {
 		if slot, ok := t.pool.Lookup(h); ok {
 			t.pool.SetBelow(slot, false)
@@ -442,9 +498,15 @@ func (t *Tier) BelowGone(hashes []uint64) {
 // Query answers an exists, prefetch or delete query (a prefetch once its
 // reads from below are done).
 func (t *Tier) Query(m *messages.PinnedQuery) {
+	res := &messages.QueryResult{}
+	if t.stopped {
+		res.Err = ErrTierStopped
+		r := m.Reply
+		t.reply(func() { r <- res })
+		return
+	}
 	t.event()
 	defer t.maybeFlushed()
-	res := &messages.QueryResult{}
 	switch m.Kind {
 	case messages.QueryDelete:
 		removed := t.deleteChain(m.Hashes, m.Digests)
@@ -491,15 +553,22 @@ func (t *Tier) deleteChain(hashes []uint64, digests []prefixhash.Digest) []uint6
 		if i >= len(digests) {
 			break
 		}
-		d := digests[i]
+		// A hash may be held in more than one state at once (a copy
+		// draining while a read brings it back up): each is dropped.
+		d, gone := digests[i], false
 		if slot, ok := t.pool.Lookup(h); ok && t.digests[slot] == d {
 			t.pool.Remove(h)
-			removed = append(removed, h)
-		} else if slot, ok := t.drainOf[h]; ok && t.digests[slot] == d {
+			gone = true
+		}
+		if slot, ok := t.drainOf[h]; ok && t.digests[slot] == d {
 			delete(t.drainOf, h)
-			removed = append(removed, h)
-		} else if slot, ok := t.pool.Filling(h); ok && t.digests[slot] == d {
+			gone = true
+		}
+		if slot, ok := t.pool.Filling(h); ok && t.digests[slot] == d {
 			t.doomed[slot] = true
+		}
+		if gone {
+			removed = append(removed, h)
 		}
 	}
 	if len(t.queue) == 0 && len(t.readQ) == 0 {
@@ -532,13 +601,53 @@ func (t *Tier) deleteChain(hashes []uint64, digests []prefixhash.Digest) []uint6
 	return removed
 }
 
-// Stop answers every waiting Flush with ErrTierStopped.
+// Stop answers everything that waits: offers waiting for slots are denied,
+// fetches waiting for reads from below get what pinned memory already
+// granted them (the rest missed, failed), prefetches their leading run here,
+// flushes ErrTierStopped. Slots the GPU or the tier below may still be
+// copying into are left as they are. From then on requests are answered the
+// same way and the rest is ignored: the tier serves nothing more.
 func (t *Tier) Stop() {
+	if t.stopped {
+		return
+	}
+	t.stopped = true
+	for _, q := range t.queue {
+		t.send(q.to, denyAll(q.req))
+	}
+	t.queue = nil
+	reads := make([]*lowerRead, 0, len(t.readQ)+len(t.reads))
+	for _, r := range t.readQ {
+		reads = append(reads, r.f)
+	}
+	for _, f := range t.reads {
+		reads = append(reads, f)
+	}
+	t.readQ, t.reads = nil, map[uint64]*lowerRead{}
+	for _, f := range reads {
+		if f.prefetch != nil {
+			r, res := f.prefetch, &messages.QueryResult{}
+			res.Tokens[messages.Pinned.Index()] = f.have
+			t.reply(func() { r <- res })
+			continue
+		}
+		f.grant.Short = messages.MissFailed
+		t.send(f.replyTo, f.grant)
+	}
 	for _, f := range t.flushers {
 		r := f.reply
 		t.reply(func() { r <- ErrTierStopped })
 	}
 	t.flushers = nil
+}
+
+// denyAll is the grant of none of m's items.
+func denyAll(m *messages.OffloadRequest) *messages.OffloadGrant {
+	g := &messages.OffloadGrant{ID: m.ID, Slots: make([]int, len(m.Items)), Bytes: make([][]byte, len(m.Items))}
+	for i := range g.Slots {
+		g.Slots[i] = messages.SlotDenied
+	}
+	return g
 }
 
 // Stats returns the tier's counters and occupancy.
@@ -563,9 +672,10 @@ func b2f(b bool) float64 {
 
 // CheckInvariants walks the whole state: the pool's invariants, and the
 // tier's books on slots in flight agree with the pool. Tests and the
-// invariants build run it after every event.
+// invariants build run it after every event. After Stop the books of work
+// in flight are dropped on purpose, and only the pool is checked.
 func (t *Tier) CheckInvariants() error {
-	if err := t.pool.CheckInvariants(); err != nil {
+	if err := t.pool.CheckInvariants(); err != nil || t.stopped {
 		return err
 	}
 	if t.inFlight != len(t.fillEp) {

@@ -30,6 +30,7 @@ type lowerRead struct {
 	deadline time.Time
 	prefetch chan *messages.QueryResult
 	have     int    // leading blocks already in pinned memory (prefetch)
+	cut      int    // blocks asked for that got no slot to read into
 	deleted  bool   // a Delete aborted some of its slots
 	ep       uint64 // flush epoch
 }
@@ -108,6 +109,9 @@ func (t *Tier) writeThrough(hashes []uint64) {
 // LowerWritten finishes a write below: the drained slots are freed (after
 // their last reader), the written-through ones released.
 func (t *Tier) LowerWritten(m *messages.LowerWriteDone) {
+	if t.stopped {
+		return
+	}
 	t.event()
 	if len(m.Written) > 0 {
 		written := make(map[uint64]bool, len(m.Written))
@@ -145,7 +149,9 @@ func (t *Tier) LowerWritten(m *messages.LowerWriteDone) {
 			delete(t.drainOf, k)
 		}
 		delete(t.drainKey, s)
-		removed = append(removed, k)
+		if _, resident := t.pool.Lookup(k); !resident { // else served from its other slot
+			removed = append(removed, k)
+		}
 		if t.readers[s] > 0 {
 			t.drained[s] = true
 		} else {
@@ -161,6 +167,7 @@ func (t *Tier) LowerWritten(m *messages.LowerWriteDone) {
 // readFromDisk reserves Filling slots for hashes and asks the disk actor to fill
 // them; diskRead finishes the fetch or prefetch.
 func (t *Tier) readFromLower(f *lowerRead, hashes []uint64, digests []prefixhash.Digest, deadline time.Time) {
+	hashes = hashes[:min(len(hashes), len(digests))] // each read is verified against its digest
 	f.ep = t.cause
 	t.begin(f.ep)
 	t.readQ = append(t.readQ, pendingRead{f, hashes, digests, deadline})
@@ -191,6 +198,9 @@ func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Dig
 	var evicted []uint64
 	f.deadline = deadline
 	for i, h := range hashes {
+		if _, draining := t.drainOf[h]; draining {
+			break // still here, on its way down: not a second copy
+		}
 		slot, err := t.reserve(h, &evicted)
 		if err != nil {
 			break
@@ -199,6 +209,7 @@ func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Dig
 		f.items = append(f.items, messages.LowerReadItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: digests[i]})
 		f.digests = append(f.digests, digests[i])
 	}
+	f.cut = len(hashes) - len(f.items)
 	if len(evicted) > 0 {
 		t.toIndex(&messages.IndexUpdate{Tier: messages.Pinned, Remove: evicted})
 	}
@@ -216,6 +227,9 @@ func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Dig
 // LowerRead commits what arrived from below and finishes the fetch or
 // prefetch that asked for it.
 func (t *Tier) LowerRead(m *messages.LowerReadDone) {
+	if t.stopped {
+		return
+	}
 	t.event()
 	f, ok := t.reads[m.ID]
 	if !ok {
@@ -268,8 +282,9 @@ func (t *Tier) finishFetch(f *lowerRead, ok []bool) {
 		return
 	}
 	g := f.grant
-	if len(f.items) == 0 {
-		g.Short = messages.MissEvicted // no slot could be had for the read
+	if f.cut > 0 {
+		g.Short = messages.MissEvicted // no slot could be had for the rest
+		t.stats.Misses += uint64(f.cut)
 	}
 	for i, it := range f.items {
 		if i >= len(ok) || !ok[i] {
