@@ -2,9 +2,12 @@
 // Cluster): many nodes, one KV cache. A block is stored as chunks, each its
 // own key (so a block spreads over the cluster's slots), and a commit record
 // written last; a reader never assembles a partial block. Keys carry the
-// block format's fingerprint, the namespace id and the block's 256-bit
-// prefix digest, which covers tenant, model id, LoRA, layout and every token
-// of the prefix: another model or tenant never finds a block. The record
+// block format's fingerprint, the store's own layout (record version,
+// payload and chunk sizes), the namespace id and the block's 256-bit prefix
+// digest, which covers tenant, model id, LoRA, layout and every token of the
+// prefix: another model, tenant or layout never finds a block, so what a
+// reader cannot read under its own key is damage, not a peer's block. The
+// record
 // carries the same and a checksum per chunk; anything missing, short, stale
 // or corrupt is a miss (and is deleted), never data.
 //

@@ -123,8 +123,12 @@ func New(cfg Config) (*Store, error) {
 		// the live nodes' answers included, until the caller's deadline.
 		DialerRetries: 1,
 	})
+	// The layout (record version, payload and chunk sizes) is in every key
+	// beside the fingerprint: stores laid out otherwise never meet, so a
+	// record this Store cannot read under its own key is damage, deleted,
+	// never a peer's intact block read another way.
 	return &Store{cfg: c, c: cl, chunks: (c.PayloadBytes + c.ChunkBytes - 1) / c.ChunkBytes,
-		ns: fmt.Sprintf("%s:%016x:", c.Prefix, c.Fingerprint)}, nil
+		ns: fmt.Sprintf("%s:%016x:v%d:%d:%d:", c.Prefix, c.Fingerprint, recVersion, c.PayloadBytes, c.ChunkBytes)}, nil
 }
 
 // Open is New, then checks the server answers within the dial timeout.
@@ -362,6 +366,10 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 		case errors.Is(err, redis.Nil):
 			out[i] = Missing
 			continue
+		case wrongType(err):
+			out[i] = Corrupt // not a value this format writes: damage
+			bad = append(bad, it.Key)
+			continue
 		case err != nil:
 			out[i] = Failed
 			continue
@@ -388,7 +396,7 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 			b, err := cmd.Result() // a string: copied once, into Dst
 			want := it.Dst[c*cb : min((c+1)*cb, len(it.Dst))]
 			switch {
-			case errors.Is(err, redis.Nil) || (err == nil && (len(b) != len(want) || chunkSumString(b) != recs[i].Sums[c])):
+			case errors.Is(err, redis.Nil) || wrongType(err) || (err == nil && (len(b) != len(want) || chunkSumString(b) != recs[i].Sums[c])):
 				out[i] = Corrupt // a chunk evicted, expired or overwritten under its record
 			case err != nil:
 				out[i] = Failed
@@ -407,6 +415,10 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 	}
 	return out
 }
+
+// wrongType reports a server's WRONGTYPE error: the key holds a value of
+// another kind (a list, a hash...), which no Store writes.
+func wrongType(err error) bool { return err != nil && redis.HasErrorPrefix(err, "WRONGTYPE") }
 
 // Delete removes blocks (their records first, then their chunks) in one
 // pipelined round trip and returns how many records existed.

@@ -336,3 +336,64 @@ func TestRoundTripsPerCall(t *testing.T) {
 		t.Fatalf("a read of 32 blocks took %d round trips, want 1", rt.n)
 	}
 }
+
+// Two nodes of one model that lay blocks out differently (here the chunk
+// size) share a server: each reads the other's blocks as missing, and
+// neither deletes the other's intact blocks as corrupt.
+func TestOtherLayoutNeverMeets(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			a := open(t, cfg) // 4 KiB chunks: 3 per block
+			cb := cfg
+			cb.Prefix, cb.Fingerprint, cb.PayloadBytes, cb.ChunkBytes = a.Config().Prefix, a.Config().Fingerprint, payload, 2<<10
+			b, err := Open(ctx, cb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			bs := blocks(21, 1, 21)
+			put(t, a, bs)
+			if out, _ := get(t, b, bs); out[0] != Missing {
+				t.Fatalf("a node with 2 KiB chunks reads a 4 KiB-chunk block: %v, want missing", out[0])
+			}
+			if out, dst := get(t, a, bs); out[0] != Hit || !bytes.Equal(dst[0], bs[0].Payload) {
+				t.Fatalf("the writer's own block after the other node read it: %v, want a hit", out[0])
+			}
+		})
+	}
+}
+
+// A value of another type under a block's key (a hash, a list: nothing a
+// Store writes) is damage: a corrupt miss, cleaned up so lookups stop
+// finding the block, not a server failure that Lookup keeps advertising.
+func TestWrongTypeValueIsCorrupt(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			raw := client(cfg)
+			defer raw.Close()
+			for _, where := range []string{"chunk", "record"} {
+				bs := blocks(23, 1, uint64(len(where)))
+				put(t, s, bs)
+				k := s.chunkKey(bs[0].Key, 1)
+				if where == "record" {
+					k = s.recordKey(bs[0].Key)
+				}
+				if err := raw.Del(ctx, k).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := raw.HSet(ctx, k, "f", "v").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if out, _ := get(t, s, bs); out[0] != Corrupt {
+					t.Fatalf("%s key holding a hash: %v, want corrupt", where, out[0])
+				}
+				if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 0 {
+					t.Fatalf("%s key holding a hash: Lookup finds %d (%v) after the read, want the block deleted", where, n, err)
+				}
+			}
+		})
+	}
+}
