@@ -26,11 +26,9 @@ func (m *Manager) EventsSeq(ctx context.Context) (seq uint64, ok bool, err error
 	}
 	reply := make(chan messages.EventsSeq, 1)
 	req := &messages.EventsSync{Reply: reply}
-	to := m.evPID
-	if m.idxPID != nil {
-		to = m.idxPID // through the index, behind the lower tiers' changes
-	}
-	r, err := ask(ctx, m, to, nil, req, reply)
+	// The way the GPU's changes go (GPU, pinned, index, publisher), behind
+	// every change made before the call and the lower tiers' own.
+	r, err := ask(ctx, m, m.gpuPID, nil, req, reply)
 	return r.Seq, r.OK, err
 }
 

@@ -717,7 +717,23 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		return 0, err
 	}
 	n, hs := r.Deleted, hashes(k)
+	flush := func(pid *actor.PID) error {
+		if pid == nil {
+			return nil
+		}
+		f := &messages.Flush{Reply: make(chan error, 1)}
+		_, err := ask(ctx, m, pid, nil, f, f.Reply)
+		return err
+	}
 	for _, ta := range m.tiers[1:] {
+		if ta.tier == Disk {
+			// Drains the pinned tier started before its delete may still
+			// wait in the fan-out to disk and remote: they reach the disk
+			// first, so its delete finds them.
+			if err := flush(m.lowPID); err != nil {
+				return n, err
+			}
+		}
 		lr, ok, err := m.queryTier(ctx, ta, messages.QueryDelete, hs, k.Digests)
 		if err != nil {
 			return n, err
@@ -738,11 +754,7 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		// started before its delete) land first: through the fan-out, then
 		// at the remote actor; then the chain goes.
 		for _, pid := range []*actor.PID{m.lowPID, m.remPID} {
-			if pid == nil {
-				continue
-			}
-			f := &messages.Flush{Reply: make(chan error, 1)}
-			if _, err := ask(ctx, m, pid, nil, f, f.Reply); err != nil {
+			if err := flush(pid); err != nil {
 				return n, err
 			}
 		}
@@ -752,6 +764,15 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		}
 		rn, err := m.remote.Delete(ctx, keys)
 		n += rn
+		if m.evPID != nil && rn > 0 {
+			// The remote actor announced the chain's writes (flushed
+			// above); its removal is announced here, behind them.
+			gone := &messages.Residency{Tier: messages.Remote, Changes: make([]messages.ResidencyChange, len(hs))}
+			for i, h := range hs {
+				gone.Changes[i] = messages.ResidencyChange{Hash: h}
+			}
+			m.system.Root.Send(m.evPID, gone)
+		}
 		if err != nil {
 			return n, fmt.Errorf("kvtier: remote tier delete: %w", err)
 		}

@@ -163,6 +163,16 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		m.Reply <- a.t.Stats()
 	case *messages.ResidencyQuery:
 		m.Reply <- map[messages.Tier][]uint64{messages.GPU: a.t.CachedHashes()}
+	case *messages.EventsSync:
+		// The way the GPU's changes go, behind every one made before.
+		switch {
+		case a.cfg.Events == nil:
+			m.Reply <- messages.EventsSeq{}
+		case a.cfg.Pinned != nil:
+			ctx.Send(a.cfg.Pinned, m)
+		default:
+			ctx.Send(a.cfg.Events, m)
+		}
 	case *actor.Started, *actor.Stopping, *actor.Restarting:
 	case *actor.Stopped:
 		a.t.Stop()

@@ -83,9 +83,10 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		a.t.LowerRead(m)
 	case *messages.BelowGone:
 		a.t.BelowGone(m.Hashes)
-	case *messages.Residency:
-		// The GPU's changes, on their way to the event publisher: relayed
-		// in order with this tier's own index updates.
+	case *messages.Residency, *messages.EventsSync:
+		// The GPU's changes (and a sync behind them), on their way to the
+		// event publisher: relayed in order with this tier's own index
+		// updates.
 		ctx.Send(a.cfg.Index, m)
 	case *messages.PinnedQuery:
 		a.t.Query(m)
