@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/zap"
@@ -39,6 +40,9 @@ type IndexActor struct {
 	// events, when set, is the KV-event publisher: the index forwards the
 	// pinned and disk tiers' changes to it, in the order it applies them.
 	events *actor.PID
+	// down are the tiers messages.TiersDown took out of service: their
+	// additions are ignored from then on.
+	down messages.Tier
 }
 
 // IndexWatch names the tiers the index tells when blocks leave the tiers
@@ -144,35 +148,9 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 			a.log.Warn("index actor: update from a tier not configured below the GPU, ignored", zap.Stringer("tier", m.Tier))
 			return
 		}
-		if a.events != nil {
-			ctx.Send(a.events, residencyOf(m))
-		}
-		for _, h := range m.Added {
-			a.residency[h] |= m.Tier
-		}
-		below := a.known &^ a.order[0] // every tier after the first
-		var leftBelow, leftAll []uint64
-		for _, h := range m.Remove {
-			was := a.residency[h]
-			t := was &^ m.Tier
-			if t == 0 {
-				delete(a.residency, h)
-			} else {
-				a.residency[h] = t
-			}
-			if was&below != 0 && t&below == 0 {
-				leftBelow = append(leftBelow, h)
-			}
-			if was != 0 && t == 0 {
-				leftAll = append(leftAll, h)
-			}
-		}
-		if len(leftBelow) > 0 && a.pinned != nil {
-			ctx.Send(a.pinned, &messages.BelowGone{Hashes: leftBelow})
-		}
-		if len(leftAll) > 0 && a.gpu != nil {
-			ctx.Send(a.gpu, &messages.BelowGone{Hashes: leftAll})
-		}
+		a.update(ctx, m)
+	case *messages.TiersDown:
+		a.tiersDown(ctx, m.Tiers)
 	case *messages.Lookup:
 		a.lookups++
 		res := &messages.LookupResult{ID: m.ID, Tiers: make([][]messages.Tier, len(m.Chains))}
@@ -228,6 +206,68 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	default:
 		a.log.Warn("index actor: unexpected message", zap.String("type", typeName(m)))
 	}
+}
+
+// update applies one tier's changes: announced to the event publisher in the
+// order applied, and BelowGone to the pinned tier and the GPU for blocks
+// that left every tier below them. A tier that is down adds nothing.
+func (a *IndexActor) update(ctx actor.Context, m *messages.IndexUpdate) {
+	if m.Tier&a.down != 0 && len(m.Added) > 0 {
+		m = &messages.IndexUpdate{Tier: m.Tier, Remove: m.Remove}
+	}
+	if a.events != nil {
+		ctx.Send(a.events, residencyOf(m))
+	}
+	for _, h := range m.Added {
+		a.residency[h] |= m.Tier
+	}
+	below := a.known &^ a.order[0] // every tier after the first
+	var leftBelow, leftAll []uint64
+	for _, h := range m.Remove {
+		was := a.residency[h]
+		t := was &^ m.Tier
+		if t == 0 {
+			delete(a.residency, h)
+		} else {
+			a.residency[h] = t
+		}
+		if was&below != 0 && t&below == 0 {
+			leftBelow = append(leftBelow, h)
+		}
+		if was != 0 && t == 0 {
+			leftAll = append(leftAll, h)
+		}
+	}
+	if len(leftBelow) > 0 && a.pinned != nil {
+		ctx.Send(a.pinned, &messages.BelowGone{Hashes: leftBelow})
+	}
+	if len(leftAll) > 0 && a.gpu != nil {
+		ctx.Send(a.gpu, &messages.BelowGone{Hashes: leftAll})
+	}
+}
+
+// tiersDown takes tiers out of service: every entry of theirs is removed
+// (as their own updates would), later additions are ignored, and the
+// shared tier is asked no more when it is among them.
+func (a *IndexActor) tiersDown(ctx actor.Context, tiers messages.Tier) {
+	for _, t := range a.order {
+		if t&tiers == 0 || t&a.down != 0 {
+			continue
+		}
+		var gone []uint64
+		for h, r := range a.residency {
+			if r&t != 0 {
+				gone = append(gone, h)
+			}
+		}
+		slices.Sort(gone) // the event stream says it in one order on every run
+		a.update(ctx, &messages.IndexUpdate{Tier: t, Remove: gone})
+	}
+	a.down |= tiers & a.known
+	if tiers&messages.Remote != 0 {
+		a.remote = nil
+	}
+	a.log.Warn("index actor: tiers out of service", zap.Stringer("tiers", tiers))
 }
 
 // leadingRun returns the tier each hash of the chain's leading run is served

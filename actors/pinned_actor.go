@@ -48,8 +48,10 @@ type PinnedActor struct {
 // panicked leaves it half-way through an event, so Restarting stops it
 // (everything waiting is answered) and the next incarnation keeps answering
 // from the stopped Tier (offers denied, fetches missed, flushes
-// ErrTierStopped). Its blocks are never served again; the GPU recomputes
-// them, and nothing waits for ever on a pool whose books are lost. So one
+// ErrTierStopped), and the prefix index takes this tier and those below it
+// out of service (messages.TiersDown). Their blocks are never served again;
+// the GPU recomputes them, and nothing waits for ever on a pool whose books
+// are lost. So one
 // producer spawns one actor, as it owns one Pool.
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	if cfg.Log == nil {
@@ -98,6 +100,9 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		a.cfg.Log.Error("pinned actor: restarting after a failure; the pinned tier stops serving")
 		a.t.Stop()
+		// Every tier below is reached through this one: the index stops
+		// sending lookups to any of them.
+		ctx.Send(a.cfg.Index, &messages.TiersDown{Tiers: messages.Pinned | messages.Disk | messages.Remote})
 	case *actor.Stopped:
 		a.t.Stop()
 	default:

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,7 +24,15 @@ func TestPinnedActorRestartStopsTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	sys := actor.NewActorSystem()
-	sink := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	lookup := func() []messages.Tier {
+		t.Helper()
+		r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{1, 7}}}, testWait).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.(*messages.LookupResult).Tiers[0]
+	}
 	grants := make(chan any, 8)
 	gpu := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
@@ -31,7 +40,7 @@ func TestPinnedActorRestartStopsTier(t *testing.T) {
 			grants <- m
 		}
 	}))
-	pid := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: sink, WriteQuota: 4})))
+	pid := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, WriteQuota: 4})))
 	defer sys.Root.Stop(pid)
 	next := func() any {
 		t.Helper()
@@ -49,6 +58,21 @@ func TestPinnedActorRestartStopsTier(t *testing.T) {
 	if g.Slots[0] < 0 {
 		t.Fatalf("grant %v", g.Slots)
 	}
+	sys.Root.Send(pid, &messages.OffloadDone{Slots: g.Slots, Hashes: []uint64{1}})
+	done := &messages.Flush{Reply: make(chan error, 1)}
+	sys.Root.Send(pid, done) // answered after the commit's index update went out
+	if err := <-done.Reply; err != nil {
+		t.Fatal(err)
+	}
+	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Disk, Added: []uint64{7}}) // block 7 on the disk below
+	if got := lookup(); !slices.Equal(got, []messages.Tier{messages.Pinned, messages.Disk}) {
+		t.Fatalf("before the failure the index serves %v, want [pinned disk]", got)
+	}
+	sys.Root.RequestWithCustomSender(pid, &messages.OffloadRequest{ID: 4, Items: []messages.OffloadItem{{Hash: 4, Tokens: 4}}}, gpu)
+	g = next().(*messages.OffloadGrant)
+	if g.Slots[0] < 0 {
+		t.Fatalf("grant %v", g.Slots)
+	}
 	flush := &messages.Flush{Reply: make(chan error, 1)}
 	sys.Root.Send(pid, flush) // waits for the copy into g.Slots
 	// A malformed commit (a slot never granted) panics the tier.
@@ -60,6 +84,13 @@ func TestPinnedActorRestartStopsTier(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the Flush waiting at the failure was never answered")
+	}
+	if got := lookup(); len(got) != 0 {
+		t.Fatalf("after the failure the index still serves %v from tiers reached only through pinned memory", got)
+	}
+	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Disk, Added: []uint64{1}}) // a write that was in flight
+	if got := lookup(); len(got) != 0 {
+		t.Fatalf("a tier out of service was indexed again: %v", got)
 	}
 	sys.Root.RequestWithCustomSender(pid, &messages.FetchRequest{ID: 2, Hashes: []uint64{1}, Digests: []prefixhash.Digest{{}}}, gpu)
 	if fg := next().(*messages.FetchGrant); len(fg.Slots) != 0 || fg.Short != messages.MissFailed {

@@ -407,6 +407,16 @@ type BelowGone struct {
 	Hashes []uint64
 }
 
+// TiersDown tells the prefix index that this node's tiers below the GPU no
+// longer serve: the pinned tier, the staging area of every tier below it,
+// stopped after a failure. The index drops every entry of Tiers (announced
+// as removals, with BelowGone to the GPU), ignores later additions from
+// them, and asks the shared tier no more; lookups then miss below the GPU
+// instead of promising blocks no fetch can bring up.
+type TiersDown struct {
+	Tiers Tier
+}
+
 // Missed tells the disk tier which blocks a Lookup came to it for and found
 // it without: those neither pinned memory nor the disk held. The index
 // sends it, one per Lookup, when the disk's eviction policy learns from
