@@ -228,3 +228,43 @@ func TestParseFormat(t *testing.T) {
 		t.Errorf("bad format: %v", err)
 	}
 }
+
+// TestViewFollowsRestartedPublisher: a publisher that restarted numbers its
+// batches from 0 again and opens with AllBlocksCleared; a view that followed
+// the old run follows the new one instead of skipping it, and a replay of
+// the same run from 0 leaves the view as it was.
+func TestViewFollowsRestartedPublisher(t *testing.T) {
+	now := time.Unix(1, 0)
+	stored := func(h uint64) *messages.Residency {
+		return &messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{{Stored: true, Hash: h, Tokens: []int64{int64(h)}}}}
+	}
+	v := NewView()
+	apply := func(f Frame) {
+		t.Helper()
+		if err := v.Apply(f.Seq, f.Payload); err != nil {
+			t.Fatalf("batch %d: %v", f.Seq, err)
+		}
+	}
+	p1 := NewPublisher(Config{BlockSize: 1})
+	run1 := []Frame{p1.Start(now)}
+	for h := uint64(1); h <= 5; h++ {
+		f, _ := p1.Apply(stored(h), now)
+		run1 = append(run1, f)
+	}
+	for _, f := range run1 {
+		apply(f)
+	}
+	for _, f := range run1 { // a replay of the same run from 0
+		apply(f)
+	}
+	if got := v.Residency()[MediumGPU]; len(got) != 5 {
+		t.Fatalf("after a replay of its own run the view holds %v", got)
+	}
+	p2 := NewPublisher(Config{BlockSize: 1}) // the node restarted
+	apply(p2.Start(now))
+	f, _ := p2.Apply(stored(100), now)
+	apply(f)
+	if got, want := v.Residency()[MediumGPU], p2.Residency()[MediumGPU]; !slices.Equal(got, want) {
+		t.Fatalf("after the publisher restarted the view holds GPU %v, the publisher %v", got, want)
+	}
+}

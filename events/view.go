@@ -26,8 +26,21 @@ func (v *View) Seq() (uint64, bool) { return v.seq, v.hasSeq }
 
 // Apply applies the batch numbered seq. A batch at or before the last
 // applied is skipped (a replay overlapping live events); one past the next
-// is not applied and returns ErrGap.
+// is not applied and returns ErrGap. A batch numbered 0 that opens with
+// AllBlocksCleared starts a publisher's run and is always applied: a
+// publisher that restarted numbers from 0 again, and the view follows the
+// new run instead of skipping it (a replay from 0 of the same run then
+// rebuilds the same picture, batch by batch).
 func (v *View) Apply(seq uint64, payload []byte) error {
+	if v.hasSeq && seq == 0 && v.seq > 0 {
+		b, err := DecodeBatch(payload)
+		if err != nil {
+			return err
+		}
+		if len(b.Events) > 0 && b.Events[0].Kind == AllBlocksCleared {
+			return v.Reset(0, payload)
+		}
+	}
 	if v.hasSeq && seq <= v.seq {
 		return nil
 	}
