@@ -2,6 +2,7 @@ package refengine
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -173,5 +174,23 @@ func TestMemKVRejectsBadArguments(t *testing.T) {
 	k[3] = 99 // the store copied on write
 	if err := kv.ReadKV(1, 3, got, ok); err != nil || got[3] != 4 {
 		t.Fatalf("the store retained the caller's slice: read %v, %v", got, err)
+	}
+}
+
+// TestMemKVRejectsPositionsPastMax: a position at or past MaxPositions is a
+// typed error that leaves the store as it was, not an overflow panic.
+func TestMemKVRejectsPositionsPastMax(t *testing.T) {
+	kv, err := NewMemKV(2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := make([]float32, 4)
+	for _, pos := range []int{MaxPositions, math.MaxInt / 4, math.MaxInt} {
+		if err := kv.WriteKV(0, pos, k, k); !errors.Is(err, ErrBadArgument) {
+			t.Errorf("WriteKV(0, %d) = %v, want ErrBadArgument", pos, err)
+		}
+	}
+	if kv.Len() != 0 {
+		t.Fatalf("the store grew to %d", kv.Len())
 	}
 }

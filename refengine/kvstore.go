@@ -144,6 +144,8 @@ func (s *MemKV) check(layer, pos int, k, v []float32) error {
 		return &ArgError{Arg: "layer", Value: layer, Reason: fmt.Sprintf("outside [0,%d)", s.layers)}
 	case pos < 0:
 		return &ArgError{Arg: "pos", Value: pos, Reason: "must not be negative"}
+	case pos >= MaxPositions:
+		return &ArgError{Arg: "pos", Value: pos, Reason: fmt.Sprintf("must be below MaxPositions (%d)", MaxPositions)}
 	case len(k) != s.kvDim:
 		return &ArgError{Arg: "k", Value: len(k), Reason: fmt.Sprintf("length must be %d", s.kvDim)}
 	case len(v) != s.kvDim:

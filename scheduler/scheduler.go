@@ -86,6 +86,11 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 		if r.InputLength <= 0 {
 			return nil, fmt.Errorf("%w: request %d has input length %d", ErrBadConfig, i, r.InputLength)
 		}
+		if need := (r.InputLength + trace.BlockTokens - 1) / trace.BlockTokens; len(r.HashIDs) < need {
+			// The prompt is built from the hash ids, one block of tokens each.
+			return nil, fmt.Errorf("%w: request %d has %d hash ids for %d input tokens (%d needed)",
+				ErrBadConfig, i, len(r.HashIDs), r.InputLength, need)
+		}
 		at, err := ArrivalTime(r.Timestamp, c.TimeScale)
 		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
@@ -335,6 +340,9 @@ func (s *Scheduler) idle(ctx context.Context, now time.Duration) error {
 		}
 		switch {
 		case closed && (s.cfg.Onboard != Timeout || q.readyAt <= q.deadline):
+			if q.readyAt <= now {
+				return nil // the load ended since this step looked: the next step runs it
+			}
 			next(q.readyAt)
 		case !closed && q.readyAt <= now:
 			chans = append(chans, q.ready) // the cache owes the data now
