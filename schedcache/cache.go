@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kvtier/kvtier"
 	"github.com/kvtier/kvtier/scheduler"
@@ -17,7 +18,10 @@ type Options struct {
 	// finished before the scheduler's next call. Under the scheduler's logical
 	// clock replays become repeatable (loads still take their modelled time);
 	// under the wall clock it would hide the copies' real time. See the
-	// package doc.
+	// package doc. If the context ends while Allocate waits, the sequences
+	// it allocated are freed before it returns the error; if a flush fails,
+	// the call's own change (an append, a commit, a free) stands and the
+	// error says the copies may not have finished: do not retry the step.
 	Sync bool
 }
 
@@ -78,7 +82,7 @@ func (c *Cache) Allocate(ctx context.Context, reqs []scheduler.AllocReq) ([]sche
 				select {
 				case <-r.Ready.Done():
 				case <-ctx.Done():
-					return nil, ctx.Err()
+					return nil, c.undoAllocate(ctx, reqs, res)
 				}
 			}
 		}
@@ -89,6 +93,33 @@ func (c *Cache) Allocate(ctx context.Context, reqs []scheduler.AllocReq) ([]sche
 	}
 	return outs, c.sync(ctx)
 }
+
+// undoAllocate frees the sequences a batch allocated when ctx ended while
+// Sync waited for their loads: the scheduler takes the failed call as
+// allocating nothing, so leaving them would leak their blocks and refuse
+// their ids later. The free runs past ctx's end, bounded by undoTimeout.
+func (c *Cache) undoAllocate(ctx context.Context, reqs []scheduler.AllocReq, res []kvtier.AllocResult) error {
+	var seqs []uint64
+	for i := range res {
+		if res[i].Err == nil {
+			seqs = append(seqs, uint64(reqs[i].Seq))
+		}
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	errs, err := c.m.FreeBatch(uctx, seqs)
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		return fmt.Errorf("schedcache: allocate: %w; freeing the %d sequences it allocated: %w", ctx.Err(), len(seqs), err)
+	}
+	return fmt.Errorf("schedcache: allocate: %w (the %d sequences it allocated were freed)", ctx.Err(), len(seqs))
+}
+
+// undoTimeout bounds undoAllocate's free, which runs after the caller's
+// context ended.
+const undoTimeout = 10 * time.Second
 
 // outcome turns one Manager result into the scheduler's view of it.
 func outcome(r *kvtier.AllocResult) scheduler.AllocOutcome {
