@@ -494,8 +494,12 @@ func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, 
 // hits for other sequences, written to lower tiers or swapped out. Call it
 // once the KV is written (after the forward pass), or once the pass is
 // enqueued, with CommitBatch naming its fence (see the package doc). It fails
-// with ErrNotReady before the sequence's Ready completed, ErrBadCommit past
-// the sequence's tokens.
+// with ErrNotReady while the sequence's loads from lower tiers are in flight
+// (a finishing load publishes its blocks), ErrBadCommit past the sequence's
+// tokens. A Ready that waits only for the evicted contents of reused blocks
+// to be copied out does not refuse commits: as with loads, the engine must
+// not write into its blocks before Ready completes, and no commit check can
+// see a write.
 func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
 	errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: seq, Tokens: tokens}})
 	if err != nil {

@@ -185,7 +185,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		}
 		w.pending++
 		w.loading = true
-		t.notReady[w.seq]++
+		t.notReady[w.seq] = w
 		id := t.newID()
 		t.fetches[id] = op
 		tokens := len(op.blocks) * t.bs
@@ -230,9 +230,19 @@ func (t *Tier) appendBatch(items []messages.AppendItem, send func(*messages.Appe
 	w := &waiter{pending: 1, onDone: func() { send(res) }}
 	for i, it := range items {
 		res.Errs[i] = t.appendOne(it, &res.Errs[i], &res.Blocks[i], w)
-		t.offloadEvicted(w)
+		t.offloadEvicted(w) // before the taken blocks' flags are reset
+		t.resetBlocks(res.Blocks[i])
 	}
 	w.done(t)
+}
+
+// resetBlocks marks blocks just taken for new contents: no copy below, no
+// hits. Callers reset them after offloadEvicted, which reads the evicted
+// contents' flags to skip what is written down already.
+func (t *Tier) resetBlocks(ids []blockpool.BlockID) {
+	for _, id := range ids {
+		t.flags[id], t.hits[id] = 0, 0
+	}
 }
 
 // appendOne appends it, parking it (w waits) while offloads ahead of need pin
@@ -240,15 +250,14 @@ func (t *Tier) appendBatch(items []messages.AppendItem, send func(*messages.Appe
 func (t *Tier) appendOne(it messages.AppendItem, errp *error, took *[]blockpool.BlockID, w *waiter) error {
 	seq := blockpool.SeqID(it.Seq)
 	ids, err := t.pool.AppendTokens(seq, it.Tokens, it.Lookahead, nil)
-	// Blocks the append took start with no copy below and no hits.
-	for _, id := range ids {
-		t.flags[id], t.hits[id] = 0, 0
-	}
+	// The blocks the append took start with no copy below and no hits: the
+	// caller resets them (resetBlocks) after offloadEvicted.
 	if t.parkable(err) {
 		w.pending++
 		t.parked = append(t.parked, func() {
 			*errp = t.appendOne(it, errp, took, w)
 			t.offloadEvicted(w)
+			t.resetBlocks(*took)
 			w.done(t)
 		})
 		return nil
@@ -264,7 +273,7 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 	published := t.scratch[:0]
 	for i, it := range items {
 		seq := blockpool.SeqID(it.Seq)
-		if t.notReady[seq] > 0 {
+		if t.notReady[seq] != nil {
 			res.Errs[i] = fmt.Errorf("%w: sequence %d", ErrNotReady, it.Seq)
 			continue
 		}
@@ -348,6 +357,9 @@ func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatch
 			all = t.sealedBlocks(all, blockpool.SeqID(s))
 		}
 		res.Errs[i] = t.pool.Deallocate(blockpool.SeqID(s))
+		if res.Errs[i] == nil {
+			delete(t.notReady, blockpool.SeqID(s)) // its loads end as the old sequence's
+		}
 	}
 	t.offloadResident(all)
 	t.reply(func() { send(res) })

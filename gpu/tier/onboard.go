@@ -149,12 +149,13 @@ func (t *Tier) fetchLate(id uint64) {
 	}
 	op.late = true
 	table, err := t.pool.Table(nil, op.w.seq)
+	var fresh []blockpool.BlockID
 	if err == nil {
 		for i, old := range op.blocks {
 			if op.first+i < len(table) && table[op.first+i] == old {
-				if fresh, err := t.pool.Detach(op.w.seq, op.first+i); err == nil {
-					table[op.first+i] = fresh
-					t.flags[fresh], t.hits[fresh] = 0, 0
+				if id, err := t.pool.Detach(op.w.seq, op.first+i); err == nil {
+					table[op.first+i] = id
+					fresh = append(fresh, id)
 				}
 			}
 		}
@@ -163,8 +164,9 @@ func (t *Tier) fetchLate(id uint64) {
 	op.w.out.Late += len(op.blocks)
 	t.stats.Timeouts += uint64(len(op.blocks))
 	// The fresh blocks may have evicted cached contents: those leave before the
-	// caller is told to write.
+	// caller is told to write (read while their flags still say what is below).
 	t.offloadEvicted(op.w)
+	t.resetBlocks(fresh)
 	op.w.done(t)
 }
 

@@ -116,10 +116,11 @@ type Tier struct {
 	evictWrites map[uint64]int
 	held        map[uint64]bool
 	scratch     []blockpool.BlockID
-	// notReady counts, per sequence, allocations whose loads from lower
+	// notReady is, per sequence, the allocation whose loads from lower
 	// tiers have not completed: commits wait for them, since a finishing
-	// load publishes its blocks.
-	notReady map[blockpool.SeqID]int
+	// load publishes its blocks. Freeing the sequence forgets it, so a new
+	// allocation under the same id does not wait for the old one's loads.
+	notReady map[blockpool.SeqID]*waiter
 	stopped  bool
 }
 
@@ -133,7 +134,7 @@ func New(cfg Config) *Tier {
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
 		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
-		notReady: map[blockpool.SeqID]int{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
+		notReady: map[blockpool.SeqID]*waiter{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
 }
@@ -155,7 +156,8 @@ func (w *waiter) done(t *Tier) {
 		return
 	}
 	if w.loading {
-		if t.notReady[w.seq]--; t.notReady[w.seq] <= 0 {
+		w.loading = false
+		if t.notReady[w.seq] == w {
 			delete(t.notReady, w.seq)
 		}
 	}
@@ -281,7 +283,7 @@ func (t *Tier) Stop() {
 	}
 	t.lookups = map[uint64]*pendingAlloc{}
 	waits := map[*waiter][]CopyID{}
-	t.notReady = map[blockpool.SeqID]int{}
+	t.notReady = map[blockpool.SeqID]*waiter{}
 	for id, op := range t.fetches {
 		t.out.CancelTimers = append(t.out.CancelTimers, id)
 		if !op.late {
