@@ -196,7 +196,7 @@ func (a *DiskActor) Receive(ctx actor.Context) {
 			a.finish(ctx, m.job)
 		}
 	case *diskReadExpired:
-		a.expire(ctx, m.seq)
+		a.expire(ctx, m)
 	case *messages.LowerWrite:
 		a.write(ctx, m)
 	case *messages.LowerRead:

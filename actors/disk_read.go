@@ -64,8 +64,13 @@ type diskWaiter struct {
 	item int
 }
 
-// diskReadExpired is sent by a LowerRead's deadline timer.
-type diskReadExpired struct{ seq uint64 }
+// diskReadExpired is sent by a LowerRead's deadline timer. It names the
+// request itself, not its number: numbers start again in an actor that
+// restarted, and a timer of the old one must not end a new read.
+type diskReadExpired struct {
+	seq uint64
+	req *diskReadReq
+}
 
 // read plans every item of m: a miss is answered at once, a hash already
 // being read joins that read, any other starts one.
@@ -128,7 +133,7 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 	if !m.Deadline.IsZero() {
 		root, self, seq := a.sys.Root, a.self, req.seq
 		req.timer = time.AfterFunc(m.Deadline.Sub(a.now()), func() {
-			root.Send(self, &diskReadExpired{seq: seq})
+			root.Send(self, &diskReadExpired{seq: seq, req: req})
 		})
 	}
 }
@@ -219,9 +224,9 @@ func (a *DiskActor) settle(ctx actor.Context, w diskWaiter, ok bool) {
 
 // expire answers a request at its deadline: items still waiting report
 // false and count as timeouts.
-func (a *DiskActor) expire(ctx actor.Context, seq uint64) {
-	req, ok := a.reads[seq]
-	if !ok {
+func (a *DiskActor) expire(ctx actor.Context, m *diskReadExpired) {
+	req, ok := a.reads[m.seq]
+	if !ok || req != m.req {
 		return
 	}
 	for i, w := range req.waiting {

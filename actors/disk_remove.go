@@ -33,7 +33,10 @@ func (a *DiskActor) remove(ctx actor.Context, m *messages.LowerQuery) {
 		if a.store.Contains(h) && !a.holds(h, m.Digests, i) {
 			continue // another block under the same hash: not this chain's
 		}
-		if a.store.Writing(h) { // removed as its write lands (finishWrite)
+		if wm, writing := a.store.WritingMeta(h); writing { // removed as its write lands (finishWrite)
+			if m.Digests != nil && (i >= len(m.Digests) || wm.Digest != m.Digests[i]) {
+				continue // another chain's block under the same hash
+			}
 			a.doomed[h] = append(a.doomed[h], req)
 			req.deleted++
 			req.pending++
@@ -87,6 +90,26 @@ func (a *DiskActor) replyDelete(req *diskDeleteReq) {
 	req.reply <- res
 }
 
+// undoom lets h's write in flight land for good: a write of the same block
+// arriving after a Delete doomed it adds the block back (the delete, then
+// the write), so the deletes that waited are answered now, as done, and the
+// landing write stays instead of being removed under the new request.
+func (a *DiskActor) undoom(h uint64, digest [32]byte) {
+	reqs, ok := a.doomed[h]
+	if !ok {
+		return
+	}
+	if wm, writing := a.store.WritingMeta(h); !writing || wm.Digest != digest {
+		return
+	}
+	delete(a.doomed, h)
+	for _, req := range reqs {
+		if req.pending--; req.pending == 0 {
+			a.replyDelete(req)
+		}
+	}
+}
+
 // removeLanded ends the deletes that waited on h's write: a write that
 // landed is removed and scrubbed now (it was never announced); one that
 // failed left nothing to remove. It reports whether h was doomed.
@@ -104,7 +127,13 @@ func (a *DiskActor) removeLanded(h uint64, landed bool) bool {
 		}
 	}
 	if op != nil { // one scrub answers every delete that waited
-		a.workers.submit(&diskJob{remove: op, dreqs: reqs})
+		j := &diskJob{remove: op, dreqs: reqs}
+		if a.stopped { // shutting down: the workers are gone, scrub here
+			j.err = op.Execute()
+			a.finishRemove(j)
+			return true
+		}
+		a.workers.submit(j)
 		return true
 	}
 	for _, req := range reqs {

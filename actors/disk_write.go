@@ -12,12 +12,12 @@ import (
 
 // diskWriteReq tracks one LowerWrite until every item has finished.
 type diskWriteReq struct {
-	seq     uint64
-	sender  *actor.PID
-	slots   []int    // every item's slot, returned in LowerWriteDone
-	written []uint64 // published hashes
-	// announce is written minus the hashes that left the disk again before
-	// the request finished; it goes to the index as Added.
+	seq    uint64
+	sender *actor.PID
+	slots  []int // every item's slot, returned in LowerWriteDone
+	// announce is the hashes published, minus those that left the disk
+	// again before the request finished; it goes to the index as Added and
+	// back as LowerWriteDone.Written.
 	announce []uint64
 	pending  int // items handed to workers, and earlier requests waited on, not yet completed
 	// after are later requests that skipped a hash this one writes: each
@@ -59,6 +59,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 	var evicted []uint64
 	for i, it := range m.Items {
 		req.slots[i] = it.Slot
+		a.undoom(it.Hash, it.Digest)
 		if a.store.Contains(it.Hash) {
 			a.stats.skipped++
 			a.waitFor(req, it.Hash)
@@ -66,6 +67,11 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		}
 		if a.writesInFlight >= a.cfg.WriteQuota {
 			a.stats.denied++
+			continue
+		}
+		if it.Tokens < 0 {
+			a.stats.failed++
+			a.log.Error("disk actor: write with a negative token count", zap.Uint64("hash", it.Hash), zap.Int("tokens", it.Tokens))
 			continue
 		}
 		if len(it.Bytes) > a.store.PayloadBytes() {
@@ -122,7 +128,6 @@ func (a *DiskActor) finishWrite(ctx actor.Context, j *diskJob) {
 	case a.removeLanded(h, err == nil): // deleted while it was written
 	case err == nil:
 		a.stats.written++
-		req.written = append(req.written, h)
 		req.announce = append(req.announce, h)
 		a.unannounced[h] = req
 	case !j.cancelled:
@@ -145,7 +150,11 @@ func (a *DiskActor) replyWrite(ctx actor.Context, req *diskWriteReq) {
 	}
 	delete(a.writes, req.seq)
 	if req.sender != nil {
-		ctx.Send(req.sender, &messages.LowerWriteDone{Slots: req.slots, Written: req.written})
+		// Written is what the index heard of and still holds: a block that
+		// landed and left again before this answer (evicted by a later
+		// write's plan, or deleted) was never announced, and no BelowGone
+		// would ever correct a "held below" mark for it.
+		ctx.Send(req.sender, &messages.LowerWriteDone{Slots: req.slots, Written: req.announce})
 	} else {
 		a.log.Warn("disk actor: LowerWrite without a sender (use ctx.Request); slots not returned",
 			zap.Int("slots", len(req.slots)))

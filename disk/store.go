@@ -114,6 +114,16 @@ func (s *Store) Miss(hashes ...uint64) {
 	}
 }
 
+// WritingMeta returns the metadata of hash's write planned and not yet
+// completed, if there is one.
+func (s *Store) WritingMeta(hash uint64) (Meta, bool) {
+	i, ok := s.index[hash]
+	if !ok || s.slots[i].state != slotWriting {
+		return Meta{}, false
+	}
+	return s.slots[i].meta, true
+}
+
 // Writing reports whether hash has a write planned and not yet completed.
 func (s *Store) Writing(hash uint64) bool {
 	i, ok := s.index[hash]

@@ -54,8 +54,9 @@ type LowerWrite struct {
 // Slots lists the Slot of every item, whether it was written, skipped,
 // denied or failed: the lower actor no longer reads any of them and the
 // pinned actor may reuse them. Written lists the hashes that were published
-// on the tier (and announced to the index with IndexUpdate for that tier); a
-// later write may already have evicted some of them again.
+// on the tier and announced to the index with IndexUpdate for that tier, so
+// that a later removal reaches the writer as BelowGone; a block that landed
+// and left again before the answer is not listed.
 type LowerWriteDone struct {
 	Slots   []int
 	Written []uint64
