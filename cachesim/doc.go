@@ -8,7 +8,10 @@
 //   - Policies: [Simulate] and [SimulatePolicy] run the policy package's
 //     LRU, FIFO, S3-FIFO, ARC and the default, Adaptive.
 //   - References: [Infinite] (the ideal hit ratio) and [OPT] (the clairvoyant
-//     optimum) bound what any policy can reach.
+//     optimum) bound the block hits any policy can reach. OPT maximises
+//     blocks, not tokens: its TokenHitRatio is a reference, not a bound (a
+//     partial last block counts as one block, so keeping it over a full one
+//     can cost tokens); Infinite's is a bound.
 //   - Usage.
 //
 // # Semantics

@@ -154,3 +154,30 @@ func TestInfiniteIsPrefix(t *testing.T) {
 	tr := reqs(ids(1, 9), ids(1, 2), ids(8, 9))
 	wantResult(t, "infinite", Infinite(tr), 1, 6, 0)
 }
+
+// TestOPTTokensAreNotABound pins down what OPT's token ratio is: OPT
+// maximises block hits, and a partial last block counts as one, so a policy
+// can hit more tokens than OPT (here ARC keeps the full block OPT gives up
+// for the partial one), while never more blocks.
+func TestOPTTokensAreNotABound(t *testing.T) {
+	tr := []trace.Request{
+		{InputLength: 77, HashIDs: []int64{0}},  // a partial block
+		{InputLength: 512, HashIDs: []int64{1}}, // a full block
+		{InputLength: 77, HashIDs: []int64{0}},
+		{InputLength: 512, HashIDs: []int64{1}},
+	}
+	if err := CheckChained(tr); err != nil {
+		t.Fatal(err)
+	}
+	opt := OPT(tr, 1)
+	arc, err := Simulate(tr, 1, policy.ARC, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if arc.Hits > opt.Hits {
+		t.Fatalf("ARC %d block hits > OPT %d", arc.Hits, opt.Hits)
+	}
+	if arc.HitTokens <= opt.HitTokens {
+		t.Fatalf("ARC %d hit tokens, OPT %d: the example no longer shows OPT's token ratio below a policy's", arc.HitTokens, opt.HitTokens)
+	}
+}

@@ -19,7 +19,9 @@ type Result struct {
 	// request, the tokens of its hit blocks: the whole prompt when every
 	// block hit, else hits x BlockTokens (Options.BlockTokens).
 	PromptTokens, HitTokens int64
-	TokenHitRatio           float64 // HitTokens / PromptTokens, 0 for no tokens
+	// TokenHitRatio is HitTokens / PromptTokens, 0 for no tokens. For OPT it
+	// is not a bound: OPT maximises block hits.
+	TokenHitRatio float64
 }
 
 // count adds one request with hits leading blocks found.

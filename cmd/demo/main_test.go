@@ -168,7 +168,7 @@ func TestRunJSONAndPlot(t *testing.T) {
 	if c := rep.Configs[2]; c.DiskTokens == 0 || c.Links[2].Blocks == 0 {
 		t.Errorf("the disk configuration served no disk tokens or wrote no disk blocks: %+v", c)
 	}
-	// The clairvoyant bound grows with the total capacity and is what
+	// The clairvoyant reference grows with the total capacity and is what
 	// cachesim.OPT gives at it.
 	inf := cachesim.Infinite(reqs).TokenHitRatio
 	for i, c := range rep.Configs {

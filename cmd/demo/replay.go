@@ -26,7 +26,7 @@ type outcome struct {
 	ttfts  []time.Duration // per finished request, in trace order
 	busy   time.Duration   // modelled time the GPU spent in steps
 	wall   time.Duration
-	// opt is the clairvoyant bound: Belady's MIN over the same requests
+	// opt is the clairvoyant reference: Belady's MIN over the same requests
 	// with every tier's blocks as one cache (optBound).
 	opt cachesim.Result
 }

@@ -85,9 +85,9 @@ type jsonConfig struct {
 	PinnedTokens   int64   `json:"pinned_tokens"`
 	DiskTokens     int64   `json:"disk_tokens"`
 	HitRatio       float64 `json:"hit_ratio"`
-	// OPTHitRatio is the clairvoyant bound at the configuration's total
+	// OPTHitRatio is the clairvoyant reference at the configuration's total
 	// capacity (every tier's blocks as one cache): hit tokens over prompt
-	// tokens under Belady's MIN (cachesim.OPT).
+	// tokens under Belady's MIN (cachesim.OPT), which maximises block hits.
 	OPTHitRatio       float64            `json:"opt_hit_ratio"`
 	PrefillTokens     int64              `json:"prefill_tokens"`
 	PrefillSavedS     jsonTierSeconds    `json:"prefill_saved_s"`

@@ -170,7 +170,11 @@ func writeHuman(w io.Writer, r *Report) error {
 	}
 	if t := r.Trace; t != nil {
 		p("trace: %s, %d requests, %d block refs, %d-token blocks, chained: %v\n", t.Trace, t.Requests, t.BlockRefs, t.BlockTokens, t.Chained)
-		p("  %s\n", optDoc)
+		if t.Chained {
+			p("  %s, %s\n", optDoc, optChained)
+		} else {
+			p("  %s, %s\n", optDoc, optNotChained)
+		}
 		var hdr []string
 		for _, k := range tracePolicies {
 			hdr = append(hdr, policyName(k))
