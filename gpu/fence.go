@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"errors"
+	"reflect"
 	"sync"
 )
 
@@ -59,6 +60,16 @@ func fenceDone(f Fence) bool {
 	}
 }
 
-// FenceDone reports, without blocking, whether f is done; a nil fence is
-// done.
-func FenceDone(f Fence) bool { return f == nil || fenceDone(f) }
+// FenceDone reports, without blocking, whether f is done; a nil fence, or
+// a nil pointer of a fence type, is done.
+func FenceDone(f Fence) bool { return nilFence(f) || fenceDone(f) }
+
+// nilFence reports whether f is nil or a nil pointer in a Fence: a
+// (*HostFence)(nil) passed where a Fence goes is no fence, not a crash.
+func nilFence(f Fence) bool {
+	if f == nil {
+		return true
+	}
+	v := reflect.ValueOf(f)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

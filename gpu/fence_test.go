@@ -112,3 +112,27 @@ func TestWaitFenceRejectsNil(t *testing.T) {
 		t.Fatal("a nil fence is done")
 	}
 }
+
+// TestTypedNilFence: a nil *HostFence where a Fence goes is no fence —
+// FenceDone says done, a host stream refuses to wait on it (ErrBadFence, as
+// the CUDA stream does) — instead of a nil dereference on the stream's
+// worker that killed the process.
+func TestTypedNilFence(t *testing.T) {
+	var f *HostFence
+	if !FenceDone(f) {
+		t.Error("FenceDone((*HostFence)(nil)) = false, want done")
+	}
+	d := newHostForTest(t, HostConfig{})
+	a, err := d.NewArena(1, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WaitFence(f); !errors.Is(err, ErrBadFence) {
+		t.Errorf("WaitFence((*HostFence)(nil)) = %v, want ErrBadFence", err)
+	}
+}

@@ -284,7 +284,7 @@ type hostStream struct {
 // WaitFence queues a wait on f: the worker runs no later batch before f is
 // done.
 func (s *hostStream) WaitFence(f Fence) error {
-	if f == nil {
+	if nilFence(f) {
 		return fmt.Errorf("%w: nil fence", ErrBadFence)
 	}
 	ev := newEvent()

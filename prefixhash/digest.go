@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash"
 	"slices"
+	"strings"
 )
 
 // Digest is the collision-resistant identity of a block and its whole prefix:
@@ -77,20 +78,24 @@ type Namespace struct {
 // Key returns the namespace as one string for Seed and DigestSeed. The
 // namespace with only a salt keys as the bare salt, so the chained Hash stays
 // byte-compatible with nano-vllm (and with vLLM's cache_salt) when no model,
-// LoRA or layout is named; every other namespace gets a length-prefixed
-// encoding that no salt can imitate.
+// LoRA or layout is named; every other namespace, and a bare salt that starts
+// like the encoding, gets a length-prefixed encoding that no salt can
+// imitate.
 func (n Namespace) Key() string {
-	if n.Model == "" && n.LoRA == "" && n.Layout == "" {
+	if n.Model == "" && n.LoRA == "" && n.Layout == "" && !strings.HasPrefix(n.Salt, nsMagic) {
 		return n.Salt
 	}
 	var b []byte
-	b = append(b, "kvtier/ns/v1\x00"...)
+	b = append(b, nsMagic...)
 	for _, f := range []string{n.Model, n.LoRA, n.Layout, n.Salt} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
 	}
 	return string(b)
 }
+
+// nsMagic starts every encoded namespace key; a bare salt never does.
+const nsMagic = "kvtier/ns/v1\x00"
 
 // ID returns a 64-bit summary of the namespace for records and metrics (not
 // for verification: the Digest covers the namespace in full).

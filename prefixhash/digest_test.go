@@ -75,3 +75,23 @@ func BenchmarkDigestBlock(b *testing.B) {
 		})
 	}
 }
+
+// TestSaltCannotImitateNamespace: a bare salt keys as itself (nano-vllm
+// compatibility) unless it starts like an encoded namespace; then it is
+// encoded too, so no salt can produce another namespace's key, seed or
+// digests.
+func TestSaltCannotImitateNamespace(t *testing.T) {
+	victim := Namespace{Model: "m", Layout: "fp"}
+	forged := Namespace{Salt: victim.Key()}
+	if forged.Key() == victim.Key() {
+		t.Fatalf("the salt-only namespace %+v keys as %+v", forged, victim)
+	}
+	var d Digester
+	tokens := []int64{1, 2, 3, 4}
+	if a, b := d.Chain(nil, forged.Key(), tokens, 4), d.Chain(nil, victim.Key(), tokens, 4); a[0] == b[0] {
+		t.Fatal("a salt imitating an encoded namespace gets its digests")
+	}
+	if plain := (Namespace{Salt: "tenant-a"}); plain.Key() != "tenant-a" {
+		t.Fatalf("a plain salt keys as %q, want the bare salt", plain.Key())
+	}
+}
