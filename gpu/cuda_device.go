@@ -105,7 +105,7 @@ func (d *cudaDevice) newArena(g geom, total int) (Arena, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	a := &cudaArena{geom: g, dev: d, streams: make(map[*cudaStream]struct{})}
+	a := &cudaArena{geom: g, dev: d, streams: make(map[*cudaStream]struct{}), unmapped: make(chan struct{})}
 	err := d.do(func() error {
 		var err error
 		if a.ptr, err = cu.MemAlloc(int64(total)); err != nil {
@@ -208,6 +208,9 @@ type cudaArena struct {
 	freed   atomic.Bool
 	mu      sync.Mutex
 	streams map[*cudaStream]struct{}
+	// unmapped is closed once free has closed the streams and freed the
+	// memory: a second free (Device.Close racing Arena.Free) waits for it.
+	unmapped chan struct{}
 }
 
 // at returns the device address of byte off of the arena.
@@ -289,19 +292,27 @@ func (a *cudaArena) read(block, off int, dst []byte) error {
 	})
 }
 
+// Free frees the arena, and only then leaves the device's set: a
+// Device.Close meanwhile finds it there and waits for its streams to drain
+// before it frees the host buffers and the context their copies use.
 func (a *cudaArena) Free() error {
+	err := a.free()
 	a.dev.mu.Lock()
 	delete(a.dev.arenas, a)
 	a.dev.mu.Unlock()
-	return a.free()
+	return err
 }
 
+// free closes the streams and frees the memory; a second call waits for the
+// first to finish.
 func (a *cudaArena) free() error {
 	a.mu.Lock()
 	if a.freed.Swap(true) {
 		a.mu.Unlock()
+		<-a.unmapped
 		return nil
 	}
+	defer close(a.unmapped)
 	streams := a.streams
 	a.streams = nil
 	a.mu.Unlock()
@@ -509,10 +520,12 @@ func (b *cudaBuffer) Free() error {
 func (b *cudaBuffer) release(byDevice bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state {
-	case bufFreed:
+	switch {
+	case b.state == bufFreed && byDevice:
+		return nil // its owner freed it while Device.Close ran
+	case b.state == bufFreed:
 		panic("kvtier: host buffer freed twice")
-	case bufReleased:
+	case b.state == bufReleased:
 		return nil
 	}
 	b.state = bufFreed

@@ -93,10 +93,11 @@ func (d *hostDevice) newArena(g geom, total int) (Arena, error) {
 		return nil, err
 	}
 	a := &hostArena{
-		geom:    g,
-		dev:     d,
-		mem:     mem,
-		streams: make(map[*hostStream]struct{}),
+		geom:     g,
+		dev:      d,
+		mem:      mem,
+		streams:  make(map[*hostStream]struct{}),
+		unmapped: make(chan struct{}),
 	}
 	d.arenas[a] = struct{}{}
 	return a, nil
@@ -171,6 +172,9 @@ type hostArena struct {
 	freed   atomic.Bool
 	mu      sync.Mutex // guards streams and the freed transition
 	streams map[*hostStream]struct{}
+	// unmapped is closed once free has drained the streams and unmapped:
+	// a second free (Device.Close racing Arena.Free) waits for it.
+	unmapped chan struct{}
 }
 
 func (a *hostArena) WriteBlock(block, off int, src []byte) error {
@@ -234,21 +238,27 @@ func (a *hostArena) DevicePtr() uintptr {
 	return uintptr(unsafe.Pointer(unsafe.SliceData(a.mem)))
 }
 
+// Free frees the arena, and only then leaves the device's set: a
+// Device.Close meanwhile finds it there and waits for its streams to drain
+// before it unmaps the host buffers their copies use.
 func (a *hostArena) Free() error {
+	err := a.free()
 	a.dev.mu.Lock()
 	delete(a.dev.arenas, a)
 	a.dev.mu.Unlock()
-	return a.free()
+	return err
 }
 
 // free closes the arena's streams (draining them), marks it freed and
-// unmaps its memory.
+// unmaps its memory. A second call waits for the first to finish.
 func (a *hostArena) free() error {
 	a.mu.Lock()
 	if a.freed.Swap(true) {
 		a.mu.Unlock()
+		<-a.unmapped
 		return nil
 	}
+	defer close(a.unmapped)
 	streams := a.streams
 	a.streams = nil
 	a.mu.Unlock()
@@ -429,10 +439,12 @@ func (b *hostBuffer) Free() error {
 func (b *hostBuffer) release(byDevice bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state {
-	case bufFreed:
+	switch {
+	case b.state == bufFreed && byDevice:
+		return nil // its owner freed it while Device.Close ran
+	case b.state == bufFreed:
 		panic("kvtier: host buffer freed twice")
-	case bufReleased:
+	case b.state == bufReleased:
 		return nil // Device.Close got there first
 	}
 	if byDevice {
