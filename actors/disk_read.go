@@ -67,10 +67,7 @@ type diskWaiter struct {
 // diskReadExpired is sent by a LowerRead's deadline timer. It names the
 // request itself, not its number: numbers start again in an actor that
 // restarted, and a timer of the old one must not end a new read.
-type diskReadExpired struct {
-	seq uint64
-	req *diskReadReq
-}
+type diskReadExpired struct{ req *diskReadReq }
 
 // read plans every item of m: a miss is answered at once, a hash already
 // being read joins that read, any other starts one.
@@ -131,9 +128,9 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 		return
 	}
 	if !m.Deadline.IsZero() {
-		root, self, seq := a.sys.Root, a.self, req.seq
+		root, self := a.sys.Root, a.self
 		req.timer = time.AfterFunc(m.Deadline.Sub(a.now()), func() {
-			root.Send(self, &diskReadExpired{seq: seq, req: req})
+			root.Send(self, &diskReadExpired{req: req})
 		})
 	}
 }
@@ -225,9 +222,9 @@ func (a *DiskActor) settle(ctx actor.Context, w diskWaiter, ok bool) {
 // expire answers a request at its deadline: items still waiting report
 // false and count as timeouts.
 func (a *DiskActor) expire(ctx actor.Context, m *diskReadExpired) {
-	req, ok := a.reads[m.seq]
-	if !ok || req != m.req {
-		return
+	req := m.req
+	if a.reads[req.seq] != req {
+		return // answered already, or a request of an incarnation that restarted
 	}
 	for i, w := range req.waiting {
 		if w {

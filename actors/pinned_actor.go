@@ -51,8 +51,7 @@ type PinnedActor struct {
 // ErrTierStopped), and the prefix index takes this tier and those below it
 // out of service (messages.TiersDown). Their blocks are never served again;
 // the GPU recomputes them, and nothing waits for ever on a pool whose books
-// are lost. So one
-// producer spawns one actor, as it owns one Pool.
+// are lost. So one producer spawns one actor, as it owns one Pool.
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()

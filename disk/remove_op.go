@@ -57,13 +57,8 @@ func (op *RemoveOp) Execute() error {
 	if op.done {
 		panic("kvtier: disk: RemoveOp.Execute after CompleteRemove")
 	}
-	if err := writeFull(op.file, op.zero, op.off); err != nil {
+	if err := zeroHeader(op.file, op.zero, op.off, op.sync); err != nil {
 		return fmt.Errorf("kvtier: disk: scrub header %016x at %d: %w", op.meta.Hash, op.off, err)
-	}
-	if op.sync {
-		if err := op.file.Sync(); err != nil {
-			return fmt.Errorf("kvtier: disk: sync scrubbed header %016x: %w", op.meta.Hash, err)
-		}
 	}
 	op.executed = true
 	return nil

@@ -126,8 +126,8 @@ func (s *Store) WritingMeta(hash uint64) (Meta, bool) {
 
 // Writing reports whether hash has a write planned and not yet completed.
 func (s *Store) Writing(hash uint64) bool {
-	i, ok := s.index[hash]
-	return ok && s.slots[i].state == slotWriting
+	_, ok := s.WritingMeta(hash)
+	return ok
 }
 
 // Meta returns the metadata of a live block.

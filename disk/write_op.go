@@ -115,12 +115,16 @@ func (op *WriteOp) Execute(payload []byte) error {
 }
 
 // scrub zeroes the slot's header block, synced when Config.Sync.
-func (op *WriteOp) scrub() error {
-	if err := writeFull(op.file, op.zero, op.off); err != nil {
+func (op *WriteOp) scrub() error { return zeroHeader(op.file, op.zero, op.off, op.sync) }
+
+// zeroHeader writes the zero header block zero at off, then fdatasync when
+// sync: what a removal and a failed write leave in a slot.
+func zeroHeader(f File, zero []byte, off int64, sync bool) error {
+	if err := writeFull(f, zero, off); err != nil {
 		return err
 	}
-	if op.sync {
-		return op.file.Sync()
+	if sync {
+		return f.Sync()
 	}
 	return nil
 }

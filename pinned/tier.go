@@ -520,11 +520,9 @@ func (t *Tier) Query(m *messages.PinnedQuery) {
 		// converts).
 		n := 0
 		for i, h := range m.Hashes {
-			slot, resident := t.pool.Lookup(h)
-			if !resident {
-				if slot, resident = t.drainOf[h]; !resident {
-					break
-				}
+			slot, ok := t.held(h)
+			if !ok {
+				break
 			}
 			if i >= len(m.Digests) || t.digests[slot] != m.Digests[i] {
 				break
