@@ -721,12 +721,11 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		return 0, err
 	}
 	n, hs := r.Deleted, hashes(k)
-	flush := func(pid *actor.PID) error {
+	flush := func(pid *actor.PID) error { // waits for what the actor holds; its answer is not an error here
 		if pid == nil {
 			return nil
 		}
-		f := &messages.Flush{Reply: make(chan error, 1)}
-		_, err := ask(ctx, m, pid, nil, f, f.Reply)
+		_, err := m.flushActor(ctx, pid)
 		return err
 	}
 	for _, ta := range m.tiers[1:] {
@@ -803,8 +802,7 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 // by tier from the GPU down.
 func (m *Manager) Flush(ctx context.Context) error {
 	for _, ta := range m.tiers {
-		f := &messages.Flush{Reply: make(chan error, 1)}
-		r, err := ask(ctx, m, ta.pid, nil, f, f.Reply)
+		r, err := m.flushActor(ctx, ta.pid)
 		if err != nil {
 			return err
 		}
@@ -813,6 +811,13 @@ func (m *Manager) Flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// flushActor asks one actor for a Flush: reply is the actor's answer, err
+// the call's own failure.
+func (m *Manager) flushActor(ctx context.Context, pid *actor.PID) (reply, err error) {
+	f := &messages.Flush{Reply: make(chan error, 1)}
+	return ask(ctx, m, pid, nil, f, f.Reply)
 }
 
 // Stats are the Manager's per-tier counters.

@@ -14,21 +14,11 @@ import (
 func TestBufferFreeDuringDeviceClose(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	d, err := NewHost(HostConfig{Fault: func(Direction, []CopyOp) error {
+	d := newHostWithFault(t, func(Direction, []CopyOp) error {
 		once.Do(func() { close(entered); <-release })
 		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := d.NewArena(1, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
+	_, s := arenaStream(t, d)
 	used, err := d.AllocHost(4096)
 	if err != nil {
 		t.Fatal(err)
@@ -62,25 +52,15 @@ func TestBufferFreeDuringDeviceClose(t *testing.T) {
 func TestDeviceCloseWaitsForArenaFree(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	d, err := NewHost(HostConfig{Fault: func(Direction, []CopyOp) error {
+	d := newHostWithFault(t, func(Direction, []CopyOp) error {
 		first := false
 		once.Do(func() { first = true; close(entered); <-release })
 		if first {
 			return fmt.Errorf("aborted by the test") // copying now could hit unmapped memory
 		}
 		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := d.NewArena(1, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
+	a, s := arenaStream(t, d)
 	buf, err := d.AllocHost(4096)
 	if err != nil {
 		t.Fatal(err)
@@ -108,4 +88,29 @@ func TestDeviceCloseWaitsForArenaFree(t *testing.T) {
 		<-freed
 		<-closeDone
 	}
+}
+
+// newHostWithFault is a host device whose copies first call fault; the
+// tests close it themselves.
+func newHostWithFault(t *testing.T, fault func(Direction, []CopyOp) error) Device {
+	t.Helper()
+	d, err := NewHost(HostConfig{Fault: fault})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// arenaStream makes a one-block arena on d and a stream over it.
+func arenaStream(t *testing.T, d Device) (Arena, Stream) {
+	t.Helper()
+	a, err := d.NewArena(1, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, s
 }

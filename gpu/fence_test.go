@@ -122,15 +122,7 @@ func TestTypedNilFence(t *testing.T) {
 	if !FenceDone(f) {
 		t.Error("FenceDone((*HostFence)(nil)) = false, want done")
 	}
-	d := newHostForTest(t, HostConfig{})
-	a, err := d.NewArena(1, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := arenaStream(t, newHostForTest(t, HostConfig{}))
 	defer s.Close()
 	if err := s.WaitFence(f); !errors.Is(err, ErrBadFence) {
 		t.Errorf("WaitFence((*HostFence)(nil)) = %v, want ErrBadFence", err)
