@@ -22,7 +22,7 @@ func TestCommitAfterFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, r)
-	f := gpu.NewHostFence()
+	f := signalFence(t, m)
 	errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: f}})
 	if err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
@@ -72,7 +72,7 @@ func TestCloseWithUnsignalledFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, r)
-	if errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: gpu.NewHostFence()}}); err != nil || errs[0] != nil {
+	if errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: signalFence(t, m)}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -86,5 +86,75 @@ func TestCloseWithUnsignalledFence(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Close hangs on an unsignalled fence")
+	}
+}
+
+// signalFence returns an unsignalled fence that m's device's streams can
+// wait on, on either backend (the engine's stand-in for its forward pass).
+func signalFence(t *testing.T, m *Manager) *gpu.SignalFence {
+	t.Helper()
+	f, err := gpu.NewSignalFence(m.device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Signal)
+	return f
+}
+
+// TestCommitRefusesFenceTheDeviceCannotWaitOn: an item whose fence the
+// device's copy stream cannot wait on (on CUDA, anything but a CUDAFence or
+// SignalFence of the Manager's device) fails with gpu.ErrBadFence and
+// commits nothing — its blocks are not hits — while the batch's other
+// items commit. The host backend waits on any fence, so there it commits.
+func TestCommitRefusesFenceTheDeviceCannotWaitOn(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, Ingestion: IngestAll})
+	a, b := toks(7, 2*bt), toks(900, 2*bt)
+	for seq, tk := range map[uint64][]int64{1: a, 2: b} {
+		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+	}
+	other, err := gpu.NewHost(gpu.HostConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	foreign, err := gpu.NewSignalFence(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Signal()
+	hf := gpu.NewHostFence()
+	defer hf.Signal() // the host backend commits behind it: Close's flush waits for it
+	bad := gpu.Fence(hf)
+	if gpu.Backend == "cuda" {
+		bad = foreign
+	}
+	errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: bad}, {Seq: 2, Tokens: AllTokens}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs[1] != nil {
+		t.Fatalf("the good item: %v", errs[1])
+	}
+	la, err := m.Lookup(ctx, LookupRequest{Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpu.Backend == "cuda" {
+		if !errors.Is(errs[0], gpu.ErrBadFence) {
+			t.Fatalf("commit with a fence CUDA cannot wait on = %v, want gpu.ErrBadFence", errs[0])
+		}
+		if la.Tokens.Of(GPU) != 0 {
+			t.Fatalf("a refused commit made %d tokens hits", la.Tokens.Of(GPU))
+		}
+	} else if errs[0] != nil || la.Tokens.Of(GPU) != 2*bt {
+		t.Fatalf("host backend: commit = %v, hits %d, want nil and %d", errs[0], la.Tokens.Of(GPU), 2*bt)
+	}
+	if lb, err := m.Lookup(ctx, LookupRequest{Tokens: b}); err != nil || lb.Tokens.Of(GPU) != 2*bt {
+		t.Fatalf("the good item's blocks are not hits: %+v %v", lb, err)
 	}
 }

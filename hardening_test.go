@@ -85,7 +85,7 @@ func TestBackPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, r)
-	f := gpu.NewHostFence() // holds the write-through, so a Flush holds the only slot
+	f := signalFence(t, m) // holds the write-through, so a Flush holds the only slot
 	if errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: f}}); err != nil || errs[0] != nil {
 		t.Fatal(err, errs)
 	}

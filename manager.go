@@ -510,14 +510,30 @@ func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
 
 // CommitBatch commits several sequences in one message. An item's After
 // fence orders every copy of its blocks to a lower tier after the engine's
-// compute: the copy stream waits for it.
+// compute: the copy stream waits for it. An item whose fence the device's
+// streams cannot wait on (gpu.CheckFence: on CUDA, a fence that is neither
+// a *gpu.CUDAFence nor a *gpu.SignalFence of the Manager's device) fails
+// with gpu.ErrBadFence and commits nothing; the other items go ahead.
 func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error, error) {
-	msg := &messages.CommitBatch{Items: append([]CommitItem(nil), items...), Reply: make(chan *messages.CommitBatchResult, 1)}
+	errs := make([]error, len(items))
+	send := make([]CommitItem, 0, len(items))
+	sent := make([]int, 0, len(items)) // sent[j]: the index in items of send[j]
+	for i, it := range items {
+		if err := gpu.CheckFence(m.device, it.After); err != nil {
+			errs[i] = fmt.Errorf("kvtier: commit of sequence %d: %w", it.Seq, err)
+			continue
+		}
+		send, sent = append(send, it), append(sent, i)
+	}
+	msg := &messages.CommitBatch{Items: send, Reply: make(chan *messages.CommitBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return nil, err
 	}
-	return r.Errs, r.Err
+	for j, e := range r.Errs {
+		errs[sent[j]] = e
+	}
+	return errs, r.Err
 }
 
 // AppendResult answers one AppendItem: the blocks it took, which are the

@@ -100,17 +100,3 @@ func newHostWithFault(t *testing.T, fault func(Direction, []CopyOp) error) Devic
 	}
 	return d
 }
-
-// arenaStream makes a one-block arena on d and a stream over it.
-func arenaStream(t *testing.T, d Device) (Arena, Stream) {
-	t.Helper()
-	a, err := d.NewArena(1, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a, s
-}

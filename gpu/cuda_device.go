@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -54,6 +55,7 @@ func NewCUDA(cfg CUDAConfig) (Device, error) {
 		maxPitch: int64(maxPitch),
 		arenas:   make(map[*cudaArena]struct{}),
 		bufs:     make(map[*cudaBuffer]struct{}),
+		signals:  make(map[*cudaSignal]struct{}),
 	}, nil
 }
 
@@ -68,6 +70,9 @@ type cudaDevice struct {
 	arenas map[*cudaArena]struct{}
 	bufs   map[*cudaBuffer]struct{}
 	pinned hostRanges // the live bufs' memory: what streams may copy with
+
+	signals map[*cudaSignal]struct{} // SignalFences' device sides not yet freed
+	sigWG   sync.WaitGroup           // one per device side until it is freed
 }
 
 // do runs f on a locked OS thread with the device's context current: the
@@ -183,10 +188,16 @@ func (d *cudaDevice) Close() error {
 		return nil
 	}
 	d.closed = true
-	arenas, bufs := d.arenas, d.bufs
-	d.arenas, d.bufs = nil, nil
+	arenas, bufs, signals := d.arenas, d.bufs, d.signals
+	d.arenas, d.bufs, d.signals = nil, nil, nil
 	d.mu.Unlock()
 
+	// Fences never signalled would hold the streams' drains forever:
+	// abandon them, and wait until every fence's resources are freed.
+	for c := range signals {
+		c.f.abandon()
+	}
+	d.sigWG.Wait()
 	var errs []error
 	for a := range arenas {
 		errs = append(errs, a.free())
@@ -332,6 +343,7 @@ type cudaPending struct {
 	recorded bool
 	err      error // failure while enqueueing
 	done     *Event
+	behind   []*SignalFence // unsignalled when the batch was enqueued: if one is abandoned, the batch fails
 }
 
 type cudaStream struct {
@@ -341,6 +353,7 @@ type cudaStream struct {
 
 	enqMu  sync.Mutex // keeps GPU order and completion order identical
 	closed bool
+	behind []*SignalFence // waited on and not yet signalled; under enqMu
 }
 
 func (s *cudaStream) CopyD2H(ops []CopyOp) (*Event, error) { return s.enqueue(D2H, ops) }
@@ -359,7 +372,14 @@ func (s *cudaStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 	if err := d.pinned.checkOps(ops); err != nil {
 		return nil, err
 	}
-	p := cudaPending{done: newEvent()}
+	live := s.behind[:0]
+	for _, f := range s.behind {
+		if !fenceDone(f) {
+			live = append(live, f)
+		}
+	}
+	s.behind = live
+	p := cudaPending{done: newEvent(), behind: slices.Clone(live)}
 	p.err = d.do(func() error {
 		for i, op := range ops {
 			if err := s.copyBlock(dir, op); err != nil {
@@ -411,15 +431,7 @@ func (s *cudaStream) copyBlock(dir Direction, op CopyOp) error {
 		}
 		return cu.MemcpyHtoDAsync(dev, host, seg, s.s)
 	case pitch <= a.dev.maxPitch:
-		p := cu.Memcpy2dParam{WidthInBytes: seg, Height: int64(a.nseg)}
-		if dir == D2H {
-			p.SrcMemoryType, p.SrcDevice, p.SrcPitch = cu.DeviceMemory, dev, pitch
-			p.DstMemoryType, p.DstHost, p.DstPitch = cu.HostMemory, host, seg
-		} else {
-			p.SrcMemoryType, p.SrcHost, p.SrcPitch = cu.HostMemory, host, seg
-			p.DstMemoryType, p.DstDevice, p.DstPitch = cu.DeviceMemory, dev, pitch
-		}
-		return cu.Memcpy2DAsync(p, s.s)
+		return memcpy2DAsync(dir, dev, pitch, host, seg, int64(a.nseg), s.s)
 	}
 	for i := range a.nseg {
 		h := unsafe.Add(host, i*a.segBytes)
@@ -450,6 +462,12 @@ func (s *cudaStream) wait(p cudaPending) {
 		})
 		if werr != nil {
 			err = errors.Join(err, fmt.Errorf("kvtier: cuEventSynchronize: %w", werr))
+		}
+	}
+	for _, f := range p.behind {
+		if f.Abandoned() {
+			err = errors.Join(err, ErrFenceAbandoned)
+			break
 		}
 	}
 	p.done.complete(err)
@@ -484,7 +502,12 @@ func (s *cudaStream) close() error {
 		return nil
 	}
 	s.closed = true
+	behind := s.behind
+	s.behind = nil
 	s.enqMu.Unlock()
+	for _, f := range behind {
+		f.abandon() // releases the device's wait, and fails the batches behind it
+	}
 	s.q.close()
 	return s.arena.dev.do(func() error {
 		if err := s.s.Destroy(); err != nil {
@@ -578,22 +601,52 @@ func (f *CUDAFence) Done() <-chan struct{} {
 	return f.ch
 }
 
-// WaitFence makes the CUstream wait on the device for the fence's event.
+// WaitFence makes the CUstream wait on the device for the fence's event:
+// a CUDAFence's (the engine's) or a SignalFence's.
 func (s *cudaStream) WaitFence(f Fence) error {
-	cf, ok := f.(*CUDAFence)
-	if !ok || cf == nil {
-		return fmt.Errorf("%w: a CUDA stream waits on a *gpu.CUDAFence, not %T", ErrBadFence, f)
+	if nilFence(f) {
+		return fmt.Errorf("%w: nil fence", ErrBadFence)
 	}
-	if cf.dev != s.arena.dev {
-		return fmt.Errorf("%w: the fence belongs to another device", ErrBadFence)
+	if err := s.arena.dev.checkFence(f); err != nil {
+		return err
 	}
 	s.enqMu.Lock()
 	defer s.enqMu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
+	switch f := f.(type) {
+	case *SignalFence:
+		return s.waitSignal(f)
+	case *CUDAFence:
+		return s.waitEvent(f.ev)
+	}
+	return nil
+}
+
+// waitSignal makes the stream wait for a SignalFence; under enqMu.
+func (s *cudaStream) waitSignal(f *SignalFence) error {
+	if f.Abandoned() {
+		return ErrFenceAbandoned
+	}
+	if fenceDone(f) {
+		return nil
+	}
+	c := f.side.(*cudaSignal)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.destroyed { // else the flag is set: nothing to wait for
+		if err := s.waitEvent(c.ev); err != nil {
+			return err
+		}
+	}
+	s.behind = append(s.behind, f)
+	return nil
+}
+
+func (s *cudaStream) waitEvent(ev cu.Event) error {
 	return s.arena.dev.do(func() error {
-		if err := s.s.Wait(cf.ev, 0); err != nil {
+		if err := s.s.Wait(ev, 0); err != nil {
 			return fmt.Errorf("kvtier: cuStreamWaitEvent: %w", err)
 		}
 		return nil

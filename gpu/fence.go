@@ -13,10 +13,12 @@ import (
 // KV, not what the blocks held before.
 //
 // On the host backend any Fence works: the stream's worker waits for Done.
-// An engine computing on the CPU uses a HostFence and signals it when its
-// writes are finished. On the CUDA backend the fence must be a *CUDAFence,
-// an event the engine recorded on its compute stream: the copy stream waits
-// for it on the device (cuStreamWaitEvent) and no host thread blocks.
+// An engine computing on the CPU uses a HostFence (or a SignalFence) and
+// signals it when its writes are finished. On the CUDA backend the fence
+// must be a *CUDAFence, an event the engine recorded on its compute stream,
+// or a *SignalFence made for the device: the copy stream waits for it on
+// the device (cuStreamWaitEvent) and no host thread blocks. CheckFence says
+// ahead of time whether a device's streams can wait on a fence.
 type Fence interface {
 	// Done returns a channel closed once the work before the fence is
 	// complete.
@@ -25,7 +27,7 @@ type Fence interface {
 
 var (
 	// ErrBadFence: WaitFence was given a nil fence, or on CUDA a fence
-	// that is not a *CUDAFence.
+	// that is neither a *CUDAFence nor a *SignalFence of the device.
 	ErrBadFence = errors.New("kvtier: bad fence")
 	// ErrFenceAbandoned: the stream was closed while it waited on a fence
 	// that was never signalled. The batches behind the fence fail with it

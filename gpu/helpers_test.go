@@ -87,3 +87,17 @@ func hostBlocks(t testing.TB, d Device, n, blockBytes int) [][]byte {
 	}
 	return out
 }
+
+// arenaStream makes a one-block arena on d and a stream over it.
+func arenaStream(t *testing.T, d Device) (Arena, Stream) {
+	t.Helper()
+	a, err := d.NewArena(1, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, s
+}

@@ -329,6 +329,9 @@ func (s *hostStream) run(b hostBatch) {
 			case <-b.fence.Done():
 			case <-s.quit:
 				s.abandoned = !fenceDone(b.fence)
+				if sf, ok := b.fence.(*SignalFence); ok && s.abandoned {
+					sf.abandon()
+				}
 			}
 		}
 		if s.abandoned {

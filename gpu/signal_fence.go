@@ -1,0 +1,98 @@
+package gpu
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// SignalFence is a fence the host signals, on either backend: for an
+// engine whose writes to the arena are not work on a CUDA stream (a CPU
+// engine writing through Arena.WriteBlock or WriteRegion, a test). On the
+// host backend it is a HostFence. On CUDA it also holds a device-side
+// event that a private stream records behind a wait on a page-locked flag
+// (cuStreamWaitValue32): Signal sets the flag, so copy streams wait for it
+// on the device (cuStreamWaitEvent) and no host thread blocks. Each costs a
+// stream, an event and a small cuMemAllocHost on CUDA: an engine on the GPU
+// records a CUDAFence on its compute stream instead.
+//
+// A SignalFence belongs to the device it was made for. A stream of that
+// device closed while it waits on the fence abandons it: the fence's device
+// waiters are released, the batches behind it fail with ErrFenceAbandoned,
+// and a later Signal changes nothing. Device.Close abandons the device's
+// unsignalled fences the same way.
+type SignalFence struct {
+	dev       Device
+	ch        chan struct{}
+	once      sync.Once
+	abandoned atomic.Bool
+	side      fenceSide // the backend's device-side part; nil on the host backend
+}
+
+// fenceSide is a backend's device-side part of a SignalFence.
+type fenceSide interface {
+	release() // lets the device-side waiters go
+}
+
+// NewSignalFence returns an unsignalled fence for streams of d.
+func NewSignalFence(d Device) (*SignalFence, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: no device", ErrBadFence)
+	}
+	f := &SignalFence{dev: d, ch: make(chan struct{})}
+	if b, ok := d.(interface {
+		newFenceSide(*SignalFence) (fenceSide, error)
+	}); ok {
+		side, err := b.newFenceSide(f)
+		if err != nil {
+			return nil, err
+		}
+		f.side = side
+	}
+	return f, nil
+}
+
+// Signal marks the work before the fence done and releases every stream
+// waiting on it. It may be called more than once; after the fence was
+// abandoned it does nothing.
+func (f *SignalFence) Signal() {
+	f.once.Do(func() {
+		close(f.ch)
+		if f.side != nil {
+			f.side.release()
+		}
+	})
+}
+
+// Done implements Fence: closed once Signal was called.
+func (f *SignalFence) Done() <-chan struct{} { return f.ch }
+
+// Abandoned reports whether a closing stream or device gave up on the
+// fence before it was signalled.
+func (f *SignalFence) Abandoned() bool { return f.abandoned.Load() }
+
+// abandon releases the device-side waiters of a fence never signalled and
+// marks it abandoned, so the batches behind it fail; it does nothing to a
+// signalled fence.
+func (f *SignalFence) abandon() {
+	f.once.Do(func() {
+		f.abandoned.Store(true)
+		if f.side != nil {
+			f.side.release()
+		}
+	})
+}
+
+// CheckFence reports whether streams of d can wait on f, so a caller can
+// refuse a fence before acting on it: nil for no fence (nil, or a nil
+// pointer) and for any fence on the host backend; on CUDA, ErrBadFence
+// unless f is a *CUDAFence or *SignalFence made for d.
+func CheckFence(d Device, f Fence) error {
+	if nilFence(f) {
+		return nil
+	}
+	if c, ok := d.(interface{ checkFence(Fence) error }); ok {
+		return c.checkFence(f)
+	}
+	return nil
+}
