@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -67,6 +68,11 @@ var (
 	// ErrNotDurable says Delete dropped blocks from every tier in memory but
 	// could not scrub a disk record: after a crash it may come back.
 	ErrNotDurable = errors.New("kvtier: delete not durable on disk")
+	// ErrFailed says the GPU actor failed (it panicked, a defect): its tier
+	// stopped, every call still waiting on it and every later call fails
+	// with ErrFailed instead of waiting for an answer that cannot come, and
+	// the Manager must be closed. Nothing it served before is affected.
+	ErrFailed = messages.ErrFailed
 	// ErrNilContext rejects a call made with a nil context.
 	ErrNilContext = errors.New("kvtier: nil context")
 	// ErrNotReady rejects a Commit for a sequence whose Ready has not
@@ -105,6 +111,8 @@ type Manager struct {
 	layoutFP string // the layout part of every namespace
 	done     chan struct{}
 	stopped  chan struct{} // closed once Close has stopped every actor
+	failed   chan struct{} // closed once the GPU actor failed (ErrFailed)
+	failOnce sync.Once
 	metrics  *metricsSet   // nil without Config.Registerer
 	baseNS   string        // the namespace key with no salt and no LoRA
 	closeMu  chan struct{} // one Close at a time
@@ -136,7 +144,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("%w: %w: the block pool's metadata for %d blocks of %d tokens needs %d bytes, the machine has %d (RAM + swap)",
 			ErrBadConfig, gpu.ErrOutOfMemory, c.GPUBlocks, c.BlockTokens, blockpool.MetadataBytes(pcfg), mem)
 	}
-	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), stopped: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
+	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), stopped: make(chan struct{}), failed: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
 		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
 	m.baseNS = prefixhash.Namespace{Model: c.ModelID, Layout: m.layoutFP}.Key()
 	if m.device = c.Device; m.device == nil {
@@ -201,6 +209,7 @@ func New(cfg Config) (*Manager, error) {
 		Log: c.Logger.Named("gpu"), Clock: clockFunc(c.Clock),
 		Observe: observe, Namespaces: metricsNamespaces(c.MetricsNamespaces),
 	}
+	gcfg.OnFailure = func() { m.failOnce.Do(func() { close(m.failed) }) }
 	if e := c.Events; e != nil {
 		format, _ := events.ParseFormat(e.Format) // checked by withDefaults
 		pub := events.NewPublisher(events.Config{Format: format, BlockSize: c.BlockTokens, DPRank: e.DPRank, BufferSteps: e.BufferSteps})
@@ -355,6 +364,11 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 		return zero, ErrClosed
 	default:
 	}
+	select { // after done: a closed Manager says so, failed or not
+	case <-m.failed:
+		return zero, ErrFailed
+	default:
+	}
 	if err := ctx.Err(); err != nil {
 		return zero, cancelErr(err, call != nil)
 	}
@@ -378,12 +392,18 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 		if call == nil || call.Cancel() {
 			return zero, ErrClosed
 		}
+	case <-m.failed:
+		if call == nil || call.Cancel() {
+			return zero, ErrFailed
+		}
 	}
-	select { // the actor took the request: its answer comes, or it stops
+	select { // the actor took the request: its answer comes, or it stops or fails
 	case r := <-reply:
 		return r, nil
 	case <-m.stopped:
 		return zero, ErrClosed
+	case <-m.failed:
+		return zero, ErrFailed
 	}
 }
 

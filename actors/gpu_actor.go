@@ -69,6 +69,13 @@ type GPUConfig struct {
 	Clock func() time.Time
 
 	Log *zap.Logger
+
+	// OnFailure, when set, is called once if the actor fails (panics). Its
+	// tier is then stopped, whatever waited on it answered (messages.ErrFailed),
+	// and every later message dropped: the state of an event cut short
+	// half-way cannot be trusted, so the owner must fail its callers and
+	// be closed.
+	OnFailure func()
 }
 
 // GPUActor is the thin actor over the GPU tier's state machine (gpu/tier):
@@ -79,6 +86,7 @@ type GPUConfig struct {
 type GPUActor struct {
 	cfg    GPUConfig
 	t      *tier.Tier
+	failed *bool // shared by the incarnations: set once one failed
 	clock  func() time.Time
 	events map[tier.CopyID]*gpu.Event // copies on the stream
 	timers map[uint64]*time.Timer     // load deadlines armed
@@ -86,21 +94,29 @@ type GPUActor struct {
 
 // NewGPUActor returns the actor's producer.
 func NewGPUActor(cfg GPUConfig) actor.Producer {
+	clock := cfg.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	// One tier for every incarnation, as it owns the one pool: an
+	// incarnation made after a failure finds it stopped and drops its
+	// messages (see OnFailure), instead of a fresh tier whose books know
+	// nothing of the blocks and waiters of the one before.
+	t := tier.New(tier.Config{
+		Pool: cfg.Pool, BlockBytes: cfg.Arena.BlockBytes(), Lower: cfg.Pinned != nil,
+		Ingestion: cfg.Ingestion, HotHits: cfg.HotHits,
+		OffloadThreshold: cfg.OffloadThreshold, OffloadAhead: cfg.OffloadAhead, SerialOffloads: cfg.SerialOffloads,
+		DoubleGetMinBlocks: cfg.DoubleGetMinBlocks, DoubleGetMinRatio: cfg.DoubleGetMinRatio,
+		ReadBase: cfg.ReadBase, ReadPerToken: cfg.ReadPerToken, Log: cfg.Log,
+		Namespaces: cfg.Namespaces,
+	})
+	failed := new(bool)
 	return func() actor.Actor {
-		clock := cfg.Clock
-		if clock == nil {
-			clock = time.Now
-		}
 		return &GPUActor{
-			cfg: cfg, clock: clock,
-			t: tier.New(tier.Config{
-				Pool: cfg.Pool, BlockBytes: cfg.Arena.BlockBytes(), Lower: cfg.Pinned != nil,
-				Ingestion: cfg.Ingestion, HotHits: cfg.HotHits,
-				OffloadThreshold: cfg.OffloadThreshold, OffloadAhead: cfg.OffloadAhead, SerialOffloads: cfg.SerialOffloads,
-				DoubleGetMinBlocks: cfg.DoubleGetMinBlocks, DoubleGetMinRatio: cfg.DoubleGetMinRatio,
-				ReadBase: cfg.ReadBase, ReadPerToken: cfg.ReadPerToken, Log: cfg.Log,
-				Namespaces: cfg.Namespaces,
-			}),
+			cfg: cfg, clock: clock, t: t, failed: failed,
 			events: map[tier.CopyID]*gpu.Event{},
 			timers: map[uint64]*time.Timer{},
 		}
@@ -117,6 +133,9 @@ type fetchTimeout struct{ id uint64 }
 
 // Receive implements actor.Actor.
 func (a *GPUActor) Receive(ctx actor.Context) {
+	if *a.failed {
+		return // the tier is stopped and its callers failed (OnFailure)
+	}
 	a.t.SetNow(a.clock())
 	switch m := ctx.Message().(type) {
 	case *messages.AllocateBatch:
@@ -173,7 +192,16 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		default:
 			ctx.Send(a.cfg.Events, m)
 		}
-	case *actor.Started, *actor.Stopping, *actor.Restarting:
+	case *actor.Started, *actor.Stopping:
+	case *actor.Restarting:
+		a.cfg.Log.Error("gpu actor: failed; its tier stops and the Manager serves nothing more")
+		a.t.Fail(messages.ErrFailed)
+		*a.failed = true
+		a.execute(ctx) // answers what waited on the tier
+		if a.cfg.OnFailure != nil {
+			a.cfg.OnFailure()
+		}
+		return
 	case *actor.Stopped:
 		a.t.Stop()
 	default:

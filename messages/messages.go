@@ -42,6 +42,10 @@ func (i Ingestion) String() string {
 // tier's stop error wraps it. The Manager's ErrClosed is this error.
 var ErrStopped = errors.New("kvtier: closed")
 
+// ErrFailed answers the work of an actor that failed (panicked) half-way
+// through an event, and every call after it: its owner must be closed.
+var ErrFailed = errors.New("kvtier: the GPU actor failed; close the Manager")
+
 // Call is embedded in every request a caller may give up on. The caller and
 // the actor race for it once: Take (the actor, before applying the request)
 // and Cancel (the caller, when its context ends) — exactly one wins. A

@@ -272,11 +272,17 @@ func (t *Tier) maybeFlushed() {
 // touches is answered only after that copy: Ready.Stopped lists them with
 // the copies they wait for, which the executor waits for off the state
 // machine. The Tier takes no event after Stop.
-func (t *Tier) Stop() {
+func (t *Tier) Stop() { t.stop(ErrStopped) }
+
+// Fail stops the tier as Stop does, answering with err instead of
+// ErrStopped: for an owner that failed half-way through an event.
+func (t *Tier) Fail(err error) { t.stop(err) }
+
+func (t *Tier) stop(err error) {
 	t.stopped = true
 	for _, p := range t.lookups {
 		for _, i := range p.waiting {
-			p.b.res.Results[i].Err = ErrStopped
+			p.b.res.Results[i].Err = err
 		}
 		p.b.ready = true
 		p.b.maybeSend(t)
@@ -314,7 +320,7 @@ func (t *Tier) Stop() {
 		t.out.Stopped = append(t.out.Stopped, StoppedWait{Copies: ids, Complete: w.Reply})
 	}
 	for _, f := range t.flushes {
-		t.reply(func() { f.reply <- ErrStopped })
+		t.reply(func() { f.reply <- err })
 	}
 	t.flushes = nil
 }
