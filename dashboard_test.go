@@ -70,7 +70,8 @@ func metricTypes(t *testing.T) map[string]dto.MetricType {
 	for _, c := range []prometheus.Collector{x.bytes, x.blocks, x.failures, x.seconds, x.scrapeErrs} {
 		reg.MustRegister(c)
 	}
-	x.observe(messages.LinkGPUToHost, 1, 1, time.Millisecond, false /* ok */)
+	x.observe(messages.LinkGPUToHost, 1, 1, time.Millisecond, true /* ok */)  // bytes, blocks, seconds
+	x.observe(messages.LinkGPUToHost, 1, 1, time.Millisecond, false /* ok */) // failures
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

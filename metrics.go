@@ -39,8 +39,8 @@ var tierMetrics = []metricDef{
 	{"kvtier_tier_miss_blocks_total", "Blocks looked up and not found on the tier.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_evictions_total", "Blocks the tier evicted, by reason.", prometheus.CounterValue, []string{"tier", "reason"}},
 	{"kvtier_tier_writes_denied_total", "Writes into the tier denied, by reason.", prometheus.CounterValue, []string{"tier", "reason"}},
-	{"kvtier_tier_written_blocks_total", "Blocks the tier wrote down to the tier below.", prometheus.CounterValue, []string{"tier"}},
-	{"kvtier_tier_loaded_blocks_total", "Blocks the tier copied up from a tier below.", prometheus.CounterValue, []string{"tier"}},
+	{"kvtier_tier_written_blocks_total", "GPU and pinned: blocks the tier wrote down to the tier below; disk and remote: blocks written into the tier (the same copies seen from below; kvtier_link_blocks_total counts each copy once).", prometheus.CounterValue, []string{"tier"}},
+	{"kvtier_tier_loaded_blocks_total", "GPU and pinned: blocks the tier copied up from a tier below; disk and remote: blocks the tier served upwards.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_load_failures_total", "Blocks that did not arrive, by reason: failed (copy, I/O or corrupt), late (past the deadline), mismatch (digest of another prefix).", prometheus.CounterValue, []string{"tier", "reason"}},
 	{"kvtier_tier_double_get_skips_total", "Lower-tier hits not fetched: below the double-get thresholds.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_lookup_tokens_total", "Prompt tokens allocations looked up, by namespace: the denominator of the hit ratios.", prometheus.CounterValue, []string{"namespace"}},
@@ -123,12 +123,13 @@ func (x *metricsSet) unregister() {
 // observe is the actors' LinkObserver.
 func (x *metricsSet) observe(l messages.Link, blocks int, bytes int64, d time.Duration, ok bool) {
 	name := l.String()
+	x.seconds.WithLabelValues(name).Observe(d.Seconds())
+	if !ok { // nothing moved: counted as a failure, not as bytes or blocks
+		x.failures.WithLabelValues(name).Inc()
+		return
+	}
 	x.bytes.WithLabelValues(name).Add(float64(bytes))
 	x.blocks.WithLabelValues(name).Add(float64(blocks))
-	x.seconds.WithLabelValues(name).Observe(d.Seconds())
-	if !ok {
-		x.failures.WithLabelValues(name).Inc()
-	}
 }
 
 // Describe implements prometheus.Collector.

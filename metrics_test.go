@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kvtier/kvtier/messages"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -242,5 +244,21 @@ func TestMetricsEvents(t *testing.T) {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)
 		}
+	}
+}
+
+// TestMetricsFailedTransferMovesNothing: a failed transfer counts as a
+// failure and in the latency histogram, never as bytes or blocks moved.
+func TestMetricsFailedTransferMovesNothing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	x := newMetrics(reg, 4096)
+	reg.MustRegister(x.bytes, x.blocks, x.failures, x.seconds) // the link series alone: the tier ones need a Manager
+	x.observe(messages.LinkHostToDisk, 4, 4*4096, time.Millisecond, true)
+	x.observe(messages.LinkHostToDisk, 8, 8*4096, time.Millisecond, false)
+	fams := scrape(t, reg)
+	link := messages.LinkHostToDisk.String()
+	if b, n, f := value(t, fams, metricLinkBytes, "link", link), value(t, fams, metricLinkBlocks, "link", link),
+		value(t, fams, metricLinkFailures, "link", link); b != 4*4096 || n != 4 || f != 1 {
+		t.Fatalf("bytes %v blocks %v failures %v, want %d 4 1: the failed transfer counted as moved", b, n, f, 4*4096)
 	}
 }

@@ -392,7 +392,6 @@ func (a *DiskActor) shutdown(ctx actor.Context, closeStore bool) {
 // snapshot returns the tier's counters.
 func (a *DiskActor) snapshot() messages.TierStats {
 	st := a.store.Stats()
-	slotBytes := disk.SlotBytes(a.store.PayloadBytes())
 	inFlight := a.writesInFlight + len(a.readJobs) + a.copying
 	queued := 0
 	if a.workers != nil {
@@ -402,7 +401,7 @@ func (a *DiskActor) snapshot() messages.TierStats {
 		Tier:       messages.Disk,
 		Blocks:     st.Slots,
 		UsedBlocks: st.Live,
-		BytesUsed:  int64(st.Live) * slotBytes,
+		BytesUsed:  int64(st.Live) * int64(a.store.PayloadBytes()), // payload, as Blocks × block bytes is the capacity; a slot adds its header
 		Hits:       a.stats.hits,
 		Misses:     a.stats.misses,
 		Evictions:  uint64(st.Evictions),

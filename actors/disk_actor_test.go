@@ -82,7 +82,7 @@ func TestDiskWriteFlushRead(t *testing.T) {
 
 	s := e.stats()
 	if s.Tier != messages.Disk || s.Blocks != testDiskSlots || s.UsedBlocks != 15 ||
-		s.BytesUsed != 15*disk.SlotBytes(testDiskPayload) || s.Offloaded != 16 ||
+		s.BytesUsed != 15*int64(testDiskPayload) || s.Offloaded != 16 ||
 		s.Hits != 17 || s.Misses != 1 || s.InFlight != 0 || s.Extra["skipped"] != 1 {
 		t.Fatalf("stats %v %+v", s, s.Extra)
 	}

@@ -341,14 +341,21 @@ type StatsRequest struct {
 
 // TierStats are one tier's counters.
 type TierStats struct {
-	Tier           Tier
-	Blocks         int   // capacity in blocks (slots)
-	UsedBlocks     int   // blocks holding data or owned by sequences
-	BytesUsed      int64 // bytes of UsedBlocks
-	Hits, Misses   uint64
-	Evictions      uint64
-	Offloaded      uint64 // blocks written down to the next tier
-	Onboarded      uint64 // blocks copied up from a lower tier
+	Tier         Tier
+	Blocks       int   // capacity in blocks (slots)
+	UsedBlocks   int   // blocks holding data or owned by sequences
+	BytesUsed    int64 // KV payload bytes of UsedBlocks (Blocks × the block's bytes is the capacity)
+	Hits, Misses uint64
+	Evictions    uint64
+	// Offloaded: for the GPU and pinned tiers, blocks they wrote down to
+	// the tier(s) below; for the bottom tiers (disk, remote), blocks
+	// written into them — the same copies, seen from below, so a sum over
+	// tiers counts each pinned-to-disk write twice (the link counters of
+	// LinkObserver count each copy once).
+	Offloaded uint64
+	// Onboarded: blocks the tier copied up from a tier below (GPU,
+	// pinned); for the bottom tiers, blocks they served upwards.
+	Onboarded      uint64
 	Denied         uint64 // writes skipped by the in-flight quota or lack of space
 	Timeouts       uint64 // reads that missed their deadline (became misses)
 	Failed         uint64 // copies or I/O that failed (became misses)

@@ -19,13 +19,18 @@
 //
 // A malformed line yields a *ParseError naming the line number and the field. With
 // OnError set to Skip the reader counts the line in Report.Skipped and goes on;
-// with Stop (the default) reading ends at the first bad line.
+// with Stop (the default) reading ends at the first bad line. A line holding
+// anything after its JSON object, or longer than MaxLineBytes (ErrLineTooLong),
+// is malformed too. Invalid Options are refused before any line is read, with an
+// error wrapping ErrBadOptions (not ErrMalformed, which is for lines).
 //
 // # Tokens
 //
 // The traces carry no token ids. Tokens maps each hash id to a deterministic block
 // of token ids (equal ids give equal tokens, different ids different tokens with
-// overwhelming probability), so a trace can drive a real prefix cache.
+// overwhelming probability), so a trace can drive a real prefix cache. Tokens
+// assumes Mooncake's 512 tokens a hash id; a trace read with another
+// Options.BlockTokens needs TokensOf with that block size.
 //
 // # Usage
 //

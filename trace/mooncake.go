@@ -66,6 +66,18 @@ type Report struct {
 // ErrMalformed is wrapped by every *ParseError.
 var ErrMalformed = errors.New("kvtier: malformed trace line")
 
+// ErrBadOptions is wrapped by the error Read returns for invalid Options,
+// before it reads any line.
+var ErrBadOptions = errors.New("kvtier: invalid trace options")
+
+// MaxLineBytes is the longest line Read accepts, leading and trailing
+// whitespace included.
+const MaxLineBytes = 64 << 20
+
+// ErrLineTooLong is wrapped by the *ParseError (field "json") of a line longer
+// than MaxLineBytes. Read discards the rest of such a line without keeping it.
+var ErrLineTooLong = errors.New("line too long")
+
 // ParseError names the line and the field of a malformed trace line.
 type ParseError struct {
 	Line  int    // 1-based line number
@@ -87,39 +99,70 @@ const maxKeptErrors = 16
 // multiplied by opts.TimeScale. A rebased, scaled timestamp beyond what a
 // time.Duration holds in nanoseconds is a *ParseError for its line (field
 // "timestamp"): the file's timestamps are then in a finer unit than
-// milliseconds, or span centuries.
+// milliseconds, or span centuries. Invalid opts give an error wrapping
+// ErrBadOptions; a line longer than MaxLineBytes is a *ParseError wrapping
+// ErrLineTooLong, skipped like any other in Skip mode.
 func Read(r io.Reader, opts Options) ([]Request, Report, error) {
+	return read(r, opts, MaxLineBytes)
+}
+
+// checkOptions validates opts and returns them with defaults filled in.
+func checkOptions(opts Options) (Options, error) {
 	if opts.OnError == 0 {
 		opts.OnError = Stop
 	}
 	if opts.OnError != Stop && opts.OnError != Skip {
-		return nil, Report{}, fmt.Errorf("trace: OnError %d: %w", opts.OnError, ErrMalformed)
+		return opts, fmt.Errorf("trace: OnError %d is neither Stop nor Skip: %w", opts.OnError, ErrBadOptions)
 	}
 	if opts.BlockTokens < 0 {
-		return nil, Report{}, fmt.Errorf("trace: BlockTokens %d must be >= 0", opts.BlockTokens)
+		return opts, fmt.Errorf("trace: BlockTokens %d must be >= 0: %w", opts.BlockTokens, ErrBadOptions)
 	}
 	if opts.BlockTokens == 0 {
 		opts.BlockTokens = BlockTokens
 	}
-	if opts.TimeScale < 0 {
-		return nil, Report{}, fmt.Errorf("trace: TimeScale %v must be >= 0", opts.TimeScale)
+	if !(opts.TimeScale >= 0) || math.IsInf(opts.TimeScale, 0) {
+		return opts, fmt.Errorf("trace: TimeScale %v must be finite and >= 0: %w", opts.TimeScale, ErrBadOptions)
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), 64<<20)
+	if opts.Limit < 0 {
+		return opts, fmt.Errorf("trace: Limit %d must be >= 0: %w", opts.Limit, ErrBadOptions)
+	}
+	return opts, nil
+}
+
+// read is Read with lines limited to maxLine bytes.
+func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
+	opts, err := checkOptions(opts)
+	if err != nil {
+		return nil, Report{}, err
+	}
+	lr := lineReader{r: bufio.NewReaderSize(r, 1<<16), max: maxLine}
 	var (
 		reqs  []Request
 		lines []int // reqs[i] is on line lines[i]
 		rep   Report
 	)
 	line := 0
-	for sc.Scan() {
+	for {
+		raw, tooLong, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, rep, fmt.Errorf("trace: reading line %d: %w", line+1, err)
+		}
 		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
+		b := bytes.TrimSpace(raw)
+		if len(b) == 0 && !tooLong {
 			continue
 		}
 		rep.Lines++
-		req, perr := parseLine(line, b, opts.BlockTokens)
+		var req Request
+		var perr *ParseError
+		if tooLong {
+			perr = &ParseError{Line: line, Field: "json", Err: fmt.Errorf("over %d bytes: %w", maxLine, ErrLineTooLong)}
+		} else {
+			req, perr = parseLine(line, b, opts.BlockTokens)
+		}
 		if perr != nil {
 			if opts.OnError == Stop {
 				return nil, rep, perr
@@ -136,15 +179,59 @@ func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 			break
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, rep, fmt.Errorf("trace: reading line %d: %w", line+1, err)
-	}
-	reqs, err := rebase(reqs, lines, opts, &rep)
+	reqs, err = rebase(reqs, lines, opts, &rep)
 	if err != nil {
 		return nil, rep, err
 	}
 	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].Timestamp < reqs[j].Timestamp })
 	return reqs, rep, nil
+}
+
+// lineReader splits its input into lines ending in '\n' (or at the end of
+// the input) and holds at most max bytes of one line.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+	buf []byte
+}
+
+// next returns the next line without its '\n', valid until the next call, or
+// io.EOF after the last line. A line over max bytes is read to its end and
+// dropped: next returns nil and tooLong true.
+func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
+	lr.buf = lr.buf[:0]
+	read := 0
+	for {
+		chunk, err := lr.r.ReadSlice('\n')
+		read += len(chunk)
+		body := chunk
+		if err == nil {
+			body = body[:len(body)-1] // the '\n'
+		}
+		if !tooLong {
+			if len(lr.buf)+len(body) > lr.max {
+				tooLong = true
+				lr.buf = lr.buf[:0]
+			} else {
+				lr.buf = append(lr.buf, body...)
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == io.EOF:
+			if read == 0 {
+				return nil, false, io.EOF
+			}
+		default:
+			return nil, false, err
+		}
+		if tooLong {
+			return nil, true, nil
+		}
+		return lr.buf, false, nil
+	}
 }
 
 // durationLimit is 2^63: a float64 number of nanoseconds below it converts
@@ -221,6 +308,10 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 			field = ute.Field
 		}
 		return Request{}, &ParseError{Line: line, Field: field, Err: err}
+	}
+	if off := dec.InputOffset(); off != int64(len(b)) {
+		return Request{}, &ParseError{Line: line, Field: "json", Err: fmt.Errorf(
+			"data after the JSON object (byte %d of %d): one request per line", off, len(b))}
 	}
 	var req Request
 	var perr *ParseError

@@ -10,17 +10,26 @@ import (
 // ErrSyntheticConfig is wrapped by every error Synthetic returns for a bad config.
 var ErrSyntheticConfig = errors.New("kvtier: invalid synthetic trace config")
 
-// maxSyntheticRequests bounds Sessions * Turns.Max so a typo cannot eat the heap.
+// maxSyntheticRequests bounds Sessions * Turns.Max (and SystemPrompts) so a
+// typo cannot eat the heap.
 const maxSyntheticRequests = 1 << 24
+
+// maxSyntheticTokens bounds every token count of a config (the Max of
+// SystemTokens, UserTokens and OutputTokens, and MaxInputTokens), far above
+// any model's context, so that a range's width and a prompt's growth by an
+// answer and a user turn stay well inside an int, even a 32-bit one.
+const maxSyntheticTokens = 1 << 28
 
 // IntRange is an inclusive range of integers; a value is drawn uniformly from it.
 type IntRange struct {
 	Min, Max int
 }
 
-func (r IntRange) validate(name string, min int) error {
-	if r.Min < min || r.Max < r.Min {
-		return fmt.Errorf("trace: SyntheticConfig.%s %+v: need %d <= Min <= Max: %w", name, r, min, ErrSyntheticConfig)
+// validate checks min <= r.Min <= r.Max <= max: with min >= 0, the width
+// r.Max-r.Min+1 that draw uses cannot overflow.
+func (r IntRange) validate(name string, min, max int) error {
+	if r.Min < min || r.Max < r.Min || r.Max > max {
+		return fmt.Errorf("trace: SyntheticConfig.%s %+v: need %d <= Min <= Max <= %d: %w", name, r, min, max, ErrSyntheticConfig)
 	}
 	return nil
 }
@@ -81,11 +90,14 @@ func DefaultSyntheticConfig() SyntheticConfig {
 }
 
 // Validate reports the first bad field of c, wrapping ErrSyntheticConfig.
+// Besides each field's own rule, Sessions, SystemPrompts and Turns.Max are at
+// most 1<<24, and every token count (the ranges' Max, MaxInputTokens) at most
+// 1<<28, so that nothing Synthetic computes from a valid config overflows.
 func (c SyntheticConfig) Validate() error {
-	if c.Sessions < 1 {
-		return fmt.Errorf("trace: SyntheticConfig.Sessions %d must be >= 1: %w", c.Sessions, ErrSyntheticConfig)
+	if c.Sessions < 1 || c.Sessions > maxSyntheticRequests {
+		return fmt.Errorf("trace: SyntheticConfig.Sessions %d must be in [1, %d]: %w", c.Sessions, maxSyntheticRequests, ErrSyntheticConfig)
 	}
-	if err := c.Turns.validate("Turns", 1); err != nil {
+	if err := c.Turns.validate("Turns", 1, maxSyntheticRequests); err != nil {
 		return err
 	}
 	if int64(c.Sessions)*int64(c.Turns.Max) > maxSyntheticRequests {
@@ -98,22 +110,28 @@ func (c SyntheticConfig) Validate() error {
 	if !(c.RatePerSecond > 0) || math.IsInf(c.RatePerSecond, 0) {
 		return fmt.Errorf("trace: SyntheticConfig.RatePerSecond %v must be positive and finite: %w", c.RatePerSecond, ErrSyntheticConfig)
 	}
-	if c.SystemPrompts < 0 {
-		return fmt.Errorf("trace: SyntheticConfig.SystemPrompts %d must be >= 0: %w", c.SystemPrompts, ErrSyntheticConfig)
+	if c.SystemPrompts < 0 || c.SystemPrompts > maxSyntheticRequests {
+		return fmt.Errorf("trace: SyntheticConfig.SystemPrompts %d must be in [0, %d]: %w", c.SystemPrompts, maxSyntheticRequests, ErrSyntheticConfig)
 	}
 	sysMax := 0
 	if c.SystemPrompts > 0 {
-		if err := c.SystemTokens.validate("SystemTokens", 1); err != nil {
+		if err := c.SystemTokens.validate("SystemTokens", 1, maxSyntheticTokens); err != nil {
 			return err
 		}
 		sysMax = c.SystemTokens.Max
 	}
-	if err := c.UserTokens.validate("UserTokens", 1); err != nil {
+	if err := c.UserTokens.validate("UserTokens", 1, maxSyntheticTokens); err != nil {
 		return err
 	}
-	if err := c.OutputTokens.validate("OutputTokens", 0); err != nil {
+	if err := c.OutputTokens.validate("OutputTokens", 0, maxSyntheticTokens); err != nil {
 		return err
 	}
+	if c.MaxInputTokens > maxSyntheticTokens {
+		return fmt.Errorf("trace: SyntheticConfig.MaxInputTokens %d must be <= %d: %w", c.MaxInputTokens, maxSyntheticTokens, ErrSyntheticConfig)
+	}
+	// Each sum below is of at most three counts <= maxSyntheticTokens: no
+	// overflow, here or in Synthetic, where a prompt <= MaxInputTokens grows
+	// by an answer and a user turn before it is checked.
 	if c.MaxInputTokens < sysMax+c.UserTokens.Max {
 		return fmt.Errorf("trace: SyntheticConfig.MaxInputTokens %d is below the longest first turn (%d system + %d user tokens): %w",
 			c.MaxInputTokens, sysMax, c.UserTokens.Max, ErrSyntheticConfig)
@@ -188,8 +206,8 @@ func Synthetic(cfg SyntheticConfig) ([]Request, error) {
 
 	reqs := make([]Request, 0, total)
 	ids := make(map[blockKey]int64)
-	open := make([]int, 0, cfg.Concurrency) // indexes into sessions
-	next := make([]int, cfg.Sessions)       // next turn of each session
+	open := make([]int, 0, min(cfg.Concurrency, cfg.Sessions)) // indexes into sessions
+	next := make([]int, cfg.Sessions)                          // next turn of each session
 	opened := 0
 	refill := func() {
 		for len(open) < cfg.Concurrency && opened < len(sessions) {

@@ -179,3 +179,73 @@ func TestSyntheticValidation(t *testing.T) {
 		t.Fatalf("no system prompts: %d requests, %v", len(reqs), err)
 	}
 }
+
+// TestSyntheticNoOverflow: every config Validate accepts runs without a
+// panic, and those whose ranges or sums would overflow an int are refused.
+func TestSyntheticNoOverflow(t *testing.T) {
+	const maxInt = math.MaxInt
+	cases := []struct {
+		name string
+		edit func(*SyntheticConfig)
+	}{
+		{"output range to MaxInt", func(c *SyntheticConfig) { c.OutputTokens = IntRange{0, maxInt} }},
+		{"output range to MaxInt-1", func(c *SyntheticConfig) { c.OutputTokens = IntRange{0, maxInt - 1} }},
+		{"user range to MaxInt", func(c *SyntheticConfig) {
+			c.UserTokens = IntRange{1, maxInt}
+			c.MaxInputTokens = maxInt
+		}},
+		{"system range to MaxInt", func(c *SyntheticConfig) {
+			c.SystemTokens = IntRange{1, maxInt}
+			c.MaxInputTokens = maxInt
+		}},
+		{"system plus user wraps", func(c *SyntheticConfig) {
+			c.SystemTokens = IntRange{maxInt/2 + 1, maxInt/2 + 1}
+			c.UserTokens = IntRange{maxInt/2 + 1, maxInt/2 + 1}
+			c.MaxInputTokens = 100
+		}},
+		{"prompt plus answer wraps", func(c *SyntheticConfig) {
+			c.Turns = IntRange{2, 2}
+			c.MaxInputTokens = maxInt - 10
+			c.UserTokens = IntRange{1, 1 << 20}
+			c.OutputTokens = IntRange{maxInt / 2, maxInt / 2}
+		}},
+		{"sessions times turns wraps", func(c *SyntheticConfig) {
+			c.Sessions = 1 << 40
+			c.Turns = IntRange{1, 1 << 24}
+		}},
+		{"huge system prompt count", func(c *SyntheticConfig) { c.SystemPrompts = maxInt }},
+		{"huge concurrency", func(c *SyntheticConfig) { c.Concurrency = maxInt }},
+	}
+	for _, tc := range cases {
+		cfg := DefaultSyntheticConfig()
+		cfg.Sessions = 2
+		cfg.Turns = IntRange{1, 2}
+		tc.edit(&cfg)
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s: Synthetic panicked on a config Validate accepted: %v", tc.name, r)
+				}
+			}()
+			err := cfg.Validate()
+			if err != nil && !errors.Is(err, ErrSyntheticConfig) {
+				t.Errorf("%s: %v does not wrap ErrSyntheticConfig", tc.name, err)
+			}
+			if err != nil {
+				return
+			}
+			reqs, err := Synthetic(cfg)
+			if err != nil || len(reqs) == 0 {
+				t.Errorf("%s: accepted, then %d requests, %v", tc.name, len(reqs), err)
+			}
+		}()
+	}
+	// The overflowing ranges themselves are refused, whatever else is set.
+	for _, r := range []IntRange{{0, maxInt}, {1, maxInt}, {0, 1<<28 + 1}} {
+		cfg := DefaultSyntheticConfig()
+		cfg.OutputTokens = r
+		if err := cfg.Validate(); !errors.Is(err, ErrSyntheticConfig) {
+			t.Errorf("OutputTokens %+v: %v, want ErrSyntheticConfig", r, err)
+		}
+	}
+}

@@ -1,12 +1,25 @@
 package trace
 
-// Tokens returns the prompt of req as token ids: hash id h stands for BlockTokens
-// ids drawn from a generator seeded by h, and the last block is cut to make
-// exactly InputLength tokens. Every id is in [0, vocab); vocab must be > 0.
+// Tokens returns the prompt of req as token ids for a trace of Mooncake's
+// BlockTokens (512) tokens a hash id: it is TokensOf(req, BlockTokens, vocab).
+// A trace read with another Options.BlockTokens needs TokensOf.
 func Tokens(req Request, vocab int) []int64 {
+	return TokensOf(req, BlockTokens, vocab)
+}
+
+// TokensOf returns the prompt of req as token ids: hash id h stands for
+// blockTokens ids drawn from a generator seeded by h, and the last block is
+// cut to make exactly InputLength tokens (fewer if req has too few hash ids).
+// blockTokens must be the Options.BlockTokens req was read with, and > 0;
+// every id is in [0, vocab), and vocab must be > 0. Equal hash ids give equal
+// blocks whatever blockTokens is, so a block's first tokens do not depend on it.
+func TokensOf(req Request, blockTokens, vocab int) []int64 {
+	if blockTokens <= 0 {
+		panic("kvtier: trace.TokensOf: blockTokens must be > 0")
+	}
 	out := make([]int64, 0, req.InputLength)
 	for _, id := range req.HashIDs {
-		n := min(BlockTokens, req.InputLength-len(out))
+		n := min(blockTokens, req.InputLength-len(out))
 		out = AppendBlockTokens(out, id, n, vocab)
 	}
 	return out

@@ -148,13 +148,12 @@ func treeBytes(dir string) int64 {
 }
 
 // openDiskRoot removes the stale disk roots under -disk-dir (or the system
-// temporary directory), saying so on w, and makes this run's.
+// temporary directory), saying so on w, and makes this run's. -disk-dir must
+// exist (parseFlags checks): the demo creates nothing there but its disk
+// root, which it removes at exit.
 func openDiskRoot(o options, w io.Writer) (*diskRoot, error) {
 	parent := os.TempDir()
 	if o.diskDir != "" {
-		if err := os.MkdirAll(o.diskDir, 0o755); err != nil {
-			return nil, err
-		}
 		parent = filepath.Clean(o.diskDir)
 	}
 	removed, err := removeStaleRoots(parent)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -172,7 +173,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.gpuBlocks, "gpu-blocks", defaultGPUBlocks, "GPU capacity in blocks")
 	fs.IntVar(&o.pinnedBlocks, "pinned-blocks", defaultPinnedBlocks, "pinned host memory capacity in blocks")
 	fs.IntVar(&o.diskBlocks, "disk-blocks", defaultDiskBlocks, "disk capacity in blocks")
-	fs.StringVar(&o.diskDir, "disk-dir", "", "put the disk tier's files in a fresh subdirectory of this directory, removed at exit (default: the system temporary directory)")
+	fs.StringVar(&o.diskDir, "disk-dir", "", "put the disk tier's files in a fresh subdirectory of this existing directory, removed at exit (default: the system temporary directory)")
 	fs.IntVar(&o.blockTokens, "block-tokens", trace.BlockTokens, "tokens per block")
 
 	fs.StringVar(&pinPol, "pinned-policy", "lru", "pinned tier eviction policy: lru, fifo, s3fifo, arc, adaptive (the library defaults a pinned tier over a disk to lru and a last pinned tier to adaptive; the demo uses lru, which measured highest on its sample)")
@@ -194,11 +195,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxSeqs, "max-seqs", scheduler.DefaultMaxNumSeqs, "max sequences admitted at once")
 	fs.IntVar(&o.maxBatched, "max-batched-tokens", scheduler.DefaultMaxNumBatchedTokens, "max tokens computed in one step (longer prompts are prefilled in chunks)")
 	fs.IntVar(&o.maxOutput, "max-output", 0, "cap each request's output tokens (0: the trace's output_length)")
-	fs.IntVar(&o.vocab, "vocab", scheduler.DefaultVocab, "vocabulary size for the synthetic token ids")
+	fs.IntVar(&o.vocab, "vocab", scheduler.DefaultVocab, "vocabulary size for the synthetic token ids (at least 2)")
 	fs.DurationVar(&o.seriesInterval, "series-interval", scheduler.DefaultSeriesInterval, "width of one point of the hit-ratio-over-time series (on the run's clock)")
 
 	var routes, redisAddrs string
-	fs.IntVar(&o.nodes, "nodes", 0, "multi-node mode: serve the trace with this many replicas (GPU + pinned each) instead of comparing tiers")
+	fs.IntVar(&o.nodes, "nodes", 0, "multi-node mode: serve the trace with this many replicas (GPU + pinned each) instead of comparing tiers (no -configs, -disk-*, -json, -plot, -progress or -series-interval)")
 	fs.StringVar(&routes, "route", "round-robin,prefix-affinity", "multi-node mode: routings to compare: round-robin, prefix-affinity")
 	fs.StringVar(&redisAddrs, "redis", "", "multi-node mode: Redis address(es), comma-separated (several: a cluster), for a remote tier the replicas share")
 	fs.StringVar(&o.plotPath, "plot", "kvtier-demo.png", `write the TTFT CDF and hit ratio over time to this file (.png or .svg; "" to skip)`)
@@ -216,6 +217,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 	var errs []error
 	bad := func(flag string, err error) { errs = append(errs, fmt.Errorf("-%s: %w", flag, err)) }
+	set := map[string]bool{} // the flags given on the command line
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.nodes > 0 {
+		// The multi-node mode prints its own table and nothing else: a flag
+		// it does not read is an error, not silently dropped. An empty value
+		// (-plot "", -progress=false) asks for nothing and is fine.
+		for _, name := range fleetIgnored {
+			if v := fs.Lookup(name).Value.String(); set[name] && v != "" && v != "false" {
+				bad(name, fmt.Errorf("not used in the multi-node mode (-nodes %d): drop one of them", o.nodes))
+			}
+		}
+	}
 	var err error
 	if o.routes, err = parseRoutes(routes); err != nil {
 		bad("route", err)
@@ -228,6 +241,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if len(o.redis) > 0 && o.nodes == 0 {
 		bad("redis", errors.New("the shared tier is for the multi-node mode: add -nodes N"))
+	}
+	if set["route"] && o.nodes == 0 {
+		bad("route", errors.New("routing is for the multi-node mode: add -nodes N"))
 	}
 	if o.nodes > 0 && o.pinnedBlocks <= 0 {
 		bad("pinned-blocks", fmt.Errorf("%d must be > 0 in the multi-node mode", o.pinnedBlocks))
@@ -258,7 +274,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		v    int
 	}{
 		{"gpu-blocks", o.gpuBlocks}, {"block-tokens", o.blockTokens}, {"max-seqs", o.maxSeqs}, {"max-batched-tokens", o.maxBatched},
-		{"vocab", o.vocab}, {"write-quota", o.writeQuota}, {"disk-write-quota", o.diskQuota}, {"hot-hits", o.hotHits},
+		{"write-quota", o.writeQuota}, {"disk-write-quota", o.diskQuota}, {"hot-hits", o.hotHits},
 		{"offload-ahead", o.offloadAhead},
 	} {
 		if f.v <= 0 {
@@ -288,5 +304,31 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.seriesInterval <= 0 {
 		bad("series-interval", fmt.Errorf("%v must be > 0", o.seriesInterval))
 	}
+	if o.vocab < 2 {
+		// With one token id every token is 0: all prompts share one prefix
+		// and the hit ratio counts hits no real trace has.
+		bad("vocab", fmt.Errorf("%d must be >= 2", o.vocab))
+	}
+	if o.eventsReply != "" && o.events == "" {
+		bad("events-replay", errors.New("answers replays of the -events publisher: add -events ENDPOINT"))
+	}
+	if o.plotPath != "" {
+		if _, err := plotFormat(o.plotPath); err != nil {
+			bad("plot", err)
+		}
+	}
+	if o.diskDir != "" {
+		if fi, err := os.Stat(o.diskDir); err != nil {
+			bad("disk-dir", fmt.Errorf("must be an existing directory: %w", err))
+		} else if !fi.IsDir() {
+			bad("disk-dir", fmt.Errorf("%s is not a directory", o.diskDir))
+		}
+	}
 	return o, errors.Join(errs...)
 }
+
+// fleetIgnored are the flags the multi-node mode (-nodes) does not read.
+// Every -disk-* flag is here: a replica has no disk tier (with -redis its
+// shared tier is written through whatever -disk-ingestion says).
+var fleetIgnored = []string{"configs", "json", "plot", "progress", "series-interval",
+	"disk-blocks", "disk-dir", "disk-policy", "disk-ingestion", "disk-write-quota"}

@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/kvtier/kvtier/gpu"
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		if autoScale {
 			o.timeScale /= float64(o.nodes) // N replicas: N times the traffic
 		}
-		return runFleet(ctx, o, reqs, name, table)
+		return runFleet(ctx, o, reqs, name, table, autoScale)
 	}
 	diskRoot := ""
 	if slices.Contains(o.configs, withDisk) {
@@ -174,6 +175,7 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 	if o.tracePath == "" {
 		reqs = trace.Sample()
 		if o.limit > 0 && o.limit < len(reqs) {
+			name = limitedSampleName(o.limit, len(reqs))
 			reqs = reqs[:o.limit]
 		}
 	} else {
@@ -188,11 +190,24 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 			return nil, "", err
 		}
 		name = o.tracePath
+		if o.limit > 0 && len(reqs) == o.limit {
+			name += fmt.Sprintf(", first %d requests", o.limit)
+		}
 		if rep.Skipped > 0 {
 			name += fmt.Sprintf(" (%d malformed lines skipped)", rep.Skipped)
 		}
 	}
 	return reqs, name, nil
+}
+
+// limitedSampleName names the first n of the embedded sample's total
+// requests: trace.SampleName says "first 600 requests", the whole sample.
+func limitedSampleName(n, total int) string {
+	whole := fmt.Sprintf("first %d requests", total)
+	if strings.Contains(trace.SampleName, whole) {
+		return strings.Replace(trace.SampleName, whole, fmt.Sprintf("first %d requests", n), 1)
+	}
+	return fmt.Sprintf("%s, of which the first %d", trace.SampleName, n)
 }
 
 func writeJSONTo(path string, stdout io.Writer, rep jsonReport) (err error) {

@@ -159,16 +159,19 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 		}
 		next.tr.step(rep)
 	}
+	caches := make([]flusher, len(nodes))
+	for i, n := range nodes {
+		caches[i] = n.cache
+	}
+	var fz freezer
 	if o.metrics != nil {
-		if err := o.metrics.Freeze(); err != nil {
-			return out, err
-		}
+		fz = o.metrics
+	}
+	if err := flushThenFreeze(ctx, caches, fz); err != nil {
+		return out, err
 	}
 	var ttfts []time.Duration
 	for _, n := range nodes {
-		if err := n.cache.Flush(ctx); err != nil {
-			return out, err
-		}
 		res := n.s.Result()
 		addResult(&out.res, res)
 		ttfts = append(ttfts, n.tr.values()...)
@@ -179,6 +182,31 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 		out.res.HitRatio = float64(r.GPUTokens+r.PinnedTokens+r.DiskTokens+r.RemoteTokens) / float64(r.AdmittedTokens)
 	}
 	return out, nil
+}
+
+// flusher is a replica's cache, to Flush at the end of a run.
+type flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// freezer keeps the metrics' final values (promserve.Sink).
+type freezer interface {
+	Freeze() error
+}
+
+// flushThenFreeze flushes every cache, so that the copies still in flight
+// (with -sync=false) land, and only then freezes the metrics (fz may be nil),
+// as replay does: frozen before the flush, they could miss the last writes.
+func flushThenFreeze(ctx context.Context, caches []flusher, fz freezer) error {
+	for _, c := range caches {
+		if err := c.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	if fz == nil {
+		return nil
+	}
+	return fz.Freeze()
 }
 
 // addResult adds the counters of b to a.
@@ -213,8 +241,9 @@ func ttftOf(xs []time.Duration) scheduler.TTFT {
 }
 
 // runFleet is the multi-node mode: every routing, without and (with -redis)
-// with the shared tier.
-func runFleet(ctx context.Context, o options, reqs []trace.Request, name string, table io.Writer) error {
+// with the shared tier. autoScale says that run chose o.timeScale for -load
+// and divided it by the number of replicas.
+func runFleet(ctx context.Context, o options, reqs []trace.Request, name string, table io.Writer, autoScale bool) error {
 	runID := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	var outs []fleetOutcome
 	for _, r := range o.routes {
@@ -237,7 +266,7 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	if len(o.redis) > 0 {
 		fmt.Fprintf(table, "; shared tier: Redis at %s", strings.Join(o.redis, ","))
 	}
-	fmt.Fprintf(table, "\narrivals x%.3g: the fleet gets %d times the traffic one GPU gets in the single-node run\n\n", o.timeScale, o.nodes)
+	fmt.Fprintf(table, "\n%s\n\n", fleetArrivals(o.timeScale, o.nodes, o.load, autoScale))
 	tw := tabwriter.NewWriter(table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 	p("\t")
@@ -285,6 +314,18 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 		fmt.Fprintln(table, "run with -redis HOST:PORT to add the shared tier (e.g. eval \"$(.ci/redis.sh start)\"; go run ./cmd/demo -nodes 4 -redis $KVTIER_REDIS).")
 	}
 	return nil
+}
+
+// fleetArrivals describes the fleet's arrival rate: with the scale chosen
+// for -load (and divided by the n replicas, as run does), n times the
+// traffic the single-node run gives one GPU; with -time-scale, the traffic a
+// single-node run at that scale gives one GPU, split across the replicas.
+func fleetArrivals(scale float64, n int, load float64, autoScale bool) string {
+	if autoScale {
+		return fmt.Sprintf("arrivals x%.3g (chosen for -load %g, divided by %d): the fleet gets %d times the traffic one GPU gets in the single-node run",
+			scale, load, n, n)
+	}
+	return fmt.Sprintf("arrivals x%.3g (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across %d replicas", scale, n)
 }
 
 func fmtDur(d time.Duration) string {

@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvtier/kvtier/scheduler"
 )
 
 // TestRouteKeepsEveryRequestOnce: both routings send each request to exactly
@@ -93,5 +98,70 @@ func TestMultiNode(t *testing.T) {
 	}
 	if shared.res.PrefillTokens >= rr.res.PrefillTokens {
 		t.Fatalf("the shared tier computed %d prefill tokens, no fewer than %d without it", shared.res.PrefillTokens, rr.res.PrefillTokens)
+	}
+}
+
+// TestFleetHeaderTraffic: the header claims N times the single-node traffic
+// only when run divided the automatic scale by N; with -time-scale the
+// arrivals are the single-node run's at that scale.
+func TestFleetHeaderTraffic(t *testing.T) {
+	path, reqs := smallTrace(t)
+	base := []string{"-trace", path, "-nodes", "2", "-route", "rr", "-plot", "", "-gpu-blocks", "64", "-pinned-blocks", "256", "-block-tokens", "256"}
+	auto := timeScaleFor(offeredWork(reqs, scheduler.DefaultCostModel(), 0), defaultLoad) / 2
+	for _, c := range []struct {
+		args    []string
+		want    string
+		notWant string
+	}{
+		{[]string{"-time-scale", "1"}, "arrivals x1 (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across 2 replicas", "times the traffic"},
+		{nil, fmt.Sprintf("arrivals x%.3g (chosen for -load %g, divided by 2): the fleet gets 2 times the traffic", auto, defaultLoad), ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), append(base, c.args...), &stdout, &stderr, false); err != nil {
+			t.Fatalf("%q: %v\n%s", c.args, err, stderr.String())
+		}
+		line := strings.SplitN(stdout.String(), "\n", 3)[1]
+		if !strings.Contains(line, c.want) || (c.notWant != "" && strings.Contains(line, c.notWant)) {
+			t.Errorf("%q: header %q, want %q", c.args, line, c.want)
+		}
+	}
+}
+
+// fakeFlusher and fakeFreezer log their calls in order.
+type fakeFlusher struct {
+	log *[]string
+	id  string
+	err error
+}
+
+func (f fakeFlusher) Flush(context.Context) error {
+	*f.log = append(*f.log, "flush "+f.id)
+	return f.err
+}
+
+type fakeFreezer struct{ log *[]string }
+
+func (f fakeFreezer) Freeze() error { *f.log = append(*f.log, "freeze"); return nil }
+
+// TestFlushThenFreeze: the fleet freezes its metrics only after every
+// replica's cache is flushed (the last writes of -sync=false land first),
+// and not at all when a flush fails.
+func TestFlushThenFreeze(t *testing.T) {
+	var log []string
+	caches := []flusher{fakeFlusher{log: &log, id: "0"}, fakeFlusher{log: &log, id: "1"}}
+	if err := flushThenFreeze(context.Background(), caches, fakeFreezer{&log}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"flush 0", "flush 1", "freeze"}; !slices.Equal(log, want) {
+		t.Errorf("calls %q, want %q", log, want)
+	}
+	log = nil
+	boom := errors.New("boom")
+	caches = []flusher{fakeFlusher{log: &log, id: "0", err: boom}, fakeFlusher{log: &log, id: "1"}}
+	if err := flushThenFreeze(context.Background(), caches, fakeFreezer{&log}); !errors.Is(err, boom) || !slices.Equal(log, []string{"flush 0"}) {
+		t.Errorf("a failed flush: %v, calls %q", err, log)
+	}
+	if err := flushThenFreeze(context.Background(), nil, nil); err != nil {
+		t.Errorf("no caches, no metrics: %v", err)
 	}
 }

@@ -21,9 +21,9 @@ import (
 // axis) and the hit ratio over trace time of every configuration, and writes
 // it to path as PNG or SVG by its extension.
 func writePlot(path string, outs []outcome) (err error) {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format != "png" && format != "svg" {
-		return fmt.Errorf("-plot %s: the name must end in .png or .svg", path)
+	format, err := plotFormat(path)
+	if err != nil {
+		return fmt.Errorf("-plot: %w", err)
 	}
 	cdf := plot.New()
 	cdf.Title.Text = "Time to first token"
@@ -93,6 +93,16 @@ func writePlot(path string, outs []outcome) (err error) {
 	}()
 	_, err = c.WriteTo(f)
 	return err
+}
+
+// plotFormat is the image format a -plot path asks for by its extension:
+// png or svg, in any case.
+func plotFormat(path string) (string, error) {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if format != "png" && format != "svg" {
+		return "", fmt.Errorf("%s: the name must end in .png or .svg", path)
+	}
+	return format, nil
 }
 
 // cumulativeHits is the hit ratio of everything admitted up to the end of

@@ -17,10 +17,7 @@ import (
 // parallel run only when parallel is set. The Manager's metrics go to mx, as
 // configuration "alloc/actor" (16-token blocks) or "alloc/actor-<bt>".
 func runActor(quick bool, mx metricsSink, bt int, parallel bool) (res actorResult, err error) {
-	dur := 3 * time.Second
-	if quick {
-		dur = 300 * time.Millisecond
-	}
+	dur := actorWindow(quick)
 	ctx := context.Background()
 	name := "alloc/actor"
 	if bt != blockTokens {

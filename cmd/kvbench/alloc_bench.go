@@ -20,15 +20,25 @@ const (
 	directLive = 4
 )
 
-// AllocResult is the alloc suite's outcome. Costs are medians over rounds that
-// interleave the three pool sizes.
+// AllocResult is the alloc suite's outcome. The figures are timed three ways:
+// the direct core at BlockTokens (DirectBlocksPerS, NsPerBlock1k,
+// NsPerBlock1m) is the median of DirectRounds rounds of DirectSeqsPerRound
+// sequences that interleave the three pool sizes; the direct core at
+// LongBlockTokens is the median of LongDirectRounds rounds of
+// LongDirectSeqsPerRound; every actor figure is one run of ActorWindowS
+// seconds, its blocks over its elapsed time.
 type AllocResult struct {
 	SeqBlocks   int `json:"seq_blocks"`
 	BlockTokens int `json:"block_tokens"`
 	StemBlocks  int `json:"shared_stem_blocks"`
 	Stems       int `json:"distinct_stems"`
 	PoolBlocks  int `json:"pool_blocks"` // pool of direct_blocks_per_s and the actor runs
-	Rounds      int `json:"rounds"`
+
+	DirectRounds           int     `json:"direct_rounds"`
+	DirectSeqsPerRound     int     `json:"direct_seqs_per_round"`
+	LongDirectRounds       int     `json:"long_direct_rounds"`
+	LongDirectSeqsPerRound int     `json:"long_direct_seqs_per_round"`
+	ActorWindowS           float64 `json:"actor_window_s"` // 0 when the actor path is not built
 	// HitFraction is the share of allocated blocks served as prefix hits in the
 	// direct run (the stems): stemBlocks/seqBlocks when the stems stay cached.
 	HitFraction       float64 `json:"hit_fraction"`
@@ -147,19 +157,20 @@ func runAlloc(quick bool, mx metricsSink) (*AllocResult, error) {
 	after := benches[1].pool.Stats()
 	allocated := float64((after.HitBlocks + after.MissBlocks) - (before.HitBlocks + before.MissBlocks))
 	r := &AllocResult{
-		SeqBlocks:         seqBlocks,
-		BlockTokens:       blockTokens,
-		StemBlocks:        stemBlocks,
-		Stems:             numStems,
-		PoolBlocks:        poolBlocks,
-		Rounds:            rounds,
-		HitFraction:       float64(after.HitBlocks-before.HitBlocks) / allocated,
-		EvictionsPerBlock: float64(after.Evictions-before.Evictions) / allocated,
-		NsPerBlock1k:      median(costs[0]),
-		DirectBlocksPerS:  1e9 / median(costs[1]),
-		NsPerBlock1m:      median(costs[2]),
-		ActorBatch:        actorBatch,
-		ActorClients:      actorClients,
+		SeqBlocks:          seqBlocks,
+		BlockTokens:        blockTokens,
+		StemBlocks:         stemBlocks,
+		Stems:              numStems,
+		PoolBlocks:         poolBlocks,
+		DirectRounds:       rounds,
+		DirectSeqsPerRound: stepsPerRound,
+		HitFraction:        float64(after.HitBlocks-before.HitBlocks) / allocated,
+		EvictionsPerBlock:  float64(after.Evictions-before.Evictions) / allocated,
+		NsPerBlock1k:       median(costs[0]),
+		DirectBlocksPerS:   1e9 / median(costs[1]),
+		NsPerBlock1m:       median(costs[2]),
+		ActorBatch:         actorBatch,
+		ActorClients:       actorClients,
 	}
 	benches = nil // let the 1M-block pool go before the actor runs
 
@@ -170,6 +181,7 @@ func runAlloc(quick bool, mx metricsSink) (*AllocResult, error) {
 	r.ActorBuilt = a.built
 	r.Note = a.note
 	if a.built {
+		r.ActorWindowS = actorWindow(quick).Seconds()
 		r.ActorBlocksPerS = a.blocksPerS
 		r.ActorParallelBlocksPerS = a.parallelBlocksPerS
 		r.ActorOverDirectCost = r.DirectBlocksPerS / a.blocksPerS
@@ -202,6 +214,7 @@ func runLongAlloc(r *AllocResult, quick bool, mx metricsSink) error {
 	}
 	d = nil // let its pool go before the actor run
 	r.LongBlockTokens = longBlockTokens
+	r.LongDirectRounds, r.LongDirectSeqsPerRound = rounds, stepsPerRound
 	r.LongDirectBlocksPerS = 1e9 / median(costs)
 	a, err := runActor(quick, mx, longBlockTokens, false)
 	if err != nil {
@@ -212,6 +225,15 @@ func runLongAlloc(r *AllocResult, quick bool, mx metricsSink) error {
 		r.LongActorOverDirectCost = r.LongDirectBlocksPerS / a.blocksPerS
 	}
 	return nil
+}
+
+// actorWindow is how long runActor times each of its runs (its dur): the
+// report states it, so it must stay the same figure.
+func actorWindow(quick bool) time.Duration {
+	if quick {
+		return 300 * time.Millisecond
+	}
+	return 3 * time.Second
 }
 
 // actorResult is what the actor benchmark measured; built is false when this

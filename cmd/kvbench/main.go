@@ -150,7 +150,28 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.suites[suiteRemote] && o.redis == nil {
 		return o, errors.New("-suite remote needs -redis ADDR")
 	}
+	if err := checkUnused(fs, o); err != nil {
+		return o, err
+	}
 	return o, nil
+}
+
+// checkUnused refuses a flag given on the command line that nothing of this
+// run would read, rather than ignoring it in silence.
+func checkUnused(fs *flag.FlagSet, o options) error {
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case given["redis-cluster"] && o.redis == nil:
+		return errors.New("-redis-cluster needs -redis ADDR: it says what kind of server that address is")
+	case given["block-tokens"] && o.tracePath == "":
+		return errors.New("-block-tokens needs -trace FILE: it gives that file's block size, and the embedded sample has its own")
+	case given["trace"] && !o.suites[suiteTrace] && !o.suites[suiteReplay]:
+		return errors.New("-trace is read only by the trace and replay suites, and -suite selects neither")
+	case given["capacity"] && !o.suites[suiteTrace]:
+		return errors.New("-capacity is read only by the trace suite, and -suite does not select it")
+	}
+	return nil
 }
 
 // run parses args, runs the selected suites and writes the report to out;
@@ -227,7 +248,7 @@ func runSuites(o options, mx metricsSink) (*Report, error) {
 		rep.Trace = t
 	}
 	if o.suites[suiteReplay] {
-		r, err := runReplay(o.tracePath, o.quick, mx)
+		r, err := runReplay(o.tracePath, o.blockTokens, o.quick, mx)
 		if err != nil {
 			return nil, fmt.Errorf("replay suite: %w", err)
 		}

@@ -11,11 +11,12 @@ import (
 )
 
 // The replay suite allocates and frees every request of a Mooncake trace at
-// its own block size (512 tokens a hash id), hashing included, through the
-// direct core (one blockpool.Pool on one goroutine) and through the Manager,
-// one request a call and in batches. Token t of hash id h is
-// splitmix64(h*512+t) mod replayVocab, so that another implementation fed the
-// same trace (nano-vllm's BlockManager, say) sees the same prompts.
+// its own block size (-block-tokens, 512 tokens a hash id for Mooncake's
+// traces and the embedded sample), hashing included, through the direct core
+// (one blockpool.Pool on one goroutine) and through the Manager, one request
+// a call and in batches. Token t of hash id h is splitmix64(h*B+t) mod
+// replayVocab, B the block size, so that another implementation fed the same
+// trace (nano-vllm's BlockManager, say) sees the same prompts.
 const (
 	replayVocab = 32000
 	replayBatch = 8
@@ -59,14 +60,14 @@ func splitmix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// replayPrompt appends req's prompt to dst: hash id h stands for tokens
-// splitmix64(h*512+t) mod replayVocab, t = 0..511, the last block cut to
-// input_length.
-func replayPrompt(dst []int64, req trace.Request) []int64 {
+// replayPrompt appends req's prompt to dst: in a trace of blockTokens tokens
+// a hash id, id h stands for tokens splitmix64(h*blockTokens+t) mod
+// replayVocab, t = 0..blockTokens-1, the last block cut to input_length.
+func replayPrompt(dst []int64, req trace.Request, blockTokens int) []int64 {
 	start := len(dst)
 	for _, h := range req.HashIDs {
-		n := min(trace.BlockTokens, req.InputLength-(len(dst)-start))
-		base := uint64(h) * trace.BlockTokens
+		n := min(blockTokens, req.InputLength-(len(dst)-start))
+		base := uint64(h) * uint64(blockTokens)
 		for t := range n {
 			dst = append(dst, int64(splitmix64(base+uint64(t))%replayVocab))
 		}
@@ -76,7 +77,8 @@ func replayPrompt(dst []int64, req trace.Request) []int64 {
 
 // replayChunks calls fn with the prompts of reqs, replayChunk requests at a
 // time, and sums the durations fn reports (the generation is not timed).
-func replayChunks(reqs []trace.Request, fn func([][]int64) (time.Duration, error)) (time.Duration, error) {
+// blockTokens is the trace's tokens per hash id.
+func replayChunks(reqs []trace.Request, blockTokens int, fn func([][]int64) (time.Duration, error)) (time.Duration, error) {
 	var buf []int64
 	prompts := make([][]int64, 0, replayChunk)
 	var total time.Duration
@@ -92,7 +94,7 @@ func replayChunks(reqs []trace.Request, fn func([][]int64) (time.Duration, error
 		buf, prompts = buf[:0], prompts[:0]
 		for _, r := range chunk {
 			s := len(buf)
-			buf = replayPrompt(buf, r)
+			buf = replayPrompt(buf, r, blockTokens)
 			prompts = append(prompts, buf[s:len(buf):len(buf)])
 		}
 		d, err := fn(prompts)
@@ -116,17 +118,17 @@ func (c replayCount) ratio() float64 {
 	return float64(c.hits) / float64(c.blocks)
 }
 
-// replayDirect replays reqs on a fresh pool of n blocks: allocate (the pool
-// hashes), commit every token, free.
-func replayDirect(reqs []trace.Request, n int) (time.Duration, replayCount, error) {
-	p, err := blockpool.New(blockpool.Config{NumBlocks: n, BlockSize: trace.BlockTokens})
+// replayDirect replays reqs on a fresh pool of n blocks of blockTokens
+// tokens: allocate (the pool hashes), commit every token, free.
+func replayDirect(reqs []trace.Request, n, blockTokens int) (time.Duration, replayCount, error) {
+	p, err := blockpool.New(blockpool.Config{NumBlocks: n, BlockSize: blockTokens})
 	if err != nil {
 		return 0, replayCount{}, err
 	}
 	var c replayCount
 	var seq blockpool.SeqID
 	var evicted []blockpool.Evicted
-	d, err := replayChunks(reqs, func(prompts [][]int64) (time.Duration, error) {
+	d, err := replayChunks(reqs, blockTokens, func(prompts [][]int64) (time.Duration, error) {
 		start := time.Now()
 		for _, pr := range prompts {
 			seq++
@@ -149,13 +151,13 @@ func replayDirect(reqs []trace.Request, n int) (time.Duration, replayCount, erro
 	return d, c, err
 }
 
-// replayManager replays reqs through a Manager whose GPU tier has n blocks,
-// batch requests a Step: each Step commits and frees the previous batch and
-// allocates the next, so one message carries a request's whole life. The
-// Manager's metrics go to mx, as configuration config.
-func replayManager(reqs []trace.Request, n, batch int, mx metricsSink, config string) (_ time.Duration, _ replayCount, err error) {
+// replayManager replays reqs through a Manager whose GPU tier has n blocks of
+// blockTokens tokens, batch requests a Step: each Step commits and frees the
+// previous batch and allocates the next, so one message carries a request's
+// whole life. The Manager's metrics go to mx, as configuration config.
+func replayManager(reqs []trace.Request, n, blockTokens, batch int, mx metricsSink, config string) (_ time.Duration, _ replayCount, err error) {
 	ctx := context.Background()
-	m, err := kvtier.New(kvtier.Config{GPUBlocks: n, BlockTokens: trace.BlockTokens, Registerer: mx.registerer(config)})
+	m, err := kvtier.New(kvtier.Config{GPUBlocks: n, BlockTokens: blockTokens, Registerer: mx.registerer(config)})
 	if err != nil {
 		return 0, replayCount{}, err
 	}
@@ -203,11 +205,11 @@ func replayManager(reqs []trace.Request, n, batch int, mx metricsSink, config st
 			}
 			<-r.Ready.Done() // GPU tier only: done at once
 			c.blocks += int64(len(r.Blocks))
-			c.hits += int64(r.Tokens.Of(kvtier.GPU) / trace.BlockTokens)
+			c.hits += int64(r.Tokens.Of(kvtier.GPU) / blockTokens)
 		}
 		return nil
 	}
-	d, err := replayChunks(reqs, func(prompts [][]int64) (time.Duration, error) {
+	d, err := replayChunks(reqs, blockTokens, func(prompts [][]int64) (time.Duration, error) {
 		start := time.Now()
 		for i := 0; i < len(prompts); i += batch {
 			if err := step(prompts[i:min(i+batch, len(prompts))]); err != nil {
@@ -223,16 +225,21 @@ func replayManager(reqs []trace.Request, n, batch int, mx metricsSink, config st
 	return d, c, err
 }
 
-// runReplay runs the replay suite; the Managers' metrics go to mx, as
-// configurations "replay/<path>/pool<blocks>".
-func runReplay(path string, quick bool, mx metricsSink) (*ReplayResult, error) {
+// runReplay runs the replay suite on the trace at path, of blockTokens tokens
+// a hash id (the -block-tokens flag), or on the embedded sample (path "",
+// blockTokens ignored: the sample has Mooncake's 512). The pools' blocks have
+// the trace's size. The Managers' metrics go to mx, as configurations
+// "replay/<path>/pool<blocks>".
+func runReplay(path string, blockTokens int, quick bool, mx metricsSink) (*ReplayResult, error) {
 	reqs, name := trace.Sample(), trace.SampleName
 	if path != "" {
 		var err error
-		if reqs, _, err = trace.ReadFile(path, trace.Options{}); err != nil {
+		if reqs, _, err = trace.ReadFile(path, trace.Options{BlockTokens: blockTokens}); err != nil {
 			return nil, err
 		}
 		name = path
+	} else {
+		blockTokens = trace.BlockTokens
 	}
 	if quick && len(reqs) > 600 {
 		reqs = reqs[:600]
@@ -240,7 +247,7 @@ func runReplay(path string, quick bool, mx metricsSink) (*ReplayResult, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("trace %s has no requests", name)
 	}
-	r := &ReplayResult{Trace: name, Requests: len(reqs), BlockTokens: trace.BlockTokens,
+	r := &ReplayResult{Trace: name, Requests: len(reqs), BlockTokens: blockTokens,
 		Note: "direct: one blockpool.Pool, Allocate (hashing included) + Commit + Deallocate per request; " +
 			"manager: kvtier.Manager (GPU tier only), one Step per request committing and freeing the previous one; " +
 			"manager_batch8: 8 requests per Step; prompt generation untimed"}
@@ -248,12 +255,14 @@ func runReplay(path string, quick bool, mx metricsSink) (*ReplayResult, error) {
 		name string
 		run  func([]trace.Request, int) (time.Duration, replayCount, error)
 	}{
-		{"direct", replayDirect},
+		{"direct", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
+			return replayDirect(q, n, blockTokens)
+		}},
 		{"manager", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
-			return replayManager(q, n, 1, mx, fmt.Sprintf("replay/manager/pool%d", n))
+			return replayManager(q, n, blockTokens, 1, mx, fmt.Sprintf("replay/manager/pool%d", n))
 		}},
 		{"manager_batch8", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
-			return replayManager(q, n, replayBatch, mx, fmt.Sprintf("replay/manager_batch%d/pool%d", replayBatch, n))
+			return replayManager(q, n, blockTokens, replayBatch, mx, fmt.Sprintf("replay/manager_batch%d/pool%d", replayBatch, n))
 		}},
 	}
 	for _, n := range replayPools {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
@@ -53,15 +54,32 @@ type TraceCapacity struct {
 	BestPolicy  string  `json:"best_policy"`
 	BestOverOPT float64 `json:"best_over_opt"`
 	// AdaptiveOverOPT and AdaptiveOverBest compare the default policy with
-	// OPT and with the best classic policy.
-	AdaptiveOverOPT  float64 `json:"adaptive_over_opt"`
-	AdaptiveOverBest float64 `json:"adaptive_over_best"`
+	// OPT and with the best classic policy. AdaptiveOverBest is null when
+	// the best classic policy has no hit: the ratio is then infinite if
+	// Adaptive hits (AdaptiveOverBestInfinite, as JSON holds no Inf) and
+	// undefined if it does not either.
+	AdaptiveOverOPT          float64  `json:"adaptive_over_opt"`
+	AdaptiveOverBest         *float64 `json:"adaptive_over_best"`
+	AdaptiveOverBestInfinite bool     `json:"adaptive_over_best_infinite"`
 	// NsPerRef is the replay time per block reference, by policy: one
 	// lookup plus one Add or Access plus the evictions it causes.
 	NsPerRef map[string]float64 `json:"ns_per_ref"`
 }
 
 func policyName(k policy.Kind) string { return k.String() }
+
+// adaptiveOverBest is AdaptiveOverBest as a number: +Inf when only Adaptive
+// hits, NaN when neither it nor any classic policy does.
+func (c *TraceCapacity) adaptiveOverBest() float64 {
+	switch {
+	case c.AdaptiveOverBest != nil:
+		return *c.AdaptiveOverBest
+	case c.AdaptiveOverBestInfinite:
+		return math.Inf(1)
+	default:
+		return math.NaN()
+	}
+}
 
 func runTrace(path string, capacities []int, blockTokens int) (*TraceResult, error) {
 	reqs, name := trace.Sample(), trace.SampleName
@@ -115,7 +133,10 @@ func runTrace(path string, capacities []int, blockTokens int) (*TraceResult, err
 			row.AdaptiveOverOPT = a / row.OPTHitRatio
 		}
 		if best > 0 {
-			row.AdaptiveOverBest = a / best
+			ratio := a / best
+			row.AdaptiveOverBest = &ratio
+		} else {
+			row.AdaptiveOverBestInfinite = a > 0
 		}
 		r.Capacities = append(r.Capacities, row)
 	}

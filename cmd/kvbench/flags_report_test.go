@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestFlagsReportUnusedRejected checks that a flag nothing in the run would
+// read is refused, by name, when the flags are parsed: before any suite runs.
+func TestFlagsReportUnusedRejected(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string // the flag the error must name
+	}{
+		{[]string{"-suite", "alloc", "-redis-cluster"}, "-redis-cluster"},
+		{[]string{"-redis-cluster"}, "-redis-cluster"},
+		{[]string{"-suite", "trace", "-block-tokens", "16"}, "-block-tokens"},
+		{[]string{"-suite", "alloc", "-trace", "x.jsonl"}, "-trace"},
+		{[]string{"-suite", "copy,alloc", "-trace", "x.jsonl"}, "-trace"},
+		{[]string{"-suite", "alloc", "-capacity", "64"}, "-capacity"},
+		{[]string{"-suite", "replay", "-capacity", "64"}, "-capacity"},
+	} {
+		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("parseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.flag)
+		}
+	}
+	var out bytes.Buffer
+	args := []string{"-quick", "-suite", "alloc", "-capacity", "64"}
+	if err := run(context.Background(), args, &out, io.Discard); err == nil || out.Len() > 0 {
+		t.Errorf("run(%q) = %v and printed %d bytes, want an error and no report", args, err, out.Len())
+	}
+}
+
+// TestFlagsReportUsedAccepted checks that the same flags pass where a suite
+// of the run reads them.
+func TestFlagsReportUsedAccepted(t *testing.T) {
+	for _, args := range [][]string{
+		{"-suite", "remote", "-redis", "127.0.0.1:6379", "-redis-cluster"},
+		{"-redis", "127.0.0.1:6379", "-redis-cluster"}, // all: remote included
+		{"-suite", "trace", "-trace", "x.jsonl", "-block-tokens", "16"},
+		{"-suite", "replay", "-trace", "x.jsonl", "-block-tokens", "16"},
+		{"-trace", "x.jsonl"},
+		{"-suite", "trace", "-capacity", "64"},
+		{"-capacity", "64"},
+		{"-suite", "alloc"}, // defaults are never refused
+	} {
+		if _, err := parseFlags(args, io.Discard); err != nil {
+			t.Errorf("parseFlags(%q): %v", args, err)
+		}
+	}
+}

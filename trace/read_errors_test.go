@@ -1,0 +1,114 @@
+package trace
+
+import (
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+)
+
+const goodLine = `{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}`
+
+// TestTrailingDataMalformed: a line is one JSON object; anything after it (a
+// second object, a stray brace, text) makes the line malformed, in both modes,
+// instead of silently losing what follows.
+func TestTrailingDataMalformed(t *testing.T) {
+	for _, bad := range []string{
+		goodLine + `{"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [1]}`,
+		goodLine + ` {"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [1]}`,
+		goodLine + `}`,
+		goodLine + ` garbage`,
+		goodLine + ` 7`,
+	} {
+		in := goodLine + "\n" + bad + "\n" + goodLine + "\n"
+		_, _, err := Read(strings.NewReader(in), Options{})
+		var pe *ParseError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || pe.Line != 2 || pe.Field != "json" {
+			t.Errorf("%s: err %v, want a *ParseError for line 2, field json", bad, err)
+			continue
+		}
+		reqs, rep, err := Read(strings.NewReader(in), Options{OnError: Skip})
+		if err != nil || len(reqs) != 2 || rep.Skipped != 1 || rep.Errors[0].Line != 2 {
+			t.Errorf("%s: skip mode gave %d requests, %+v, %v", bad, len(reqs), rep, err)
+		}
+	}
+	// Surrounding whitespace is not trailing data.
+	if reqs, _, err := Read(strings.NewReader(" \t"+goodLine+" \t\r\n"), Options{}); err != nil || len(reqs) != 1 {
+		t.Fatalf("padded line: %d requests, %v", len(reqs), err)
+	}
+}
+
+// TestLongLine: a line over the limit is a *ParseError wrapping ErrLineTooLong
+// for its own line; Skip mode skips it and reads the lines after it.
+func TestLongLine(t *testing.T) {
+	const max = 200
+	long := `{"timestamp": 1, "pad": "` + strings.Repeat("x", 3*max) + `", "input_length": 10, "output_length": 1, "hash_ids": [0]}`
+	atMax := goodLine + strings.Repeat(" ", max-len(goodLine))
+	for _, last := range []string{"\n", ""} { // the long line last, with and without a newline
+		in := goodLine + "\n" + atMax + "\n" + long + last
+		_, _, err := read(strings.NewReader(in), Options{}, max)
+		var pe *ParseError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || !errors.Is(err, ErrLineTooLong) || pe.Line != 3 {
+			t.Errorf("last %q: err %v, want a *ParseError wrapping ErrLineTooLong on line 3", last, err)
+		}
+	}
+	in := goodLine + "\n" + long + "\n" + atMax + "\n" + long + long + "\n\n" + goodLine
+	reqs, rep, err := read(strings.NewReader(in), Options{OnError: Skip}, max)
+	if err != nil || len(reqs) != 3 || rep.Lines != 5 || rep.Skipped != 2 ||
+		rep.Errors[0].Line != 2 || rep.Errors[1].Line != 4 || !errors.Is(&rep.Errors[1], ErrLineTooLong) {
+		t.Fatalf("skip mode: %d requests, %+v, %v", len(reqs), rep, err)
+	}
+}
+
+// TestLongLineRealLimit: Read itself (MaxLineBytes) types an over-long line
+// and goes on in Skip mode. The long line is streamed, not held in memory.
+func TestLongLineRealLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads 64 MiB")
+	}
+	in := io.MultiReader(
+		strings.NewReader(goodLine+"\n"+`{"timestamp": 1, "pad": "`),
+		io.LimitReader(repeatReader('x'), MaxLineBytes),
+		strings.NewReader(`", "input_length": 10, "output_length": 1, "hash_ids": [0]}`+"\n"+goodLine+"\n"),
+	)
+	reqs, rep, err := Read(in, Options{OnError: Skip})
+	if err != nil || len(reqs) != 2 || rep.Skipped != 1 || rep.Errors[0].Line != 2 || !errors.Is(&rep.Errors[0], ErrLineTooLong) {
+		t.Fatalf("%d requests, %+v, %v", len(reqs), rep, err)
+	}
+}
+
+type repeatReader byte
+
+func (r repeatReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r)
+	}
+	return len(p), nil
+}
+
+// TestBadOptions: invalid Options are refused up front with ErrBadOptions,
+// never blamed on a line (no *ParseError, no ErrMalformed).
+func TestBadOptions(t *testing.T) {
+	for _, o := range []Options{
+		{TimeScale: math.NaN()},
+		{TimeScale: math.Inf(1)},
+		{TimeScale: math.Inf(-1)},
+		{TimeScale: -1},
+		{BlockTokens: -1},
+		{OnError: 3},
+		{OnError: -1},
+		{Limit: -1},
+	} {
+		reqs, _, err := Read(strings.NewReader(goodLine), o)
+		var pe *ParseError
+		if !errors.Is(err, ErrBadOptions) || errors.Is(err, ErrMalformed) || errors.As(err, &pe) || reqs != nil {
+			t.Errorf("%+v: %d requests, err %v; want ErrBadOptions only", o, len(reqs), err)
+		}
+	}
+	for _, o := range []Options{{}, {TimeScale: 0}, {TimeScale: 2.5}, {OnError: Skip, BlockTokens: 16, Limit: 1}} {
+		if _, _, err := Read(strings.NewReader(`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}`), o); err != nil {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+}
