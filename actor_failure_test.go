@@ -90,3 +90,48 @@ func TestGPUActorFailureFailsCalls(t *testing.T) {
 		t.Fatalf("a call after Close = %v, want ErrClosed", err)
 	}
 }
+
+// panicClock is a Config.Clock that panics once armed: a second panic that
+// the failure handling itself would meet (the GPU actor reads the clock on
+// every message).
+type panicClock struct{ arm atomic.Bool }
+
+func (c *panicClock) Now() time.Time {
+	if c.arm.Load() {
+		panic("test: the clock panics")
+	}
+	return time.Now()
+}
+
+// TestGPUActorFailureSurvivesASecondPanic: the failure is recorded and the
+// Manager told before anything that can panic again runs, so a call gets
+// ErrFailed. Before, the restart handler read the panicking clock first, and
+// the supervisor restarted the actor for ever on the caller's goroutine.
+func TestGPUActorFailureSurvivesASecondPanic(t *testing.T) {
+	clk := new(panicClock)
+	m, err := New(Config{GPUBlocks: 8, BlockTokens: bt, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := m.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.arm.Store(true)
+	bounded, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { _, err := m.Stats(bounded); got <- err }()
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrFailed) {
+			t.Fatalf("a call on the GPU actor that panicked = %v, want ErrFailed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call whose context ended 8 s ago has not returned")
+	}
+	clk.arm.Store(false)
+	if err := m.Close(ctx); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Close = %v, want it to report ErrFailed", err)
+	}
+}

@@ -136,6 +136,10 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	if *a.failed {
 		return // the tier is stopped and its callers failed (OnFailure)
 	}
+	if _, ok := ctx.Message().(*actor.Restarting); ok {
+		a.fail(ctx) // before anything that can panic again, the clock included
+		return
+	}
 	a.t.SetNow(a.clock())
 	switch m := ctx.Message().(type) {
 	case *messages.AllocateBatch:
@@ -193,15 +197,6 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 			ctx.Send(a.cfg.Events, m)
 		}
 	case *actor.Started, *actor.Stopping:
-	case *actor.Restarting:
-		a.cfg.Log.Error("gpu actor: failed; its tier stops and the Manager serves nothing more")
-		a.t.Fail(messages.ErrFailed)
-		*a.failed = true
-		a.execute(ctx) // answers what waited on the tier
-		if a.cfg.OnFailure != nil {
-			a.cfg.OnFailure()
-		}
-		return
 	case *actor.Stopped:
 		a.t.Stop()
 	default:
@@ -211,6 +206,21 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	if invariantsEnabled {
 		mustHold(a.t.CheckInvariants())
 	}
+}
+
+// fail stops the tier after the actor panicked. The flag is set and the
+// owner told first, whatever happens next: a second panic here must not
+// leave callers waiting (the next incarnation drops every message). The
+// half-finished event's staged output is dropped by Tier.Fail; what the
+// stop answers goes out.
+func (a *GPUActor) fail(ctx actor.Context) {
+	*a.failed = true
+	if a.cfg.OnFailure != nil {
+		defer a.cfg.OnFailure()
+	}
+	a.cfg.Log.Error("gpu actor: failed; its tier stops and the Manager serves nothing more")
+	a.t.Fail(messages.ErrFailed)
+	a.execute(ctx) // answers what waited on the tier
 }
 
 // execute carries out the tier's Ready, in its documented order.

@@ -275,8 +275,13 @@ func (t *Tier) maybeFlushed() {
 func (t *Tier) Stop() { t.stop(ErrStopped) }
 
 // Fail stops the tier as Stop does, answering with err instead of
-// ErrStopped: for an owner that failed half-way through an event.
-func (t *Tier) Fail(err error) { t.stop(err) }
+// ErrStopped: for an owner that failed half-way through an event. The
+// output that event had staged (copies, messages, replies) is dropped
+// first: it cannot be trusted; only what the stop answers goes out.
+func (t *Tier) Fail(err error) {
+	t.out = Ready{}
+	t.stop(err)
+}
 
 func (t *Tier) stop(err error) {
 	t.stopped = true
