@@ -280,6 +280,12 @@ func (a *cudaArena) write(block, off int, src []byte) error {
 				err = cu.MemcpyHtoD(a.at(ao), unsafe.Pointer(&src[bo-off]), int64(n))
 			}
 		})
+		if err == nil {
+			// From pageable memory cuMemcpyHtoD may return once the bytes
+			// are staged, before the DMA (on the legacy stream) lands: wait
+			// for it, so a copy a SignalFence releases reads what was written.
+			err = cu.NoStream.Synchronize()
+		}
 		return err
 	})
 }

@@ -297,6 +297,9 @@ func (s *hostStream) WaitFence(f Fence) error {
 	if nilFence(f) {
 		return fmt.Errorf("%w: nil fence", ErrBadFence)
 	}
+	if sf, ok := f.(*SignalFence); ok && sf.Abandoned() {
+		return ErrFenceAbandoned // as a CUDA stream answers
+	}
 	ev := newEvent()
 	return s.q.push(hostBatch{fence: f, ev: ev}, ev)
 }
@@ -325,8 +328,14 @@ func (s *hostStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 func (s *hostStream) run(b hostBatch) {
 	if b.fence != nil {
 		if !s.abandoned {
+			var elsewhere <-chan struct{} // a SignalFence another stream or the device gave up on
+			if sf, ok := b.fence.(*SignalFence); ok {
+				elsewhere = sf.abandoned
+			}
 			select {
 			case <-b.fence.Done():
+			case <-elsewhere:
+				s.abandoned = true
 			case <-s.quit:
 				s.abandoned = !fenceDone(b.fence)
 				if sf, ok := b.fence.(*SignalFence); ok && s.abandoned {

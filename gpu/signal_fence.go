@@ -3,7 +3,6 @@ package gpu
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 )
 
 // SignalFence is a fence the host signals, on either backend: for an
@@ -17,16 +16,18 @@ import (
 // records a CUDAFence on its compute stream instead.
 //
 // A SignalFence belongs to the device it was made for. A stream of that
-// device closed while it waits on the fence abandons it: the fence's device
-// waiters are released, the batches behind it fail with ErrFenceAbandoned,
-// and a later Signal changes nothing. Device.Close abandons the device's
-// unsignalled fences the same way.
+// device closed while it waits on the fence abandons it: every stream
+// waiting on it is released, the batches behind it — on every such stream,
+// to the end of the stream's life — fail with ErrFenceAbandoned, and a later
+// Signal changes nothing. On CUDA, Device.Close abandons the device's
+// unsignalled fences the same way (on the host backend it closes the
+// streams, which abandon the fences they wait on).
 type SignalFence struct {
 	dev       Device
 	ch        chan struct{}
 	once      sync.Once
-	abandoned atomic.Bool
-	side      fenceSide // the backend's device-side part; nil on the host backend
+	abandoned chan struct{} // closed when a closing stream or device gave up on the fence
+	side      fenceSide     // the backend's device-side part; nil on the host backend
 }
 
 // fenceSide is a backend's device-side part of a SignalFence.
@@ -34,12 +35,15 @@ type fenceSide interface {
 	release() // lets the device-side waiters go
 }
 
-// NewSignalFence returns an unsignalled fence for streams of d.
+// NewSignalFence returns an unsignalled fence for streams of d. On CUDA it
+// fails with ErrClosed once d is closed; on the host backend a fence holds
+// no device resource, and one made for a closed device is simply never
+// waited on.
 func NewSignalFence(d Device) (*SignalFence, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: no device", ErrBadFence)
 	}
-	f := &SignalFence{dev: d, ch: make(chan struct{})}
+	f := &SignalFence{dev: d, ch: make(chan struct{}), abandoned: make(chan struct{})}
 	if b, ok := d.(interface {
 		newFenceSide(*SignalFence) (fenceSide, error)
 	}); ok {
@@ -69,14 +73,21 @@ func (f *SignalFence) Done() <-chan struct{} { return f.ch }
 
 // Abandoned reports whether a closing stream or device gave up on the
 // fence before it was signalled.
-func (f *SignalFence) Abandoned() bool { return f.abandoned.Load() }
+func (f *SignalFence) Abandoned() bool {
+	select {
+	case <-f.abandoned:
+		return true
+	default:
+		return false
+	}
+}
 
 // abandon releases the device-side waiters of a fence never signalled and
 // marks it abandoned, so the batches behind it fail; it does nothing to a
 // signalled fence.
 func (f *SignalFence) abandon() {
 	f.once.Do(func() {
-		f.abandoned.Store(true)
+		close(f.abandoned)
 		if f.side != nil {
 			f.side.release()
 		}

@@ -233,3 +233,48 @@ func TestCheckFence(t *testing.T) {
 		t.Errorf("NewSignalFence(nil) = %v, want ErrBadFence", err)
 	}
 }
+
+// TestSignalFenceAbandonedReleasesOtherStreams: a fence one stream's close
+// abandons releases every other stream waiting on it — their batches behind
+// it fail rather than wait for a Signal that now changes nothing — and a
+// later WaitFence on it is refused.
+func TestSignalFenceAbandonedReleasesOtherStreams(t *testing.T) {
+	d := newTestDevice(t)
+	l := testLayout(t)
+	a, err := d.NewKVArena(l, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closing, err := d.NewStream(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := d.NewStream(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	host := hostBlocks(t, d, 1, l.BlockBytes())
+	f, err := NewSignalFence(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []Stream{closing, other} {
+		if err := s.WaitFence(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, err := other.CopyD2H([]CopyOp{{Block: 0, Host: host[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closing.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, ev); !errors.Is(err, ErrFenceAbandoned) {
+		t.Fatalf("another stream's batch behind the abandoned fence: %v, want ErrFenceAbandoned", err)
+	}
+	if err := other.WaitFence(f); !errors.Is(err, ErrFenceAbandoned) {
+		t.Fatalf("WaitFence on an abandoned fence = %v, want ErrFenceAbandoned", err)
+	}
+}
