@@ -71,7 +71,9 @@ var (
 	// ErrFailed says the GPU actor failed (it panicked, a defect): its tier
 	// stopped, every call still waiting on it and every later call fails
 	// with ErrFailed instead of waiting for an answer that cannot come, and
-	// the Manager must be closed. Nothing it served before is affected.
+	// the Manager must be closed. What it served before is unaffected, and
+	// what lower tiers stored stays valid, but Close then flushes nothing:
+	// writes still queued below the GPU may be lost.
 	ErrFailed = messages.ErrFailed
 	// ErrNilContext rejects a call made with a nil context.
 	ErrNilContext = errors.New("kvtier: nil context")
@@ -917,9 +919,9 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
-// Close flushes in-flight writes (bounded by ctx), stops the actors and releases
-// memory. Calls in flight end with ErrClosed or their result; later calls return
-// ErrClosed. A second Close returns ErrClosed.
+// Close flushes in-flight writes (bounded by ctx; none after ErrFailed), stops
+// the actors and releases memory. Calls in flight end with ErrClosed or their
+// result; later calls return ErrClosed. A second Close returns ErrClosed.
 func (m *Manager) Close(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
