@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/kvtier/kvtier/cachesim"
@@ -144,8 +145,12 @@ func runTrace(path string, capacities []int, blockTokens int) (*TraceResult, err
 }
 
 // adaptiveBytesPerID scans 1M distinct ids through an Adaptive policy of
-// 65,536 blocks and divides the heap it holds by the ids it tracks.
-func adaptiveBytesPerID() float64 {
+// 65,536 blocks and divides the heap it holds by the ids it tracks. It does
+// not depend on the trace: measured once per process (seconds, a minute
+// under -race), however many trace runs report it.
+var adaptiveBytesPerID = sync.OnceValue(measureAdaptiveBytesPerID)
+
+func measureAdaptiveBytesPerID() float64 {
 	const capacity, ids = 1 << 16, 1 << 20
 	var before, after runtime.MemStats
 	runtime.GC()
