@@ -15,52 +15,12 @@ import (
 // block held when the copy was enqueued; a batch before the fence runs.
 func TestSignalFenceOrdersCopyAfterCompute(t *testing.T) {
 	d := newTestDevice(t)
-	l := testLayout(t)
-	a, err := d.NewKVArena(l, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	host := hostBlocks(t, d, 2, l.BlockBytes())
-	before, err := s.CopyD2H([]CopyOp{{Block: 0, Host: host[0]}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	f, err := NewSignalFence(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.WaitFence(f); err != nil {
-		t.Fatal(err)
-	}
-	after, err := s.CopyD2H([]CopyOp{{Block: 1, Host: host[1]}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := waitDone(t, before); err != nil {
-		t.Fatalf("a batch enqueued before the fence: %v", err)
-	}
-	time.Sleep(50 * time.Millisecond) // room for a copy that does not wait to run
-	if isDone(after) {
-		t.Fatal("a batch behind an unsignalled fence completed")
-	}
-	want := make([]byte, l.BlockBytes())
-	fillBlock(l, want, 42)
-	if err := a.WriteBlock(1, 0, want); err != nil { // the engine's compute
-		t.Fatal(err)
-	}
-	f.Signal()
-	f.Signal() // idempotent
-	if err := waitDone(t, after); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(host[1], want) {
-		t.Fatal("the copy behind the fence did not read what was written before the signal")
-	}
+	s, host := checkOrdersCopyAfterCompute(t, d, f, f.Signal)
+	defer s.Close()
 	if f.Abandoned() || !FenceDone(f) {
 		t.Fatalf("signalled fence: abandoned %v, done %v", f.Abandoned(), FenceDone(f))
 	}
@@ -85,43 +45,16 @@ func TestSignalFenceOrdersCopyAfterCompute(t *testing.T) {
 // bytes are the caller's to discard.
 func TestSignalFenceAbandonedAtStreamClose(t *testing.T) {
 	d := newTestDevice(t)
-	l := testLayout(t)
-	a, err := d.NewKVArena(l, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := hostBlocks(t, d, 1, l.BlockBytes())
-	marker := bytes.Repeat([]byte{0xAB}, l.BlockBytes())
-	copy(host[0], marker)
 	f, err := NewSignalFence(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.WaitFence(f); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := s.CopyD2H([]CopyOp{{Block: 0, Host: host[0]}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("closing a stream behind an unsignalled fence hangs")
-	}
+	s, host, marker, ev := behindFence(t, d, f)
+	returnsWithin(t, "closing a stream", s.Close)
 	if err := waitDone(t, ev); !errors.Is(err, ErrFenceAbandoned) {
 		t.Fatalf("batch behind an abandoned fence: %v, want ErrFenceAbandoned", err)
 	}
-	if Backend == "host" && !bytes.Equal(host[0], marker) {
+	if Backend == "host" && !bytes.Equal(host, marker) {
 		t.Fatal("a batch behind an abandoned fence copied")
 	}
 	if !f.Abandoned() {
@@ -141,16 +74,6 @@ func TestSignalFenceAbandonedAtDeviceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := testLayout(t)
-	a, err := d.NewKVArena(l, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := hostBlocks(t, d, 1, l.BlockBytes())
 	f, err := NewSignalFence(d)
 	if err != nil {
 		t.Fatal(err)
@@ -159,23 +82,8 @@ func TestSignalFenceAbandonedAtDeviceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.WaitFence(f); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := s.CopyD2H([]CopyOp{{Block: 0, Host: host[0]}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- d.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Device.Close hangs on an unsignalled fence")
-	}
+	_, _, _, ev := behindFence(t, d, f)
+	returnsWithin(t, "Device.Close", d.Close)
 	if err := waitDone(t, ev); err == nil {
 		t.Fatal("a batch behind a fence abandoned by Device.Close succeeded")
 	}
@@ -276,5 +184,97 @@ func TestSignalFenceAbandonedReleasesOtherStreams(t *testing.T) {
 	}
 	if err := other.WaitFence(f); !errors.Is(err, ErrFenceAbandoned) {
 		t.Fatalf("WaitFence on an abandoned fence = %v, want ErrFenceAbandoned", err)
+	}
+}
+
+// checkOrdersCopyAfterCompute checks that a D2H enqueued behind the
+// unsignalled fence f copies what the engine wrote before signal, not what
+// the block held when the copy was enqueued, and that a batch before the
+// fence runs. It returns the stream (for the caller to close) and the two
+// host blocks.
+func checkOrdersCopyAfterCompute(t *testing.T, d Device, f Fence, signal func()) (Stream, [][]byte) {
+	t.Helper()
+	l := testLayout(t)
+	a, err := d.NewKVArena(l, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := hostBlocks(t, d, 2, l.BlockBytes())
+	before, err := s.CopyD2H([]CopyOp{{Block: 0, Host: host[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitFence(f); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.CopyD2H([]CopyOp{{Block: 1, Host: host[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDone(t, before); err != nil {
+		t.Fatalf("a batch enqueued before the fence: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // room for a copy that does not wait to run
+	if isDone(after) {
+		t.Fatal("a batch behind an unsignalled fence completed")
+	}
+	want := make([]byte, l.BlockBytes())
+	fillBlock(l, want, 42)
+	if err := a.WriteBlock(1, 0, want); err != nil { // the engine's compute
+		t.Fatal(err)
+	}
+	signal()
+	signal() // idempotent
+	if err := waitDone(t, after); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(host[1], want) {
+		t.Fatal("the copy behind the fence did not read what was written before the signal")
+	}
+	return s, host
+}
+
+// behindFence makes a two-block arena on d and a stream waiting on f, with
+// one D2H of block 0 enqueued behind it into a host block filled with
+// marker bytes.
+func behindFence(t *testing.T, d Device, f Fence) (s Stream, host, marker []byte, ev *Event) {
+	t.Helper()
+	l := testLayout(t)
+	a, err := d.NewKVArena(l, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = d.NewStream(a); err != nil {
+		t.Fatal(err)
+	}
+	host = hostBlocks(t, d, 1, l.BlockBytes())[0]
+	marker = bytes.Repeat([]byte{0xAB}, l.BlockBytes())
+	copy(host, marker)
+	if err := s.WaitFence(f); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err = s.CopyD2H([]CopyOp{{Block: 0, Host: host}}); err != nil {
+		t.Fatal(err)
+	}
+	return s, host, marker, ev
+}
+
+// returnsWithin runs close and fails the test if it has not returned, or
+// returned an error, within 20 s; what names it in the failure.
+func returnsWithin(t *testing.T, what string, close func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s hangs on an unsignalled fence", what)
 	}
 }
