@@ -537,12 +537,15 @@ func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
 // a *gpu.CUDAFence nor a *gpu.SignalFence of the Manager's device) fails
 // with gpu.ErrBadFence and commits nothing; the other items go ahead.
 func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error, error) {
-	errs := make([]error, len(items))
+	var refused []error // per item; made at the first refusal
 	send := make([]CommitItem, 0, len(items))
 	sent := make([]int, 0, len(items)) // sent[j]: the index in items of send[j]
 	for i, it := range items {
 		if err := gpu.CheckFence(m.device, it.After); err != nil {
-			errs[i] = fmt.Errorf("kvtier: commit of sequence %d: %w", it.Seq, err)
+			if refused == nil {
+				refused = make([]error, len(items))
+			}
+			refused[i] = fmt.Errorf("kvtier: commit of sequence %d: %w", it.Seq, err)
 			continue
 		}
 		send, sent = append(send, it), append(sent, i)
@@ -552,10 +555,13 @@ func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error,
 	if err != nil {
 		return nil, err
 	}
-	for j, e := range r.Errs {
-		errs[sent[j]] = e
+	if refused == nil {
+		return r.Errs, r.Err // every item went: the actor's answer is in item order
 	}
-	return errs, r.Err
+	for j, e := range r.Errs {
+		refused[sent[j]] = e
+	}
+	return refused, r.Err
 }
 
 // AppendResult answers one AppendItem: the blocks it took, which are the
