@@ -15,9 +15,16 @@ import (
 type LowerActor struct {
 	disk, remote *actor.PID
 	log          *zap.Logger
-	writes       map[int]*lowerWrite // by the request's first slot
-	reads        map[uint64]*lowerRead
-	nextID       uint64
+	*lowerBooks
+}
+
+// lowerBooks are the requests in flight. They outlive a restart (the
+// producer makes them once), so the tiers' answers to requests made before
+// it still reach the pinned actor, whose slots would otherwise never return.
+type lowerBooks struct {
+	writes map[int]*lowerWrite // by the request's first slot
+	reads  map[uint64]*lowerRead
+	nextID uint64
 }
 
 type lowerWrite struct {
@@ -37,8 +44,9 @@ type lowerRead struct {
 
 // NewLowerActor returns the actor's producer.
 func NewLowerActor(disk, remote *actor.PID, log *zap.Logger) actor.Producer {
+	books := &lowerBooks{writes: map[int]*lowerWrite{}, reads: map[uint64]*lowerRead{}}
 	return func() actor.Actor {
-		return &LowerActor{disk: disk, remote: remote, log: log, writes: map[int]*lowerWrite{}, reads: map[uint64]*lowerRead{}}
+		return &LowerActor{disk: disk, remote: remote, log: log, lowerBooks: books}
 	}
 }
 
