@@ -36,10 +36,12 @@
 // Collective is one call, AllReduceMin; back it with the serving stack's
 // NCCL, gloo or gRPC communicator. Reductions are matched by a counter each
 // Rank keeps, so every rank must make the same group calls in the same
-// order (one goroutine per rank). Local is the in-process implementation:
-// one goroutine owns the reductions in flight, and a rank that leaves (its
-// context ends, Fail) fails the reduction on every rank instead of leaving
-// the others waiting.
+// order (one goroutine per rank); a call that fails on one rank, a bad
+// argument included, still takes part in its reductions, so the counters
+// never drift apart. Local is the in-process implementation: one goroutine
+// owns the reductions in flight, and a rank that leaves (its context ends,
+// Fail) fails the reduction on every rank instead of leaving the others
+// waiting.
 //
 // # Shared tiers
 //

@@ -15,6 +15,12 @@ import (
 // rank waits for a peer that will never come. A rank whose context ends
 // after the reduction completed gets the result (the reduction took
 // effect everywhere). Close fails everything still waiting with ErrClosed.
+//
+// A failed reduction is kept until every rank that may still arrive has
+// had its answer, and no longer: a rank Fail marked is not waited for, so
+// the reductions in flight at a Fail and every later one are forgotten
+// once the other ranks have passed them. If the failed rank arrives
+// anyway, it gets an error too.
 type Local struct {
 	n    int
 	in   chan any
@@ -42,8 +48,12 @@ func (l *Local) Rank(r int) Collective {
 
 // Fail marks rank failed: every reduction waiting and every later one
 // fails on every rank with a *RankError wrapping err. It stands for a
-// process that died, which a real collective detects by timeout.
+// process that died, which a real collective detects by timeout. rank is
+// in [0, n), as for Rank.
 func (l *Local) Fail(rank int, err error) {
+	if rank < 0 || rank >= l.n {
+		panic(fmt.Sprintf("kvtier/group: Fail of rank %d of a group of %d", rank, l.n))
+	}
 	select {
 	case l.in <- failMsg{rank: rank, err: err}:
 	case <-l.done:
@@ -83,19 +93,24 @@ type failMsg struct {
 	err  error
 }
 
+// pendingMsg asks the owner how many reductions it keeps (tests: a
+// reduction that has failed must not be kept for ever).
+type pendingMsg chan int // buffered 1
+
 // reduction is one opID's state, owned by run.
 type reduction struct {
 	arrived int
 	seen    []bool
 	min     int64
 	waiting []chan reply
-	err     error // the reduction failed; kept until every rank has arrived
+	err     error // the reduction failed; kept until settled
 }
 
 func (l *Local) run() {
 	defer close(l.done)
 	ops := map[uint64]*reduction{}
-	var failed error
+	var failed error          // the latest Fail: every later reduction fails with it
+	dead := make([]bool, l.n) // the ranks Fail marked: never waited for
 	get := func(op uint64) *reduction {
 		r := ops[op]
 		if r == nil {
@@ -111,6 +126,16 @@ func (l *Local) run() {
 		}
 		r.waiting = nil
 	}
+	// settled says every rank that may still arrive at failed reduction r
+	// has had its answer: nobody is left to answer with r.err.
+	settled := func(r *reduction) bool {
+		for i, seen := range r.seen {
+			if !seen && !dead[i] {
+				return false
+			}
+		}
+		return true
+	}
 	for {
 		select {
 		case <-l.stop:
@@ -121,6 +146,13 @@ func (l *Local) run() {
 		case m := <-l.in:
 			switch m := m.(type) {
 			case arriveMsg:
+				if dead[m.rank] && ops[m.op] == nil {
+					// A failed rank arriving anyway begins nothing: the
+					// others may be past this reduction, and an entry only
+					// it had seen would be kept for ever.
+					m.reply <- reply{err: failed}
+					continue
+				}
 				r := get(m.op)
 				if r.seen[m.rank] {
 					m.reply <- reply{err: fmt.Errorf("%w: rank %d arrived twice at reduction %d", ErrAborted, m.rank, m.op)}
@@ -147,7 +179,7 @@ func (l *Local) run() {
 						continue
 					}
 				}
-				if r.arrived == l.n { // a failed reduction every rank has seen
+				if r.err != nil && settled(r) {
 					delete(ops, m.op)
 				}
 			case cancelMsg:
@@ -156,11 +188,17 @@ func (l *Local) run() {
 				}
 			case failMsg:
 				failed = &RankError{Rank: m.rank, Err: m.err}
+				dead[m.rank] = true
 				for op, r := range ops {
 					if r.err == nil {
 						fail(r, &RankError{Rank: m.rank, Op: op, Err: m.err})
 					}
+					if settled(r) {
+						delete(ops, op)
+					}
 				}
+			case pendingMsg:
+				m <- len(ops)
 			}
 		}
 	}

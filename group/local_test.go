@@ -3,6 +3,7 @@ package group_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -137,4 +138,96 @@ func TestLocalFailAndClose(t *testing.T) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 	l.Close() // twice is fine
+}
+
+// TestLocalForgetsFailedReductions: after Fail, no reduction can complete
+// (the failed rank never arrives), so the owner forgets each one as soon
+// as every other rank has had its answer — those failed before the Fail,
+// those waiting at it and those begun after it — and a late arrival of the
+// failed rank leaves nothing behind. Every arrival still gets an error.
+func TestLocalForgetsFailedReductions(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("rank 2 died")
+	checkFailed := func(what string, err error, cause error) {
+		t.Helper()
+		if !errors.Is(err, group.ErrAborted) || !errors.Is(err, cause) {
+			t.Fatalf("%s: %v, want ErrAborted wrapping %v", what, err, cause)
+		}
+	}
+	checkPending := func(l *group.Local, what string, want int) {
+		t.Helper()
+		if n := l.Pending(); n != want {
+			t.Fatalf("%s: the owner keeps %d reductions, want %d", what, n, want)
+		}
+	}
+	l, err := group.NewLocal(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	// Reduction 0 fails before the Fail: rank 0 leaves it, rank 1 arrives
+	// after; it is kept for rank 2, which might still come.
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.Rank(0).AllReduceMin(canceled, 0, 1)
+	checkFailed("rank 0 leaving reduction 0", err, context.Canceled)
+	_, err = l.Rank(1).AllReduceMin(ctx, 0, 1)
+	checkFailed("rank 1 at reduction 0", err, context.Canceled)
+	checkPending(l, "before the Fail", 1)
+
+	// Rank 2 dies: it will never arrive at reduction 0.
+	l.Fail(2, boom)
+	checkPending(l, "after the Fail", 0)
+
+	// Later reductions fail on ranks 0 and 1 and are forgotten once both
+	// have had their answer; the one rank 0 alone reached is kept for rank 1.
+	for op := uint64(1); op <= 3; op++ {
+		_, err := l.Rank(0).AllReduceMin(ctx, op, 1)
+		checkFailed(fmt.Sprintf("rank 0 at reduction %d", op), err, boom)
+		checkPending(l, fmt.Sprintf("rank 0 at reduction %d", op), 1)
+		_, err = l.Rank(1).AllReduceMin(ctx, op, 1)
+		checkFailed(fmt.Sprintf("rank 1 at reduction %d", op), err, boom)
+		checkPending(l, fmt.Sprintf("rank 1 at reduction %d", op), 0)
+	}
+
+	// The failed rank arriving anyway — late, or ahead of the others —
+	// gets an error and is kept for no one.
+	for _, op := range []uint64{0, 3, 4} {
+		_, err = l.Rank(2).AllReduceMin(ctx, op, 1)
+		if !errors.Is(err, group.ErrAborted) {
+			t.Fatalf("the failed rank at reduction %d: %v, want ErrAborted", op, err)
+		}
+		checkPending(l, fmt.Sprintf("the failed rank at reduction %d", op), 0)
+	}
+	for r := range 2 {
+		_, err = l.Rank(r).AllReduceMin(ctx, 4, 1)
+		checkFailed(fmt.Sprintf("rank %d at reduction 4", r), err, boom)
+	}
+	checkPending(l, "reduction 4", 0)
+
+	// Ranks waiting at the Fail get their error; the reduction is forgotten.
+	l2, err := group.NewLocal(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() { _, errs[r] = l2.Rank(r).AllReduceMin(ctx, 0, 1) })
+	}
+	l2.Fail(2, boom)
+	wg.Wait()
+	for r, err := range errs {
+		checkFailed(fmt.Sprintf("rank %d waiting at the Fail", r), err, boom)
+	}
+	checkPending(l2, "waiting at the Fail", 0)
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Fail of a rank outside the group did not panic")
+		}
+	}()
+	l2.Fail(3, boom)
 }

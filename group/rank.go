@@ -25,7 +25,10 @@ const (
 // group's Collective. Its group calls (Allocate, Commit, Lookup) reduce
 // across the ranks, so every rank must make the same calls in the same
 // order — one goroutine per rank, as with an NCCL communicator; Rank is
-// not safe for concurrent use, except Stats.
+// not safe for concurrent use, except Stats. A group call takes part in
+// its reductions even when it fails on this rank (a bad argument, a failed
+// lookup, allocation or commit): it reports the failure in the reduction
+// instead of returning early, so the ranks' reductions stay paired.
 type Rank struct {
 	cfg Config
 	m   *kvtier.Manager
@@ -230,13 +233,19 @@ func (r *Rank) reduce(ctx context.Context, v int64) (int64, error) {
 // returns how many tokens every rank of the group committed — a block is
 // stored for the group only once every rank stored its shard of it — and
 // this rank's own commit error. A rank whose commit failed reports -1, so
-// the group's count is 0. tokens is a count (not kvtier.AllTokens).
+// the group's count is 0. tokens is a count (not kvtier.AllTokens): a
+// negative one is this rank's failure like any other, not a reason to skip
+// the reduction (that would put the ranks out of step) — the rank commits
+// nothing, reports -1 and returns a *ConfigError, and the group's count is
+// 0.
 func (r *Rank) Commit(ctx context.Context, seq uint64, tokens int) (int, error) {
-	if tokens < 0 {
-		return 0, &ConfigError{"tokens", tokens, "a group commit names its token count"}
-	}
 	local := int64(tokens)
-	cerr := r.m.Commit(ctx, seq, tokens)
+	var cerr error
+	if tokens < 0 {
+		cerr = &ConfigError{"tokens", tokens, "a group commit names its token count"}
+	} else {
+		cerr = r.m.Commit(ctx, seq, tokens)
+	}
 	if cerr != nil {
 		local = lookupFailed
 	}
