@@ -82,6 +82,14 @@ var (
 	ErrNotReady = actors.ErrNotReady
 	// ErrBadCommit rejects a Commit of more tokens than the sequence holds.
 	ErrBadCommit = blockpool.ErrBadCommit
+	// ErrTierDown says a call needed the actor of a tier below the GPU (or
+	// of the index or the event publisher) that stopped for good: it kept
+	// failing, and protoactor stopped it. The tiers above answered what
+	// waited on it and serve without it; the Manager goes on. Calls that
+	// only read (Lookup, Stats, Flush) skip such a tier; Delete returns
+	// ErrNotDurable wrapping it when the disk tier is down, as its records
+	// could not be scrubbed.
+	ErrTierDown = errors.New("kvtier: a tier's actor stopped after repeated failures")
 )
 
 // AllTokens as a Commit count commits every token the sequence holds.
@@ -119,6 +127,11 @@ type Manager struct {
 	baseNS   string        // the namespace key with no salt and no LoRA
 	closeMu  chan struct{} // one Close at a time
 	calls    chan struct{} // a slot per call in flight (Config.MaxPendingCalls)
+	// down holds, by actor id, a channel closed once that actor (any but
+	// the GPU's) stopped: the watcher actor closes it on Terminated. The
+	// map is written before the watcher starts and only read afterwards.
+	down    map[string]chan struct{}
+	watcher *actor.PID
 }
 
 // tierActor is a configured tier and the actor that owns it.
@@ -263,10 +276,12 @@ func New(cfg Config) (*Manager, error) {
 		}
 		switch {
 		case m.diskPID != nil && m.remPID != nil:
-			m.lowPID = root.Spawn(m.props(actors.NewLowerActor(m.diskPID, m.remPID, c.Logger.Named("lower"))))
-			pcfg.Disk = m.lowPID
+			m.lowPID = root.Spawn(m.props(actors.NewLowerActor(m.diskPID, m.remPID, m.idxPID, c.Logger.Named("lower"))))
+			pcfg.Disk, pcfg.LowerTiers = m.lowPID, Disk|Remote
 		case m.remPID != nil:
-			pcfg.Disk = m.remPID
+			pcfg.Disk, pcfg.LowerTiers = m.remPID, Remote
+		case m.diskPID != nil:
+			pcfg.LowerTiers = Disk
 		}
 		m.pinPID = root.Spawn(m.props(actors.NewPinnedActor(pcfg)))
 		gcfg.Pinned, gcfg.Index = m.pinPID, m.idxPID
@@ -283,6 +298,7 @@ func New(cfg Config) (*Manager, error) {
 			m.tiers = append(m.tiers, ta)
 		}
 	}
+	m.watchActors()
 	if m.idxPID != nil {
 		w := &actors.IndexWatch{GPU: m.gpuPID, Pinned: m.pinPID}
 		if diskMisses {
@@ -333,6 +349,55 @@ func (m *Manager) awaitReopened() error {
 const reopenWaitLimit = time.Minute
 
 // props gives each actor a dedicated goroutine (see actors.Dedicated).
+// watchActors starts the actor that watches every actor but the GPU's and
+// closes m.down's channel of one that stopped, so that calls waiting on it
+// return ErrTierDown instead of waiting for ever. Close stops it first: the
+// others' orderly stops are not failures.
+func (m *Manager) watchActors() {
+	m.down = map[string]chan struct{}{}
+	var pids []*actor.PID
+	for _, pid := range []*actor.PID{m.pinPID, m.lowPID, m.diskPID, m.idxPID, m.remPID, m.evPID} {
+		if pid != nil {
+			pids = append(pids, pid)
+			m.down[pid.Id] = make(chan struct{})
+		}
+	}
+	if len(pids) == 0 {
+		return
+	}
+	down, log := m.down, m.cfg.Logger
+	m.watcher = m.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch msg := ctx.Message().(type) {
+		case *actor.Started:
+			for _, pid := range pids {
+				ctx.Watch(pid)
+			}
+		case *actor.Stopping:
+			for _, pid := range pids {
+				ctx.Unwatch(pid)
+			}
+		case *actor.Terminated:
+			if ch, ok := down[msg.Who.Id]; ok {
+				select {
+				case <-ch:
+				default:
+					log.Error("kvtier: an actor stopped after repeated failures; its tier is out of service", zap.String("actor", msg.Who.Id))
+					close(ch)
+				}
+			}
+		}
+	}))
+}
+
+// downOf returns the channel closed once pid's actor stopped for good (nil,
+// never ready, for the GPU actor's).
+func (m *Manager) downOf(pid *actor.PID) chan struct{} {
+	if pid == nil {
+		return nil
+	}
+	return m.down[pid.Id]
+}
+
 func (m *Manager) props(p actor.Producer) *actor.Props {
 	d := actors.NewDedicated()
 	m.disps = append(m.disps, d)
@@ -382,10 +447,23 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 		return zero, ErrClosed
 	}
 	defer func() { <-m.calls }()
+	down := m.downOf(pid)
+	select {
+	case <-down:
+		return zero, fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id)
+	default:
+	}
 	m.system.Root.Send(pid, msg)
 	select {
 	case r := <-reply:
 		return r, nil
+	case <-down: // its reply, if it sent one before stopping, is taken first
+		select {
+		case r := <-reply:
+			return r, nil
+		default:
+			return zero, fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id)
+		}
 	case <-ctx.Done():
 		if call == nil || call.Cancel() {
 			return zero, cancelErr(ctx.Err(), call != nil)
@@ -402,6 +480,13 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 	select { // the actor took the request: its answer comes, or it stops or fails
 	case r := <-reply:
 		return r, nil
+	case <-down:
+		select {
+		case r := <-reply:
+			return r, nil
+		default:
+			return zero, fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id)
+		}
 	case <-m.stopped:
 		return zero, ErrClosed
 	case <-m.failed:
@@ -682,6 +767,9 @@ func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys,
 	below := hashes(k)[from:]
 	for _, ta := range m.tiers[1:] {
 		lr, ok, err := m.queryTier(ctx, ta, messages.QueryExists, below, k.Digests[from:])
+		if errors.Is(err, ErrTierDown) {
+			continue // holds nothing that is served
+		}
 		if err != nil {
 			return Presence{}, err
 		}
@@ -777,11 +865,17 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 			// Drains the pinned tier started before its delete may still
 			// wait in the fan-out to disk and remote: they reach the disk
 			// first, so its delete finds them.
-			if err := flush(m.lowPID); err != nil {
+			if err := flush(m.lowPID); err != nil && !errors.Is(err, ErrTierDown) {
 				return n, err
 			}
 		}
 		lr, ok, err := m.queryTier(ctx, ta, messages.QueryDelete, hs, k.Digests)
+		if errors.Is(err, ErrTierDown) {
+			if ta.tier == Disk { // its records stay on disk, to be reopened
+				return n, fmt.Errorf("%w: %w", ErrNotDurable, err)
+			}
+			continue // pinned memory: gone with the Manager
+		}
 		if err != nil {
 			return n, err
 		}
@@ -801,7 +895,7 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 		// started before its delete) land first: through the fan-out, then
 		// at the remote actor; then the chain goes.
 		for _, pid := range []*actor.PID{m.lowPID, m.remPID} {
-			if err := flush(pid); err != nil {
+			if err := flush(pid); err != nil && !errors.Is(err, ErrTierDown) {
 				return n, err
 			}
 		}
@@ -847,6 +941,9 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 func (m *Manager) Flush(ctx context.Context) error {
 	for _, ta := range m.tiers {
 		r, err := m.flushActor(ctx, ta.pid)
+		if errors.Is(err, ErrTierDown) {
+			continue // what it held in flight was answered as not written
+		}
 		if err != nil {
 			return err
 		}
@@ -898,6 +995,9 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	for _, ta := range m.tiers {
 		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
 		ts, err := ask(ctx, m, ta.pid, nil, req, req.Reply)
+		if errors.Is(err, ErrTierDown) {
+			ts, err = TierStats{Tier: ta.tier, Down: true}, nil
+		}
 		if err != nil {
 			return s, err
 		}
@@ -906,7 +1006,7 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	if m.idxPID != nil {
 		req := &messages.StatsRequest{Reply: make(chan TierStats, 1)}
 		ix, err := ask(ctx, m, m.idxPID, nil, req, req.Reply)
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrTierDown) {
 			return s, err
 		}
 		s.IndexBlocks = ix.UsedBlocks
@@ -917,10 +1017,13 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 	if m.evPID != nil {
 		req := &messages.EventsStatsRequest{Reply: make(chan EventStats, 1)}
 		ev, err := ask(ctx, m, m.evPID, nil, req, req.Reply)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrTierDown): // no stream: no stats
+		case err != nil:
 			return s, err
+		default:
+			s.Events = &ev
 		}
-		s.Events = &ev
 	}
 	return s, nil
 }
@@ -948,7 +1051,10 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.metrics.unregister()
 	}
 	close(m.done)
-	for _, pid := range []*actor.PID{m.gpuPID, m.pinPID, m.lowPID, m.diskPID, m.remPID, m.idxPID, m.evPID} { // the publisher last: it hears the others
+	// Each actor stops before those it asks and watches (a watcher would
+	// take the Terminated of an orderly stop for a failure), the publisher
+	// last: it hears the others.
+	for _, pid := range []*actor.PID{m.watcher, m.gpuPID, m.pinPID, m.lowPID, m.diskPID, m.idxPID, m.remPID, m.evPID} {
 		if pid != nil {
 			if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
 				m.cfg.Logger.Warn("kvtier: stopping an actor", zap.Error(err))

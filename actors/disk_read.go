@@ -255,7 +255,7 @@ func (a *DiskActor) replyRead(ctx actor.Context, req *diskReadReq) {
 		a.log.Warn("disk actor: LowerRead without a sender (use ctx.Request)", zap.Uint64("id", req.msg.ID))
 		return
 	}
-	ctx.Send(req.sender, &messages.LowerReadDone{ID: req.msg.ID, OK: req.ok})
+	ctx.Send(req.sender, &messages.LowerReadDone{ID: req.msg.ID, OK: req.ok, From: messages.Disk})
 }
 
 // getBuf returns a private aligned buffer that holds any payload with its

@@ -154,7 +154,7 @@ func (a *DiskActor) replyWrite(ctx actor.Context, req *diskWriteReq) {
 		// landed and left again before this answer (evicted by a later
 		// write's plan, or deleted) was never announced, and no BelowGone
 		// would ever correct a "held below" mark for it.
-		ctx.Send(req.sender, &messages.LowerWriteDone{Slots: req.slots, Written: req.announce})
+		ctx.Send(req.sender, &messages.LowerWriteDone{Slots: req.slots, Written: req.announce, From: messages.Disk})
 	} else {
 		a.log.Warn("disk actor: LowerWrite without a sender (use ctx.Request); slots not returned",
 			zap.Int("slots", len(req.slots)))

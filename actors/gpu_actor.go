@@ -196,7 +196,27 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		default:
 			ctx.Send(a.cfg.Events, m)
 		}
-	case *actor.Started, *actor.Stopping:
+	case *actor.Started:
+		// Should the pinned or index actor stop for good, nothing sent
+		// to them is answered: the tier stops using every tier below.
+		for _, pid := range []*actor.PID{a.cfg.Pinned, a.cfg.Index} {
+			if pid != nil {
+				ctx.Watch(pid)
+			}
+		}
+	case *actor.Terminated:
+		if m.Who.Equal(a.cfg.Pinned) || m.Who.Equal(a.cfg.Index) {
+			a.cfg.Log.Error("gpu actor: a tier below stopped for good; the GPU serves its own blocks alone", zap.String("actor", m.Who.Id))
+			a.t.LowerGone()
+		}
+	case *actor.DeadLetterResponse:
+		// A request that reached a stopped actor: its Terminated answers.
+	case *actor.Stopping:
+		for _, pid := range []*actor.PID{a.cfg.Pinned, a.cfg.Index} {
+			if pid != nil {
+				ctx.Unwatch(pid) // their orderly stops come after this one's
+			}
+		}
 	case *actor.Stopped:
 		a.t.Stop()
 	default:

@@ -26,9 +26,12 @@ type IndexActor struct {
 	lookups uint64
 	// remote, when set, is the shared tier's actor: the part of a chain no
 	// local tier holds is looked up there (one round trip per Lookup).
-	remote  *actor.PID
-	nextID  uint64
-	pending map[uint64]*remotePending
+	remote *actor.PID
+	// remoteActor is Remote as configured, watched: remote is cleared when
+	// the tier goes out of service, remoteActor never.
+	remoteActor *actor.PID
+	nextID      uint64
+	pending     map[uint64]*remotePending
 	// gpu and pinned hear of blocks that left the tiers below them
 	// (messages.BelowGone), once IndexWatch named them: the GPU when a
 	// block left every tier in order, pinned (the first) when it left
@@ -43,6 +46,15 @@ type IndexActor struct {
 	// down are the tiers messages.TiersDown took out of service: their
 	// additions are ignored from then on.
 	down messages.Tier
+	// busy is the Lookup being answered, so that a failure half-way
+	// through still answers it (as finding nothing below).
+	busy *busyLookup
+}
+
+type busyLookup struct {
+	to     *actor.PID
+	id     uint64
+	chains int
 }
 
 // IndexWatch names the tiers the index tells when blocks leave the tiers
@@ -78,7 +90,8 @@ type IndexConfig struct {
 	Remote, Events *actor.PID
 }
 
-// NewIndexActor returns the actor's producer, or an error for a Tiers list
+// NewIndexActor returns the actor's producer (one actor per producer: its
+// state outlives a restart), or an error for a Tiers list
 // that is empty, does not start with pinned memory, repeats a tier, or names
 // a set, an unknown tier, the GPU or the remote tier.
 func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
@@ -98,10 +111,15 @@ func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
 		cfg.Log = zap.NewNop()
 	}
 	order := append([]messages.Tier(nil), cfg.Tiers...)
-	return func() actor.Actor {
-		return &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, pos: pos, known: seen,
-			remote: cfg.Remote, events: cfg.Events, pending: map[uint64]*remotePending{}}
-	}, nil
+	// One instance for every incarnation: a restart keeps the residency,
+	// the lookups waiting on the remote tier and the PIDs IndexWatch named
+	// (a fresh index would leave allocations waiting for ever and forget
+	// whom to tell of blocks leaving). An update the failure cut short may
+	// leave an entry that is wrong; that costs a miss, never a wrong block,
+	// as every tier verifies what it serves.
+	a := &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, pos: pos, known: seen,
+		remote: cfg.Remote, remoteActor: cfg.Remote, events: cfg.Events, pending: map[uint64]*remotePending{}}
+	return func() actor.Actor { return a }, nil
 }
 
 // sendMisses tells the disk tier, when IndexWatch named it, which blocks of
@@ -152,29 +170,9 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	case *messages.TiersDown:
 		a.tiersDown(ctx, m.Tiers)
 	case *messages.Lookup:
-		a.lookups++
-		res := &messages.LookupResult{ID: m.ID, Tiers: make([][]messages.Tier, len(m.Chains))}
-		var ask *messages.RemoteLookup
-		var p *remotePending
-		for i, chain := range m.Chains {
-			res.Tiers[i] = a.leadingRun(chain)
-			if n := len(res.Tiers[i]); a.remote != nil && n < len(chain) && i < len(m.Digests) && len(m.Digests[i]) == len(chain) {
-				if ask == nil {
-					a.nextID++
-					ask = &messages.RemoteLookup{ID: a.nextID}
-					p = &remotePending{to: ctx.Sender(), res: res}
-				}
-				ask.Digests = append(ask.Digests, m.Digests[i][n:])
-				p.chains = append(p.chains, i)
-			}
-		}
-		a.sendMisses(ctx, m.Chains, res.Tiers)
-		if ask == nil {
-			ctx.Respond(res)
-			return
-		}
-		a.pending[ask.ID] = p
-		ctx.Request(a.remote, ask)
+		a.busy = &busyLookup{to: ctx.Sender(), id: m.ID, chains: len(m.Chains)}
+		a.lookup(ctx, m)
+		a.busy = nil // not deferred: a panic must leave it for Restarting
 	case *messages.RemoteLookupResult:
 		p, ok := a.pending[m.ID]
 		if !ok {
@@ -190,6 +188,22 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 			}
 		}
 		ctx.Send(p.to, p.res)
+	case *actor.Started:
+		if a.remoteActor != nil {
+			ctx.Watch(a.remoteActor)
+		}
+	case *actor.Terminated:
+		if a.remoteActor != nil && m.Who.Equal(a.remoteActor) {
+			a.remoteGone(ctx)
+		}
+	case *actor.Restarting:
+		if b := a.busy; b != nil && b.to != nil {
+			a.busy = nil
+			ctx.Send(b.to, &messages.LookupResult{ID: b.id, Tiers: make([][]messages.Tier, b.chains)})
+		}
+	case *actor.DeadLetterResponse:
+		// A lookup that reached the remote tier after it stopped: its
+		// Terminated answers it.
 	case *messages.ResidencyQuery:
 		out := map[messages.Tier][]uint64{}
 		for h, t := range a.residency {
@@ -202,9 +216,58 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 		m.Reply <- out
 	case *messages.StatsRequest:
 		m.Reply <- messages.TierStats{UsedBlocks: len(a.residency), Extra: map[string]float64{"lookups": float64(a.lookups)}}
-	case *actor.Started, *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	case *actor.Stopping:
+		if a.remoteActor != nil {
+			ctx.Unwatch(a.remoteActor) // its orderly stop comes after this one's
+		}
+	case *actor.Stopped:
 	default:
 		a.log.Warn("index actor: unexpected message", zap.String("type", typeName(m)))
+	}
+}
+
+// lookup answers m from the residency, asking the remote tier (one round
+// trip for the batch) about what no local tier holds.
+func (a *IndexActor) lookup(ctx actor.Context, m *messages.Lookup) {
+	a.lookups++
+	res := &messages.LookupResult{ID: m.ID, Tiers: make([][]messages.Tier, len(m.Chains))}
+	var ask *messages.RemoteLookup
+	var p *remotePending
+	for i, chain := range m.Chains {
+		res.Tiers[i] = a.leadingRun(chain)
+		if n := len(res.Tiers[i]); a.remote != nil && n < len(chain) && i < len(m.Digests) && len(m.Digests[i]) == len(chain) {
+			if ask == nil {
+				a.nextID++
+				ask = &messages.RemoteLookup{ID: a.nextID}
+				p = &remotePending{to: ctx.Sender(), res: res}
+			}
+			ask.Digests = append(ask.Digests, m.Digests[i][n:])
+			p.chains = append(p.chains, i)
+		}
+	}
+	a.sendMisses(ctx, m.Chains, res.Tiers)
+	if ask == nil {
+		ctx.Respond(res)
+		return
+	}
+	a.pending[ask.ID] = p
+	ctx.Request(a.remote, ask)
+}
+
+// remoteGone stops asking the shared tier, whose actor stopped for good:
+// lookups waiting on it are answered with what the node's own tiers hold.
+func (a *IndexActor) remoteGone(ctx actor.Context) {
+	a.log.Error("index actor: the remote tier's actor stopped for good; lookups no longer ask it")
+	a.remote = nil
+	ids := make([]uint64, 0, len(a.pending))
+	for id := range a.pending {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		p := a.pending[id]
+		delete(a.pending, id)
+		ctx.Send(p.to, p.res)
 	}
 }
 

@@ -10,9 +10,13 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
-// holdingTier is a fake lower tier that keeps its LowerWrite answers until
-// it receives releaseWrites, then sends them (every slot, nothing written).
-type holdingTier struct{ held []func(actor.Context) }
+// holdingTier is a fake lower tier that keeps its answers until it
+// receives releaseWrites, then sends them: a write returns every slot with
+// nothing written, a read finds every block.
+type holdingTier struct {
+	from messages.Tier
+	held []func(actor.Context)
+}
 
 type releaseWrites struct{}
 
@@ -20,9 +24,16 @@ func (f *holdingTier) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.LowerWrite:
 		to := ctx.Sender()
-		done := &messages.LowerWriteDone{}
+		done := &messages.LowerWriteDone{From: f.from}
 		for _, it := range m.Items {
 			done.Slots = append(done.Slots, it.Slot)
+		}
+		f.held = append(f.held, func(c actor.Context) { c.Send(to, done) })
+	case *messages.LowerRead:
+		to := ctx.Sender()
+		done := &messages.LowerReadDone{ID: m.ID, OK: make([]bool, len(m.Items)), From: f.from}
+		for i := range done.OK {
+			done.OK[i] = true
 		}
 		f.held = append(f.held, func(c actor.Context) { c.Send(to, done) })
 	case releaseWrites:
@@ -39,9 +50,9 @@ func (f *holdingTier) Receive(ctx actor.Context) {
 // pinned actor never got its slot back.
 func TestLowerActorRestartKeepsRequestsInFlight(t *testing.T) {
 	sys := actor.NewActorSystem()
-	disk := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &holdingTier{} }))
-	remote := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &holdingTier{} }))
-	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(disk, remote, zap.NewNop())))
+	disk := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &holdingTier{from: messages.Disk} }))
+	remote := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &holdingTier{from: messages.Remote} }))
+	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(disk, remote, nil, zap.NewNop())))
 	got := make(chan *messages.LowerWriteDone, 1)
 	pinned := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if m, ok := ctx.Message().(*messages.LowerWriteDone); ok {

@@ -18,8 +18,13 @@ type PinnedConfig struct {
 	// offload over it is denied and counted, never queued.
 	WriteQuota int
 	// Disk is the actor of the tier below (disk, remote, or a fan-out to
-	// both); nil for none.
+	// both); nil for none. The pinned actor watches it: should it stop for
+	// good, what waited on it is answered (pinned.Tier.LowerGone) and the
+	// index takes LowerTiers out of service.
 	Disk *actor.PID
+	// LowerTiers are the tiers reached through Disk (default: the disk and
+	// the remote tier).
+	LowerTiers messages.Tier
 	// DiskIngestion says when pinned blocks are written below: IngestEvict
 	// (victims drain before their slot is reused; the actor keeps FreeTarget
 	// slots free ahead of need), IngestAll (every committed block is written
@@ -55,6 +60,9 @@ type PinnedActor struct {
 func NewPinnedActor(cfg PinnedConfig) actor.Producer {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
+	}
+	if cfg.LowerTiers == 0 {
+		cfg.LowerTiers = messages.Disk | messages.Remote
 	}
 	clock := cfg.Clock
 	if clock == nil {
@@ -95,7 +103,23 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		a.t.Flush(m.Reply)
 	case *messages.StatsRequest:
 		m.Reply <- a.t.Stats()
-	case *actor.Started, *actor.Stopping:
+	case *actor.Started:
+		if a.cfg.Disk != nil {
+			ctx.Watch(a.cfg.Disk)
+		}
+	case *actor.Terminated:
+		if a.cfg.Disk != nil && m.Who.Equal(a.cfg.Disk) {
+			a.cfg.Log.Error("pinned actor: the tier below stopped for good; it is out of service", zap.Stringer("tiers", a.cfg.LowerTiers))
+			a.t.LowerGone()
+			ctx.Send(a.cfg.Index, &messages.TiersDown{Tiers: a.cfg.LowerTiers})
+		}
+	case *actor.DeadLetterResponse:
+		// A request that reached the tier below after it stopped: its
+		// Terminated answers what waited on it.
+	case *actor.Stopping:
+		if a.cfg.Disk != nil {
+			ctx.Unwatch(a.cfg.Disk) // its orderly stop comes after this one's
+		}
 	case *actor.Restarting:
 		a.cfg.Log.Error("pinned actor: restarting after a failure; the pinned tier stops serving")
 		a.t.Stop()

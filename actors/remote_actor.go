@@ -57,7 +57,8 @@ type RemoteActor struct {
 	stats    messages.TierStats
 }
 
-// NewRemoteActor returns the actor's producer.
+// NewRemoteActor returns the actor's producer (see below: one actor per
+// producer).
 func NewRemoteActor(cfg RemoteConfig) actor.Producer {
 	if cfg.WriteQuotaBytes <= 0 {
 		cfg.WriteQuotaBytes = 256 << 20
@@ -71,11 +72,14 @@ func NewRemoteActor(cfg RemoteConfig) actor.Producer {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	return func() actor.Actor {
-		ctx, cancel := context.WithCancel(context.Background())
-		return &RemoteActor{cfg: cfg, store: cfg.Store, base: ctx, cancel: cancel, pending: map[uint64]bool{},
-			stats: messages.TierStats{Tier: messages.Remote, Extra: map[string]float64{}}}
-	}
+	// One instance for every incarnation: a restart keeps the calls in
+	// flight (their goroutines write pinned slots, and Stopping must wait
+	// for them), the quota they hold, the flushes waiting and the counters.
+	// So one producer spawns one actor, as it owns one Store.
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &RemoteActor{cfg: cfg, store: cfg.Store, base: ctx, cancel: cancel, pending: map[uint64]bool{},
+		stats: messages.TierStats{Tier: messages.Remote, Extra: map[string]float64{}}}
+	return func() actor.Actor { return a }
 }
 
 type remoteWritten struct {
@@ -164,7 +168,7 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		blocks = append(blocks, remote.Block{Key: remote.Key{Digest: it.Digest}, Hash: it.Hash, Tokens: it.Tokens, Payload: it.Bytes})
 	}
 	if len(blocks) == 0 {
-		ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots})
+		ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, From: messages.Remote})
 		return
 	}
 	a.inFlight += w.bytes
@@ -210,7 +214,7 @@ func (a *RemoteActor) written(ctx actor.Context, w *remoteWritten) {
 		}
 		ctx.Send(a.cfg.Events, r) // before the slots go back: stored below before gone above
 	}
-	ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, Written: ok})
+	ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, Written: ok, From: messages.Remote})
 	a.answerFlushers()
 }
 
@@ -299,7 +303,7 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 	if gone != nil && len(gone.Changes) > 0 {
 		ctx.Send(a.cfg.Events, gone)
 	}
-	ctx.Send(r.to, &messages.LowerReadDone{ID: r.id, OK: ok})
+	ctx.Send(r.to, &messages.LowerReadDone{ID: r.id, OK: ok, From: messages.Remote})
 }
 
 // lookup asks how much of each chain the remote tier holds, in one round

@@ -57,9 +57,14 @@ type LowerWrite struct {
 // on the tier and announced to the index with IndexUpdate for that tier, so
 // that a later removal reaches the writer as BelowGone; a block that landed
 // and left again before the answer is not listed.
+//
+// From names the tier that answers (the disk actor Disk, the remote actor
+// Remote; the fan-out over both names the tiers it asked), so that an
+// actor asking several tiers can tell their answers apart.
 type LowerWriteDone struct {
 	Slots   []int
 	Written []uint64
+	From    Tier
 }
 
 // LowerReadItem is one block to read from a lower tier into a pinned slot.
@@ -95,9 +100,11 @@ type LowerRead struct {
 // verified payload; false means a miss (not held, corrupt, I/O error, past
 // the deadline, digest mismatch) and the slot's bytes are unspecified. From
 // this message on the pinned actor owns every slot of the request again.
+// From names the tier that answers, as in LowerWriteDone.
 type LowerReadDone struct {
-	ID uint64
-	OK []bool
+	ID   uint64
+	OK   []bool
+	From Tier
 }
 
 // LowerQuery asks a lower tier about hashes; the disk actor answers it (the

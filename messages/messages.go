@@ -362,7 +362,10 @@ type TierStats struct {
 	DoubleGetSkips uint64 // lower-tier hits not fetched: below the double-get thresholds
 	Mismatches     uint64 // blocks found under their hash whose digest differed (never served)
 	InFlight       int
-	Extra          map[string]float64 `json:",omitempty"`
+	// Down says the tier's actor stopped for good after repeated failures
+	// (the other fields are then zero): its blocks are no longer served.
+	Down  bool               `json:",omitempty"`
+	Extra map[string]float64 `json:",omitempty"`
 	// Tokens (the GPU tier only) is what allocations asked and found, by
 	// namespace label: a tenant salt the Manager's MetricsNamespaces names,
 	// or "other".

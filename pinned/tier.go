@@ -99,7 +99,10 @@ type Tier struct {
 	nextID   uint64
 	draining map[int]bool          // slots sent below: true = draining (Free when done), false = read reference (Release)
 	reads    map[uint64]*lowerRead // reads from below in flight
-	queue    []pendingGrant        // offloads waiting for slots to drain
+	// lowerGone: the tier below stopped for good (LowerGone); cfg.Lower is
+	// false from then on.
+	lowerGone bool
+	queue     []pendingGrant // offloads waiting for slots to drain
 	// A draining slot still holds its block until the tier below has it:
 	// fetches are served from it meanwhile, and it is freed after its last
 	// reader.

@@ -229,3 +229,103 @@ func TestTierShortReadSaysWhy(t *testing.T) {
 		t.Fatalf("Misses = %d, want 1 (block 6)", st.Misses)
 	}
 }
+
+// LowerGone (the tier below stopped for good) answers everything that waited
+// on it — an offer queued for a drain, a fetch and a prefetch reading from
+// below, a flush — frees the drained slot, and from then on sends nothing
+// below: victims are dropped, misses stay misses. A late answer from the
+// stopped tier changes nothing. Unlike Stop, the tier keeps serving.
+func TestTierLowerGoneAnswersWhatWaitedBelow(t *testing.T) {
+	tr := drainingOne(t) // one slot free, block 1 draining
+	tr.Offload(offer(10, 11, 12), gpuPeer{})
+	step(t, tr)
+	tr.Fetch(fetch(2, 20), gpuPeer{})
+	r := step(t, tr)
+	var read *messages.LowerRead
+	for _, m := range r.ToLower {
+		if rd, ok := m.(*messages.LowerRead); ok {
+			read = rd
+		}
+	}
+	if read == nil {
+		t.Fatalf("the fetch of 20 read nothing from below: %+v", r.ToLower)
+	}
+	pre := &messages.PinnedQuery{Kind: messages.QueryPrefetch, Hashes: []uint64{3, 30},
+		Digests: []prefixhash.Digest{digest(3), digest(30)}, Reply: make(chan *messages.QueryResult, 1)}
+	tr.Query(pre)
+	step(t, tr)
+	flush := make(chan error, 1)
+	tr.Flush(flush)
+	step(t, tr)
+
+	tr.LowerGone()
+	r = step(t, tr)
+	if len(r.ToLower) != 0 {
+		t.Fatalf("LowerGone sent %d requests below", len(r.ToLower))
+	}
+	og := grantOf(t, r)
+	if len(og.Slots) != 3 {
+		t.Errorf("queued offer at LowerGone: %+v, want an answer for each of three blocks", og)
+	}
+	fg := fetchGrantOf(t, r)
+	if len(fg.Slots) != 1 || fg.Short != messages.MissFailed {
+		t.Errorf("fetch reading from below at LowerGone: %+v, want block 2 from here and the rest failed", fg)
+	}
+	select {
+	case res := <-pre.Reply:
+		if res.Tokens[messages.Pinned.Index()] != 1 {
+			t.Errorf("prefetch at LowerGone: %+v, want the one block held here", res)
+		}
+	default:
+		t.Error("LowerGone left a prefetch unanswered")
+	}
+	if _, ok := tr.drainOf[1]; ok || len(tr.draining) != 0 || len(tr.reads) != 0 {
+		t.Errorf("after LowerGone: draining %v, reads %d", tr.draining, len(tr.reads))
+	}
+	var removed bool
+	for _, u := range r.ToIndex {
+		removed = removed || (len(u.Remove) > 0 && u.Remove[0] == 1)
+	}
+	if !removed {
+		t.Errorf("the drained block 1 was not removed from the index: %+v", r.ToIndex)
+	}
+
+	// A late answer from the stopped tier: ignored.
+	before := tr.Pool().Stats()
+	tr.LowerRead(&messages.LowerReadDone{ID: read.ID, OK: []bool{true}})
+	tr.LowerWritten(&messages.LowerWriteDone{Slots: []int{0, 1, 2, 3}, Written: []uint64{1, 2, 3}})
+	step(t, tr)
+	if after := tr.Pool().Stats(); after != before {
+		t.Errorf("late answers changed the pool: %+v -> %+v", before, after)
+	}
+
+	// Still serving: the GPU finishes its copies and reads, the flush is
+	// answered, and a new offer evicts without draining.
+	var done messages.OffloadDone
+	for i, slot := range og.Slots {
+		if slot >= 0 {
+			done.Slots, done.Hashes = append(done.Slots, slot), append(done.Hashes, offer(10, 11, 12).Items[i].Hash)
+		}
+	}
+	tr.OffloadDone(&done)
+	tr.Release(fg.Slots)
+	step(t, tr)
+	tr.Offload(offer(50, 51, 52, 53), gpuPeer{})
+	r = step(t, tr)
+	if len(r.ToLower) != 0 {
+		t.Errorf("an offer after LowerGone sent %+v below", r.ToLower)
+	}
+	for _, s := range grantOf(t, r).Slots {
+		if s < 0 {
+			t.Errorf("an offer after LowerGone was denied a slot: %+v", grantOf(t, r))
+		}
+	}
+	select {
+	case err := <-flush:
+		if err != nil {
+			t.Errorf("flush at LowerGone: %v", err)
+		}
+	default:
+		t.Error("LowerGone left a flush unanswered")
+	}
+}

@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -112,7 +113,15 @@ func (t *Tier) LowerWritten(m *messages.LowerWriteDone) {
 	if t.stopped {
 		return
 	}
+	if t.lowerGone {
+		t.log.Debug("pinned tier: a late write answer from the tier below, out of service", zap.Int("slots", len(m.Slots)))
+		return
+	}
 	t.event()
+	t.lowerWritten(m)
+}
+
+func (t *Tier) lowerWritten(m *messages.LowerWriteDone) {
 	if len(m.Written) > 0 {
 		written := make(map[uint64]bool, len(m.Written))
 		for _, h := range m.Written {
@@ -230,7 +239,15 @@ func (t *Tier) LowerRead(m *messages.LowerReadDone) {
 	if t.stopped {
 		return
 	}
+	if t.lowerGone {
+		t.log.Debug("pinned tier: a late read answer from the tier below, out of service", zap.Uint64("id", m.ID))
+		return
+	}
 	t.event()
+	t.lowerRead(m)
+}
+
+func (t *Tier) lowerRead(m *messages.LowerReadDone) {
 	f, ok := t.reads[m.ID]
 	if !ok {
 		t.log.Error("pinned tier: disk read done for an unknown read", zap.Uint64("id", m.ID))
@@ -313,4 +330,47 @@ func (t *Tier) touchHot(h uint64, slot int) {
 	if t.pool.CountFetch(slot)%t.cfg.HotHits == 0 { // again every HotHits fetches, should a write be denied
 		t.writeThrough([]uint64{h})
 	}
+}
+
+// LowerGone takes the tier below out of service, for good: its actor
+// stopped, so nothing it was asked will be answered. Writes in flight end as
+// not written (drained slots are freed, their blocks gone from this node;
+// written-through ones stay), reads as missed, reads waiting for a slot as
+// failed; from now on victims are dropped, not drained, and misses are not
+// read from below. Answers the tier sent before it stopped that arrive later
+// are ignored: the slots they name may hold other blocks by then.
+func (t *Tier) LowerGone() {
+	if t.stopped || t.lowerGone || !t.cfg.Lower {
+		return
+	}
+	t.event()
+	t.lowerGone, t.cfg.Lower = true, false
+	queued := t.readQ
+	t.readQ = nil
+	for _, r := range queued {
+		t.cause = r.f.ep
+		if r.f.grant != nil {
+			r.f.grant.Short = messages.MissFailed
+			t.stats.Misses += uint64(len(r.hashes))
+		}
+		t.finishFetch(r.f, nil)
+	}
+	ids := make([]uint64, 0, len(t.reads))
+	for id := range t.reads {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t.lowerRead(&messages.LowerReadDone{ID: id})
+	}
+	slots := make([]int, 0, len(t.draining))
+	for s := range t.draining {
+		slots = append(slots, s)
+	}
+	slices.Sort(slots)
+	if len(slots) > 0 {
+		t.lowerWritten(&messages.LowerWriteDone{Slots: slots})
+	}
+	t.serveGrants()
+	t.maybeFlushed()
 }

@@ -332,3 +332,50 @@ func (t *Tier) BelowGone(hashes []uint64) {
 		}
 	}
 }
+
+// LowerGone takes every tier below the GPU out of service, for good: the
+// actor of the pinned tier or of the prefix index stopped, so nothing asked
+// of them will be answered. Lookups waiting are answered as finding nothing
+// below, offers not yet granted are denied, loads not yet granted miss
+// (MissFailed); copies under way finish as they would. From then on no
+// lookup, offload or load is sent: the GPU serves its own blocks alone.
+func (t *Tier) LowerGone() {
+	if t.stopped || !t.cfg.Lower {
+		return
+	}
+	t.cfg.Lower = false
+	queued := t.serialQueue
+	t.serialQueue = nil
+	for _, q := range queued {
+		if q.op != nil { // never offered: denied as the pinned tier would
+			t.offload[q.id] = q.op
+		}
+	}
+	for _, id := range sortedKeys(t.lookups) {
+		t.lookupDone(&messages.LookupResult{ID: id, Tiers: make([][]messages.Tier, len(t.lookups[id].waiting))})
+	}
+	for _, id := range sortedKeys(t.offload) {
+		if op := t.offload[id]; op != nil && len(op.slots) == 0 {
+			g := &messages.OffloadGrant{ID: id, Slots: make([]int, len(op.items)), Bytes: make([][]byte, len(op.items))}
+			for i := range g.Slots {
+				g.Slots[i] = messages.SlotDenied
+			}
+			t.offloadGranted(g)
+		}
+	}
+	for _, id := range sortedKeys(t.fetches) {
+		if op := t.fetches[id]; op != nil && op.slots == nil && !op.copied {
+			t.fetchGranted(&messages.FetchGrant{ID: id, Short: messages.MissFailed})
+		}
+	}
+	t.maybeFlushed()
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	ks := make([]uint64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -513,3 +513,75 @@ func TestSerialOffloadsParkBehindQueuedOffload(t *testing.T) {
 		}
 	}
 }
+
+// TestLowerGoneAnswersWhatWaitedBelow: when the tiers below stop for good,
+// an allocation waiting for the index is answered as a miss below, a load
+// waiting for its grant misses (MissFailed), offers not yet granted (one
+// sent, one queued behind it under SerialOffloads) are denied and their
+// blocks released, a flush is answered, and nothing more goes below.
+func TestLowerGoneAnswersWhatWaitedBelow(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: true})
+	for seq := uint64(1); seq <= 2; seq++ {
+		if res, _ := allocate(t, tr, seq, prompt(int(100*seq), 2*bs), []messages.Tier{}); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	if r := drain(t, tr); len(r.ToPinned) != 1 {
+		t.Fatalf("commit of sequence 1 sent %+v, want one offer", r.ToPinned)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 2, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	if r := drain(t, tr); len(r.ToPinned) != 0 {
+		t.Fatalf("second offer not queued: %+v", r.ToPinned)
+	}
+	// A load of a chain pinned memory holds, waiting for its grant.
+	load, _ := allocate(t, tr, 3, prompt(500, 2*bs), []messages.Tier{messages.Pinned, messages.Pinned})
+	if load.Err != nil {
+		t.Fatal(load.Err)
+	}
+	// An allocation waiting for the index.
+	var pending *messages.AllocateBatchResult
+	q := prompt(900, 2*bs)
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 4, Tokens: q}}, []*blockpool.Keys{blockpool.ComputeKeys("", q, bs, true)},
+		func(r *messages.AllocateBatchResult) { pending = r })
+	drain(t, tr)
+	flush := make(chan error, 1)
+	tr.Flush(flush)
+	drain(t, tr)
+	if pending != nil || len(flush) != 0 {
+		t.Fatal("answered before the tiers below were gone")
+	}
+
+	tr.LowerGone()
+	r := drain(t, tr)
+	if pending == nil || pending.Results[0].Err != nil || pending.Results[0].Tokens.Below() != 0 {
+		t.Fatalf("the allocation waiting for the index: %+v, want a miss below", pending)
+	}
+	select {
+	case <-load.Ready.Done():
+		if out := load.Ready.Outcome(); out.Failed != 2 {
+			t.Errorf("the load waiting for its grant: outcome %+v, want 2 failed", out)
+		}
+	default:
+		t.Error("the load waiting for its grant was not answered")
+	}
+	if len(flush) != 1 || <-flush != nil {
+		t.Error("the flush was not answered")
+	}
+	for _, m := range r.ToPinned {
+		if _, ok := m.(*messages.OffloadRequest); ok {
+			t.Errorf("the queued offer was sent after LowerGone: %+v", m)
+		}
+	}
+	if st := tr.Stats(); st.Denied != 4 {
+		t.Errorf("denied %d blocks, want the 4 of the two offers", st.Denied)
+	}
+	// Later work stays on the GPU.
+	tr.CommitBatch([]messages.CommitItem{{Seq: 4, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	q2 := prompt(1300, 2*bs)
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 5, Tokens: q2}}, []*blockpool.Keys{blockpool.ComputeKeys("", q2, bs, true)},
+		func(*messages.AllocateBatchResult) {})
+	if r := drain(t, tr); len(r.ToPinned) != 0 || len(r.ToIndex) != 0 {
+		t.Errorf("after LowerGone: to pinned %+v, to index %+v", r.ToPinned, r.ToIndex)
+	}
+}

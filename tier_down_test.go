@@ -1,0 +1,128 @@
+package kvtier
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestDiskActorStoppedForGood: protoactor stops an actor that keeps failing
+// (10 restarts in 10 s). When that is the disk tier's, nothing waits for
+// ever on it: the pinned tier's drains to it (sent after it stopped, so
+// dead letters) are answered as not written, its blocks are no longer
+// looked up, Flush and Close return, Stats says it is down, and Delete says
+// its records could not be scrubbed. Before, the pinned actor dropped the
+// dead letters: its slots never came back and Flush waited for ever.
+func TestDiskActorStoppedForGood(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := newManager(t, diskConfig(t, t.TempDir()))
+	a := toks(100, 4*bt)
+	pushDown(t, m, a)
+	// An orderly stop sends the same Terminated as protoactor's stop
+	// after repeated failures; requests after it are dead letters alike.
+	if err := m.system.Root.StopFuture(m.diskPID).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 { // drains from pinned memory to the stopped disk
+		o := toks(50000*(i+2), 8*bt)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: uint64(100 + i), Tokens: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+		if err := commitFree(ctx, m, uint64(100+i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Flush(ctx); err != nil {
+			t.Fatalf("flush %d with the disk tier down: %v", i, err)
+		}
+	}
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Tokens.Of(Disk) != 0 {
+		t.Errorf("allocation %+v: blocks served from a stopped disk tier", r.Tokens)
+	}
+	if out := wait(t, r); out.ValidTokens != r.Tokens.Of(GPU)+r.Tokens.Of(Pinned) {
+		t.Errorf("outcome %+v for %+v", out, r.Tokens)
+	}
+	if err := m.Free(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Tier(Disk).Down || st.Tier(Pinned).Down {
+		t.Errorf("stats: disk down %v, pinned down %v; want the disk alone down", st.Tier(Disk).Down, st.Tier(Pinned).Down)
+	}
+	if p, err := m.Exists(ctx, a, ""); err != nil || p.Tokens.Of(Disk) != 0 {
+		t.Errorf("exists: %+v, %v", p, err)
+	}
+	if _, err := m.Delete(ctx, a, ""); !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrTierDown) {
+		t.Errorf("delete with the disk tier down: %v, want ErrNotDurable wrapping ErrTierDown", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("close: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close (no deadline) hung with the disk tier down")
+	}
+}
+
+// TestIndexAndPinnedActorsStoppedForGood: with the index's actor stopped,
+// allocations no longer wait for lookups (the GPU serves its own blocks
+// alone); with the pinned tier's stopped too, commits offer nothing below
+// and Flush, Stats and Close return. Before, the allocation waited for a
+// lookup answer that could not come.
+func TestIndexAndPinnedActorsStoppedForGood(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, Ingestion: IngestAll})
+	a := toks(7, 2*bt)
+	cycle := func(seq uint64, tokens []int64) AllocResult {
+		t.Helper()
+		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tokens})
+		if err != nil {
+			t.Fatalf("allocate %d: %v", seq, err)
+		}
+		wait(t, r)
+		writeBlocks(t, m, r.Blocks, tokens, "")
+		if err := commitFree(ctx, m, seq); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	cycle(1, a)
+	if err := m.system.Root.StopFuture(m.idxPID).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	cycle(2, toks(900, 8*bt)) // evicts a from the GPU
+	if r := cycle(3, a); r.Tokens.Below() != 0 {
+		t.Errorf("allocation with the index down: %+v, want nothing from below", r.Tokens)
+	}
+	if err := m.system.Root.StopFuture(m.pinPID).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	cycle(4, toks(300, 2*bt))
+	if err := m.Flush(ctx); err != nil {
+		t.Errorf("flush: %v", err)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Tier(Pinned).Down || st.Tier(GPU).Down {
+		t.Errorf("stats: pinned down %v, GPU down %v", st.Tier(Pinned).Down, st.Tier(GPU).Down)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
