@@ -613,7 +613,7 @@ func (s *cudaStream) WaitFence(f Fence) error {
 	if nilFence(f) {
 		return fmt.Errorf("%w: nil fence", ErrBadFence)
 	}
-	if err := s.arena.dev.checkFence(f); err != nil {
+	if err := s.arena.dev.CheckFence(f); err != nil {
 		return err
 	}
 	s.enqMu.Lock()

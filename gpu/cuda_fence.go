@@ -91,8 +91,9 @@ func (c *cudaSignal) release() {
 	}()
 }
 
-// checkFence accepts the fences a stream of d can wait on the device for.
-func (d *cudaDevice) checkFence(f Fence) error {
+// CheckFence implements Device: it accepts the fences a stream of d can
+// wait on the device for.
+func (d *cudaDevice) CheckFence(f Fence) error {
 	switch f := f.(type) {
 	case *CUDAFence:
 		if f.dev != d {

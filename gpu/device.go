@@ -35,6 +35,14 @@ type Device interface {
 	// the device can copy to and from asynchronously. The caller must Free
 	// it (or Close the device).
 	AllocHost(bytes int) (HostBuffer, error)
+	// CheckFence reports whether this device's streams can wait on f, so
+	// that a caller can refuse a fence before acting on it: nil for any
+	// fence on the host backend; on CUDA, an error wrapping ErrBadFence
+	// unless f is a *CUDAFence or *SignalFence made for this device. It is
+	// part of the interface so that a wrapper embedding a Device passes it
+	// through. Callers use the package function CheckFence, which also
+	// accepts no fence (nil, or a nil pointer).
+	CheckFence(f Fence) error
 	// Close closes every stream, frees every arena and host buffer, and
 	// releases the device. Later calls fail with ErrClosed; a second
 	// Close returns nil.

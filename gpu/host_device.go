@@ -119,6 +119,10 @@ func (d *hostDevice) NewStream(arena Arena) (Stream, error) {
 	return s, nil
 }
 
+// CheckFence implements Device: a host stream waits on any fence, on the
+// host.
+func (d *hostDevice) CheckFence(Fence) error { return nil }
+
 func (d *hostDevice) AllocHost(n int) (HostBuffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: host buffer of %d bytes", ErrInvalidSize, n)

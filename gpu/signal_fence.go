@@ -94,16 +94,11 @@ func (f *SignalFence) abandon() {
 	})
 }
 
-// CheckFence reports whether streams of d can wait on f, so a caller can
-// refuse a fence before acting on it: nil for no fence (nil, or a nil
-// pointer) and for any fence on the host backend; on CUDA, ErrBadFence
-// unless f is a *CUDAFence or *SignalFence made for d.
+// CheckFence reports whether streams of d can wait on f (Device.CheckFence),
+// and accepts no fence (nil, or a nil pointer) on every device.
 func CheckFence(d Device, f Fence) error {
 	if nilFence(f) {
 		return nil
 	}
-	if c, ok := d.(interface{ checkFence(Fence) error }); ok {
-		return c.checkFence(f)
-	}
-	return nil
+	return d.CheckFence(f)
 }

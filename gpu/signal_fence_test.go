@@ -95,7 +95,8 @@ func TestSignalFenceAbandonedAtDeviceClose(t *testing.T) {
 
 // TestCheckFence: no fence is fine everywhere; the host backend waits on
 // any Fence; a CUDA stream only on a CUDAFence or SignalFence of its own
-// device, and WaitFence refuses the others the same way.
+// device, and WaitFence refuses the others the same way; a wrapper that
+// embeds the Device answers as it does.
 func TestCheckFence(t *testing.T) {
 	d := newTestDevice(t)
 	var nilHost *HostFence
@@ -123,6 +124,11 @@ func TestCheckFence(t *testing.T) {
 	defer s.Close()
 	for name, f := range map[string]Fence{"HostFence": NewHostFence(), "another device's SignalFence": foreign} {
 		err := CheckFence(d, f)
+		// A wrapper embedding the Device (as a user's instrumented device
+		// does) answers as the device: CheckFence is part of Device.
+		if werr := CheckFence(struct{ Device }{d}, f); (werr == nil) != (err == nil) {
+			t.Errorf("CheckFence(%s) through a wrapper = %v, on the device = %v", name, werr, err)
+		}
 		switch Backend {
 		case "cuda":
 			if !errors.Is(err, ErrBadFence) {
