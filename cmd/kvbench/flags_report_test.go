@@ -22,6 +22,8 @@ func TestFlagsReportUnusedRejected(t *testing.T) {
 		{[]string{"-suite", "copy,alloc", "-trace", "x.jsonl"}, "-trace"},
 		{[]string{"-suite", "alloc", "-capacity", "64"}, "-capacity"},
 		{[]string{"-suite", "replay", "-capacity", "64"}, "-capacity"},
+		{[]string{"-suite", "trace", "-dir", "/tmp"}, "-dir"},
+		{[]string{"-suite", "alloc", "-redis", "127.0.0.1:6379"}, "-redis"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("parseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.flag)
@@ -45,6 +47,9 @@ func TestFlagsReportUsedAccepted(t *testing.T) {
 		{"-trace", "x.jsonl"},
 		{"-suite", "trace", "-capacity", "64"},
 		{"-capacity", "64"},
+		{"-suite", "copy", "-dir", "/tmp"},
+		{"-dir", "/tmp"},
+		{"-suite", "alloc,remote", "-redis", "127.0.0.1:6379"},
 		{"-suite", "alloc"}, // defaults are never refused
 	} {
 		if _, err := parseFlags(args, io.Discard); err != nil {

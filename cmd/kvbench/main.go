@@ -170,6 +170,10 @@ func checkUnused(fs *flag.FlagSet, o options) error {
 		return errors.New("-trace is read only by the trace and replay suites, and -suite selects neither")
 	case given["capacity"] && !o.suites[suiteTrace]:
 		return errors.New("-capacity is read only by the trace suite, and -suite does not select it")
+	case given["dir"] && !o.suites[suiteCopy]:
+		return errors.New("-dir is read only by the copy suite (its disk benchmark), and -suite does not select it")
+	case given["redis"] && !o.suites[suiteRemote]:
+		return errors.New("-redis is read only by the remote suite, and -suite selects neither it nor all")
 	}
 	return nil
 }
