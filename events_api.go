@@ -27,8 +27,11 @@ func (m *Manager) EventsSeq(ctx context.Context) (seq uint64, ok bool, err error
 	reply := make(chan messages.EventsSeq, 1)
 	req := &messages.EventsSync{Reply: reply}
 	// The way the GPU's changes go (GPU, pinned, index, publisher), behind
-	// every change made before the call and the lower tiers' own.
-	r, err := ask(ctx, m, m.gpuPID, nil, req, reply)
+	// every change made before the call and the lower tiers' own: should
+	// one of them have stopped for good, nothing answers.
+	down, stop := m.anyDown(m.pinPID, m.idxPID, m.evPID)
+	defer stop()
+	r, err := askDown(ctx, m, m.gpuPID, down, nil, req, reply)
 	return r.Seq, r.OK, err
 }
 

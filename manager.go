@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -66,7 +67,9 @@ var (
 	// ends after the actor took it is applied in full and answered normally.
 	ErrCanceled = errors.New("kvtier: call canceled before it took effect")
 	// ErrNotDurable says Delete dropped blocks from every tier in memory but
-	// could not scrub a disk record: after a crash it may come back.
+	// could not scrub a disk record (after a crash it may come back), or
+	// could not reach a stopped tier (ErrTierDown): the disk's records, or
+	// the remote tier's copies, which other nodes may still serve.
 	ErrNotDurable = errors.New("kvtier: delete not durable on disk")
 	// ErrFailed says the GPU actor failed (it panicked, a defect): its tier
 	// stopped, every call still waiting on it and every later call fails
@@ -87,8 +90,9 @@ var (
 	// failing, and protoactor stopped it. The tiers above answered what
 	// waited on it and serve without it; the Manager goes on. Calls that
 	// only read (Lookup, Stats, Flush) skip such a tier; Delete returns
-	// ErrNotDurable wrapping it when the disk tier is down, as its records
-	// could not be scrubbed.
+	// ErrNotDurable wrapping it when the disk or remote tier is down, as
+	// their copies could not be removed; EventsSeq returns it when an actor
+	// on the events' way (pinned, index, publisher) is down.
 	ErrTierDown = errors.New("kvtier: a tier's actor stopped after repeated failures")
 )
 
@@ -276,7 +280,13 @@ func New(cfg Config) (*Manager, error) {
 		}
 		switch {
 		case m.diskPID != nil && m.remPID != nil:
-			m.lowPID = root.Spawn(m.props(actors.NewLowerActor(m.diskPID, m.remPID, m.idxPID, c.Logger.Named("lower"))))
+			// The fan-out restarts however often it fails, never stopping
+			// for good: its books outlive a restart, and the slots it
+			// lent the disk and remote actors come back only through it
+			// (were it gone, the pinned tier could not tell when their
+			// I/O on those slots ended).
+			lp := m.props(actors.NewLowerActor(m.diskPID, m.remPID, m.idxPID, c.Logger.Named("lower")))
+			m.lowPID = root.Spawn(lp.Configure(actor.WithGuardian(actor.NewRestartingStrategy())))
 			pcfg.Disk, pcfg.LowerTiers = m.lowPID, Disk|Remote
 		case m.remPID != nil:
 			pcfg.Disk, pcfg.LowerTiers = m.remPID, Remote
@@ -398,6 +408,32 @@ func (m *Manager) downOf(pid *actor.PID) chan struct{} {
 	return m.down[pid.Id]
 }
 
+// anyDown returns a channel closed once any of pids' actors stopped for
+// good, and the func that ends its goroutine (call it when done waiting).
+func (m *Manager) anyDown(pids ...*actor.PID) (<-chan struct{}, func()) {
+	var chs []chan struct{}
+	for _, pid := range pids {
+		if ch := m.downOf(pid); ch != nil {
+			chs = append(chs, ch)
+		}
+	}
+	if len(chs) == 0 {
+		return nil, func() {}
+	}
+	out, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		cases := make([]reflect.SelectCase, 0, len(chs)+1)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(stop)})
+		for _, ch := range chs {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		}
+		if i, _, _ := reflect.Select(cases); i > 0 {
+			close(out)
+		}
+	}()
+	return out, func() { close(stop) }
+}
+
 func (m *Manager) props(p actor.Producer) *actor.Props {
 	d := actors.NewDedicated()
 	m.disps = append(m.disps, d)
@@ -422,6 +458,12 @@ func (m *Manager) BlockTokens() int { return m.cfg.BlockTokens }
 // with a handle is read by the actor only until ask returns (withdrawn,
 // answered, or its actor stopped), so it may carry the caller's slices.
 func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.Call, msg any, reply chan T) (T, error) {
+	return askDown(ctx, m, pid, m.downOf(pid), call, msg, reply)
+}
+
+// askDown is ask, giving up with ErrTierDown once down is closed: pid's
+// actor, or one that msg must pass through, stopped for good.
+func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan struct{}, call *messages.Call, msg any, reply chan T) (T, error) {
 	var zero T
 	if ctx == nil {
 		return zero, ErrNilContext
@@ -447,7 +489,6 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 		return zero, ErrClosed
 	}
 	defer func() { <-m.calls }()
-	down := m.downOf(pid)
 	select {
 	case <-down:
 		return zero, fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id)
@@ -898,6 +939,11 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 			if err := flush(pid); err != nil && !errors.Is(err, ErrTierDown) {
 				return n, err
 			}
+		}
+		select {
+		case <-m.downOf(m.remPID): // it closed the store when it stopped
+			return n, fmt.Errorf("%w: the remote tier: %w", ErrNotDurable, ErrTierDown)
+		default:
 		}
 		keys := make([]remote.Key, len(k.Digests))
 		for i, d := range k.Digests {

@@ -3,6 +3,10 @@ package kvtier
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/kvtier/kvtier/messages"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -124,5 +128,77 @@ func TestIndexAndPinnedActorsStoppedForGood(t *testing.T) {
 	}
 	if err := m.Close(ctx); err != nil {
 		t.Errorf("close: %v", err)
+	}
+}
+
+// TestEventsSeqWithAnActorOnItsWayDown: EventsSeq's barrier travels GPU,
+// pinned, index, publisher; with any of the last three stopped for good it
+// returns ErrTierDown instead of waiting for ever (context.Background()).
+func TestEventsSeqWithAnActorOnItsWayDown(t *testing.T) {
+	for _, which := range []string{"pinned", "index", "events"} {
+		t.Run(which, func(t *testing.T) {
+			m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20,
+				Events: &EventsConfig{Endpoint: "tcp://127.0.0.1:0"}})
+			if _, _, err := m.EventsSeq(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			pid := map[string]*actor.PID{"pinned": m.pinPID, "index": m.idxPID, "events": m.evPID}[which]
+			if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { _, _, err := m.EventsSeq(context.Background()); done <- err }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrTierDown) {
+					t.Errorf("EventsSeq with the %s actor stopped: %v, want ErrTierDown", which, err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("EventsSeq hung with the %s actor stopped", which)
+			}
+		})
+	}
+}
+
+// TestFanOutNeverStopsForGood: the disk+remote fan-out restarts however
+// often it fails (the pinned tier could not tell, were it gone, when the
+// disk's and remote tier's I/O on the slots it lent them ended), and goes
+// on serving; and Delete with the remote actor stopped says the chain may
+// remain there.
+func TestFanOutNeverStopsForGood(t *testing.T) {
+	for name, rc := range remoteAddrs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cfg := nodeConfig(rc, fmt.Sprintf("fanout-%d", rand.Uint64()), "m")
+			dc := diskConfig(t, t.TempDir())
+			cfg.DiskDir, cfg.DiskBytes = dc.DiskDir, dc.DiskBytes
+			m := newManager(t, cfg)
+			if m.lowPID == nil {
+				t.Fatal("no fan-out with both a disk and a remote tier")
+			}
+			for range 15 { // past protoactor's 10 restarts in 10 s
+				m.system.Root.Send(m.lowPID, &messages.LowerWrite{}) // no sender to answer: it panics
+			}
+			a := toks(4000, 3*bt)
+			computeOn(t, m, 1, a)
+			if err := m.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-m.downOf(m.lowPID):
+				t.Fatal("the fan-out stopped for good")
+			default:
+			}
+			if st, err := m.Stats(ctx); err != nil || st.Tier(Disk).Down || st.Tier(Remote).Down {
+				t.Fatalf("stats %+v, %v", st, err)
+			}
+			if err := m.system.Root.StopFuture(m.remPID).Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Delete(ctx, a, ""); !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrTierDown) {
+				t.Errorf("delete with the remote actor stopped: %v, want ErrNotDurable wrapping ErrTierDown", err)
+			}
+		})
 	}
 }

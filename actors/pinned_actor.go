@@ -20,7 +20,10 @@ type PinnedConfig struct {
 	// Disk is the actor of the tier below (disk, remote, or a fan-out to
 	// both); nil for none. The pinned actor watches it: should it stop for
 	// good, what waited on it is answered (pinned.Tier.LowerGone) and the
-	// index takes LowerTiers out of service.
+	// index takes LowerTiers out of service. That reuses the slots lent to
+	// it, so it must be the actor doing the I/O on them, which ends that
+	// I/O before it stops (the disk and remote actors do); a fan-out must
+	// never stop for good (the Manager gives it a restarting guardian).
 	Disk *actor.PID
 	// LowerTiers are the tiers reached through Disk (default: the disk and
 	// the remote tier).

@@ -110,6 +110,9 @@ type queuedOffload struct {
 // waiting when Config.SerialOffloads is set: the pinned tier then sees every
 // offload's commit and every load's reads in one order on every run.
 func (t *Tier) sendFetch(req *messages.FetchRequest) {
+	if !t.lower() {
+		return // LowerGone: the load is answered as missed there
+	}
 	if t.serialWait() {
 		t.serialQueue = append(t.serialQueue, queuedOffload{fetch: req})
 		return
@@ -133,7 +136,23 @@ func (t *Tier) sendOffload(id uint64, op *offloadOp) {
 func (t *Tier) offloadGranted(g *messages.OffloadGrant) {
 	op, ok := t.offload[g.ID]
 	if !ok {
-		t.cfg.Log.Error("gpu tier: grant for an unknown offload", zap.Uint64("id", g.ID))
+		if t.cfg.Lower {
+			t.cfg.Log.Error("gpu tier: grant for an unknown offload", zap.Uint64("id", g.ID))
+			return
+		}
+		// An offer LowerGone gave up on, granted by a pinned tier still
+		// running (the index was what stopped): its slots go back, or
+		// they would stay filling, and the pinned tier's flushes waiting,
+		// for ever.
+		var slots []int
+		for _, s := range g.Slots {
+			if s >= 0 {
+				slots = append(slots, s)
+			}
+		}
+		if len(slots) > 0 {
+			t.toPinned(&messages.OffloadDone{Slots: slots, Hashes: make([]uint64, len(slots)), Err: ErrLowerGone})
+		}
 		return
 	}
 	var ops []gpu.CopyOp
@@ -338,7 +357,9 @@ func (t *Tier) BelowGone(hashes []uint64) {
 // of them will be answered. Lookups waiting are answered as finding nothing
 // below, offers not yet granted are denied, loads not yet granted miss
 // (MissFailed); copies under way finish as they would. From then on no
-// lookup, offload or load is sent: the GPU serves its own blocks alone.
+// lookup, offload or load is sent: the GPU serves its own blocks alone. A
+// grant that still comes for an offer given up is handed back
+// (OffloadDone with ErrLowerGone), as a late fetch grant is.
 func (t *Tier) LowerGone() {
 	if t.stopped || !t.cfg.Lower {
 		return

@@ -32,6 +32,10 @@ var ErrTooLong = errors.New("kvtier: sequence longer than MaxSeqLen")
 // ErrStopped answers work still waiting when the tier stops.
 var ErrStopped = fmt.Errorf("kvtier: gpu tier: %w", messages.ErrStopped)
 
+// ErrLowerGone aborts the pinned slots of an offer granted after LowerGone
+// gave it up.
+var ErrLowerGone = errors.New("kvtier: gpu tier: the tiers below are out of service")
+
 // ErrNotReady rejects a commit for a sequence whose Ready has not completed:
 // its blocks may still be loading, and the caller has computed nothing yet.
 var ErrNotReady = errors.New("kvtier: commit before the allocation's Ready completed")

@@ -2,6 +2,7 @@ package tier
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -527,9 +528,11 @@ func TestLowerGoneAnswersWhatWaitedBelow(t *testing.T) {
 		}
 	}
 	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
-	if r := drain(t, tr); len(r.ToPinned) != 1 {
-		t.Fatalf("commit of sequence 1 sent %+v, want one offer", r.ToPinned)
+	sent := drain(t, tr)
+	if len(sent.ToPinned) != 1 {
+		t.Fatalf("commit of sequence 1 sent %+v, want one offer", sent.ToPinned)
 	}
+	offer := sent.ToPinned[0].(*messages.OffloadRequest)
 	tr.CommitBatch([]messages.CommitItem{{Seq: 2, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
 	if r := drain(t, tr); len(r.ToPinned) != 0 {
 		t.Fatalf("second offer not queued: %+v", r.ToPinned)
@@ -575,6 +578,16 @@ func TestLowerGoneAnswersWhatWaitedBelow(t *testing.T) {
 	}
 	if st := tr.Stats(); st.Denied != 4 {
 		t.Errorf("denied %d blocks, want the 4 of the two offers", st.Denied)
+	}
+	// The pinned tier, still running (the index stopped), grants the offer
+	// given up: its slots go back at once, aborted.
+	tr.OffloadGranted(&messages.OffloadGrant{ID: offer.ID, Slots: []int{5, messages.SlotDenied}, Bytes: make([][]byte, 2)})
+	r = drain(t, tr)
+	if len(r.ToPinned) != 1 || len(r.Copies) != 0 {
+		t.Fatalf("a grant after LowerGone: %+v, copies %d; want its slot handed back and no copy", r.ToPinned, len(r.Copies))
+	}
+	if d, ok := r.ToPinned[0].(*messages.OffloadDone); !ok || !slices.Equal(d.Slots, []int{5}) || !errors.Is(d.Err, ErrLowerGone) {
+		t.Fatalf("a grant after LowerGone answered %+v, want slot 5 back with ErrLowerGone", r.ToPinned[0])
 	}
 	// Later work stays on the GPU.
 	tr.CommitBatch([]messages.CommitItem{{Seq: 4, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
