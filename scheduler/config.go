@@ -105,8 +105,13 @@ type Config struct {
 	Clock ClockMode
 	// TimeScale multiplies trace timestamps (0 means 1): 0.5 replays twice as fast.
 	TimeScale float64
-	// Vocab is the vocabulary size for trace.Tokens and decoded tokens.
+	// Vocab is the vocabulary size for trace.TokensOf and decoded tokens.
 	Vocab int
+	// TraceBlockTokens is how many tokens one of the trace's hash ids
+	// stands for (0 means trace.BlockTokens, Mooncake's 512): the prompt
+	// is built from the hash ids, TraceBlockTokens tokens each
+	// (trace.TokensOf). It is the trace's, not the cache's block size.
+	TraceBlockTokens int
 	// Salt, if set, gives request i (trace order) its tenant salt.
 	Salt func(i int, r trace.Request) string
 	// SeriesInterval is the width of one Result.Series bucket on the run's clock.
@@ -172,6 +177,8 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("Vocab %d must be >= 0", c.Vocab)
 	case c.SeriesInterval < 0:
 		return bad("SeriesInterval %v must be >= 0", c.SeriesInterval)
+	case c.TraceBlockTokens < 0:
+		return bad("TraceBlockTokens %d must be >= 0", c.TraceBlockTokens)
 	}
 	if c.MaxNumSeqs == 0 {
 		c.MaxNumSeqs = DefaultMaxNumSeqs
@@ -202,6 +209,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SeriesInterval == 0 {
 		c.SeriesInterval = DefaultSeriesInterval
+	}
+	if c.TraceBlockTokens == 0 {
+		c.TraceBlockTokens = trace.BlockTokens
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

@@ -86,7 +86,7 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 		if r.InputLength <= 0 {
 			return nil, fmt.Errorf("%w: request %d has input length %d", ErrBadConfig, i, r.InputLength)
 		}
-		if need := (r.InputLength + trace.BlockTokens - 1) / trace.BlockTokens; len(r.HashIDs) < need {
+		if need := (r.InputLength + c.TraceBlockTokens - 1) / c.TraceBlockTokens; len(r.HashIDs) < need {
 			// The prompt is built from the hash ids, one block of tokens each.
 			return nil, fmt.Errorf("%w: request %d has %d hash ids for %d input tokens (%d needed)",
 				ErrBadConfig, i, len(r.HashIDs), r.InputLength, need)
@@ -231,7 +231,7 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 func (s *Scheduler) release(now time.Duration) {
 	for s.pending < len(s.seqs) && s.seqs[s.pending].arrival <= now {
 		q := s.seqs[s.pending]
-		q.tokens = trace.Tokens(s.reqs[q.idx], s.cfg.Vocab)
+		q.tokens = trace.TokensOf(s.reqs[q.idx], s.cfg.TraceBlockTokens, s.cfg.Vocab)
 		q.phase = phaseWaiting
 		s.waiting.pushBack(q)
 		s.m.arrival(q.arrival)

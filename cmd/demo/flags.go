@@ -42,6 +42,9 @@ type options struct {
 	diskBlocks   int
 	diskDir      string
 	blockTokens  int
+	// traceBlockTokens is how many tokens one hash id of the trace stands
+	// for (the trace's block size, not the cache's).
+	traceBlockTokens int
 
 	pinnedPolicy   policy.Kind
 	diskPolicy     policy.Kind
@@ -175,6 +178,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.diskBlocks, "disk-blocks", defaultDiskBlocks, "disk capacity in blocks")
 	fs.StringVar(&o.diskDir, "disk-dir", "", "put the disk tier's files in a fresh subdirectory of this existing directory, removed at exit (default: the system temporary directory)")
 	fs.IntVar(&o.blockTokens, "block-tokens", trace.BlockTokens, "tokens per block")
+	fs.IntVar(&o.traceBlockTokens, "trace-block-tokens", trace.BlockTokens, "with -trace: tokens one of the file's hash ids stands for (Mooncake's traces: 512)")
 
 	fs.StringVar(&pinPol, "pinned-policy", "lru", "pinned tier eviction policy: lru, fifo, s3fifo, arc, adaptive (the library defaults a pinned tier over a disk to lru and a last pinned tier to adaptive; the demo uses lru, which measured highest on its sample)")
 	fs.StringVar(&diskPol, "disk-policy", "adaptive", "disk tier eviction policy: lru, fifo, s3fifo, arc, adaptive (the library's default for the last tier)")
@@ -242,6 +246,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if len(o.redis) > 0 && o.nodes == 0 {
 		bad("redis", errors.New("the shared tier is for the multi-node mode: add -nodes N"))
 	}
+	if set["trace-block-tokens"] && o.tracePath == "" {
+		bad("trace-block-tokens", errors.New("gives the -trace file's block size; the embedded sample has its own: add -trace FILE"))
+	}
 	if set["route"] && o.nodes == 0 {
 		bad("route", errors.New("routing is for the multi-node mode: add -nodes N"))
 	}
@@ -273,7 +280,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		name string
 		v    int
 	}{
-		{"gpu-blocks", o.gpuBlocks}, {"block-tokens", o.blockTokens}, {"max-seqs", o.maxSeqs}, {"max-batched-tokens", o.maxBatched},
+		{"gpu-blocks", o.gpuBlocks}, {"block-tokens", o.blockTokens}, {"trace-block-tokens", o.traceBlockTokens},
+		{"max-seqs", o.maxSeqs}, {"max-batched-tokens", o.maxBatched},
 		{"write-quota", o.writeQuota}, {"disk-write-quota", o.diskQuota}, {"hot-hits", o.hotHits},
 		{"offload-ahead", o.offloadAhead},
 	} {

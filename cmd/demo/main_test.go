@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -294,5 +295,66 @@ func TestFormatting(t *testing.T) {
 	}
 	if got := fmt.Sprint(seconds(250), " ", seconds(12345)); got != "250 ms 12.35 s" {
 		t.Errorf("seconds: %q", got)
+	}
+}
+
+// TestTraceBlockTokens: a trace whose hash ids stand for 128 tokens, read
+// with -trace-block-tokens 128, replays exactly as the same prompts written
+// with 512-token ids (each 512-token id split into four): the same hits on
+// every tier. Without the flag the file is refused, line
+// by line, instead of being read as 512-token ids.
+func TestTraceBlockTokens(t *testing.T) {
+	path, reqs := smallTrace(t)
+	var b bytes.Buffer
+	fine := make([]trace.Request, len(reqs))
+	for i, r := range reqs {
+		f := r
+		f.HashIDs = nil
+		for _, h := range r.HashIDs {
+			f.HashIDs = append(f.HashIDs, 4*h, 4*h+1, 4*h+2, 4*h+3)
+		}
+		f.HashIDs = f.HashIDs[:(r.InputLength+127)/128]
+		fine[i] = f
+		line, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(line, '\n'))
+	}
+	finePath := filepath.Join(t.TempDir(), "fine.jsonl")
+	if err := os.WriteFile(finePath, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseFlags(append(smallArgs(path)[2:], "-trace-block-tokens", "128"), io.Discard); err == nil {
+		t.Error("-trace-block-tokens without -trace accepted")
+	}
+	if err := run(context.Background(), append(smallArgs(finePath), "-configs", "gpu", "-plot", ""), io.Discard, io.Discard, false); err == nil {
+		t.Error("a 128-token trace read as 512-token ids was accepted")
+	}
+	coarse, err := parseFlags(smallArgs(path), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags(append(smallArgs(finePath), "-trace-block-tokens", "128"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, root := context.Background(), t.TempDir()
+	a, err := replay(ctx, coarse, withDisk, reqs, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := replay(ctx, o, withDisk, fine, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.res.GPUTokens != f.res.GPUTokens || a.res.PinnedTokens != f.res.PinnedTokens || a.res.DiskTokens != f.res.DiskTokens || a.res.Requests != f.res.Requests {
+		t.Errorf("512-token ids: %+v\n128-token ids: %+v", a.res, f.res)
+	}
+	if a.res.PinnedTokens == 0 || a.res.DiskTokens == 0 {
+		t.Errorf("the comparison is empty: %+v", a.res)
+	}
+	if of := optBound(o, f, fine); !(of.TokenHitRatio > 0) {
+		t.Errorf("OPT over the 128-token ids: %+v", of)
 	}
 }

@@ -32,10 +32,10 @@ type outcome struct {
 }
 
 // optBound replays reqs against OPT with the blocks of every tier of out as
-// one cache, counted in trace hash ids (trace.BlockTokens tokens each).
+// one cache, counted in trace hash ids (-trace-block-tokens tokens each).
 func optBound(o options, out outcome, reqs []trace.Request) cachesim.Result {
-	ids := (out.gpu + out.pinned + out.disk) * o.blockTokens / trace.BlockTokens
-	return cachesim.OPT(reqs, ids, cachesim.Options{BlockTokens: trace.BlockTokens})
+	ids := (out.gpu + out.pinned + out.disk) * o.blockTokens / o.traceBlockTokens
+	return cachesim.OPT(reqs, ids, cachesim.Options{BlockTokens: o.traceBlockTokens})
 }
 
 // managerConfig returns the Manager configuration for one tier set. Blocks
@@ -77,7 +77,7 @@ func schedulerConfig(o options, onProgress func(scheduler.Progress)) scheduler.C
 		Preempt: o.preempt, Onboard: o.onboard,
 		OnboardTimeout: o.onboardTimeout, OnboardTimeoutPer1K: o.onboardPer1K,
 		TimeScale: o.timeScale, Vocab: o.vocab, SeriesInterval: o.seriesInterval,
-		Progress: onProgress,
+		TraceBlockTokens: o.traceBlockTokens, Progress: onProgress,
 	}
 }
 
