@@ -109,7 +109,10 @@ type reduction struct {
 func (l *Local) run() {
 	defer close(l.done)
 	ops := map[uint64]*reduction{}
-	var failed error          // the latest Fail: every later reduction fails with it
+	var failed *RankError     // the latest Fail: every later reduction fails with it
+	failedAt := func(op uint64) error { // failed, naming the reduction
+		return &RankError{Rank: failed.Rank, Op: op, Err: failed.Err}
+	}
 	dead := make([]bool, l.n) // the ranks Fail marked: never waited for
 	get := func(op uint64) *reduction {
 		r := ops[op]
@@ -150,7 +153,7 @@ func (l *Local) run() {
 					// A failed rank arriving anyway begins nothing: the
 					// others may be past this reduction, and an entry only
 					// it had seen would be kept for ever.
-					m.reply <- reply{err: failed}
+					m.reply <- reply{err: failedAt(m.op)}
 					continue
 				}
 				r := get(m.op)
@@ -162,8 +165,8 @@ func (l *Local) run() {
 				r.arrived++
 				switch {
 				case failed != nil && r.err == nil:
-					fail(r, failed)
-					m.reply <- reply{err: failed}
+					fail(r, failedAt(m.op))
+					m.reply <- reply{err: r.err}
 				case r.err != nil:
 					m.reply <- reply{err: r.err}
 				default:

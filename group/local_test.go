@@ -122,6 +122,11 @@ func TestLocalFailAndClose(t *testing.T) {
 			t.Fatalf("call %d: %v, want ErrAborted wrapping the failure", r, err)
 		}
 	}
+	// A reduction begun after the Fail names itself and the failed rank.
+	var re *group.RankError
+	if !errors.As(errs[2], &re) || re.Op != 1 || re.Rank != 2 {
+		t.Fatalf("reduction 1 after the Fail: %+v, want a RankError for op 1 naming rank 2", re)
+	}
 	l.Close()
 
 	l, err = group.NewLocal(2)
