@@ -47,7 +47,8 @@ type AdaptiveConfig struct {
 	Candidates []Candidate
 	// Period is how many touches pass between two adaptation steps, as a
 	// multiple of the capacity (at least minPeriod touches). The shadows'
-	// hit counts halve at each step, so recent hits weigh most.
+	// hit counts are multiplied by adaptDecay (0.75) at each step, once the
+	// leader holds minEvidence hits, so recent hits weigh most.
 	Period float64
 	// History bounds the ids remembered (resident or not) to about this
 	// multiple of the capacity, but never fewer than MinHistory ids: when
