@@ -27,7 +27,13 @@ type hashTable struct {
 	slots  []uint64
 	mask   uint64
 	shift  uint8  // 64 - log2(len(slots)): home takes the product's top bits
-	seed   uint32 // per table, so crafted hashes cannot aim at one probe run
+	// seed keys the tag (a fingerprint of the whole hash) and the home, per
+	// table, so crafted hashes cannot aim at one probe run: hashes forged
+	// to share any bits (internal/xxforge solves for a hash in constant
+	// time) still get unrelated tags. Keeping the hash's low 32 bits as the
+	// tag let every hash with the same low half share one run, whatever the
+	// seed, and lookups of every tenant walk it.
+	seed   uint64
 	n      int
 	blocks []block // the pool's blocks, to confirm tag matches
 }
@@ -41,7 +47,7 @@ const (
 
 func (t *hashTable) init(blocks []block) {
 	t.blocks = blocks
-	t.seed = rand.Uint32()
+	t.seed = rand.Uint64()
 	t.alloc(minHashSlots)
 }
 
@@ -52,7 +58,11 @@ func (t *hashTable) alloc(n int) {
 	t.n = 0
 }
 
-func hashTag(h prefixhash.Hash) uint32 { return uint32(h) }
+// tag is the table's 32-bit fingerprint of h: the top half of a keyed
+// multiply, so every bit of h (and of the seed) reaches it.
+func (t *hashTable) tag(h prefixhash.Hash) uint32 {
+	return uint32(((uint64(h) ^ t.seed) * hashMix) >> 32)
+}
 
 func packSlot(tag uint32, id BlockID) uint64 { return uint64(tag)<<32 | uint64(uint32(id)+1) }
 
@@ -63,7 +73,7 @@ func slotTag(s uint64) uint32 { return uint32(s >> 32) }
 
 // home is the slot where the probe for a tag starts.
 func (t *hashTable) home(tag uint32) uint64 {
-	return (uint64(tag^t.seed) * hashMix) >> t.shift
+	return (uint64(tag^uint32(t.seed>>32)) * hashMix) >> t.shift
 }
 
 // len returns the number of entries.
@@ -71,7 +81,7 @@ func (t *hashTable) len() int { return t.n }
 
 // get returns the block holding hash h.
 func (t *hashTable) get(h prefixhash.Hash) (BlockID, bool) {
-	tag := hashTag(h)
+	tag := t.tag(h)
 	for i := t.home(tag); ; i = (i + 1) & t.mask {
 		s := t.slots[i]
 		id, used := slotBlock(s)
@@ -98,7 +108,7 @@ func (t *hashTable) touch(hs []prefixhash.Hash) uint64 {
 }
 
 // touchOne reads the home slot of h; see touch.
-func (t *hashTable) touchOne(h prefixhash.Hash) uint64 { return t.slots[t.home(hashTag(h))] }
+func (t *hashTable) touchOne(h prefixhash.Hash) uint64 { return t.slots[t.home(t.tag(h))] }
 
 // add maps h to block id, which holds h, unless the table already maps h, and
 // reports whether it did.
@@ -106,7 +116,7 @@ func (t *hashTable) add(h prefixhash.Hash, id BlockID) bool {
 	if 8*(t.n+1) > 3*len(t.slots) {
 		t.grow()
 	}
-	tag := hashTag(h)
+	tag := t.tag(h)
 	for i := t.home(tag); ; i = (i + 1) & t.mask {
 		s := t.slots[i]
 		other, used := slotBlock(s)
@@ -124,7 +134,7 @@ func (t *hashTable) add(h prefixhash.Hash, id BlockID) bool {
 // remove deletes the entry of block id for hash h, which must be in the table, and
 // shifts back the entries after it whose probe run passed through its slot.
 func (t *hashTable) remove(h prefixhash.Hash, id BlockID) {
-	tag := hashTag(h)
+	tag := t.tag(h)
 	want := packSlot(tag, id)
 	i := t.home(tag)
 	for ; t.slots[i] != want; i = (i + 1) & t.mask {

@@ -10,8 +10,8 @@ import (
 // TestHashTableAgainstMap drives the table and a Go map with the same random adds
 // and removes. It keeps the table near its most crowded (up to 380 entries in
 // 1024 slots), so probe runs form and removals shift entries back, across the end of
-// the table too; keys share their low 32 bits eight ways, so tag matches must be
-// confirmed against the block's hash.
+// the table too; keys share their low 32 bits eight ways (which no longer puts
+// them in one run: see TestHashTableSpreadsForgedHashes).
 func TestHashTableAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	blocks := make([]block, 600)
@@ -62,6 +62,64 @@ func TestHashTableAgainstMap(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHashTableSpreadsForgedHashes: hashes forged to share their low 32
+// bits (as internal/xxforge can make them) land in unrelated slots, not in
+// one probe run that every lookup near it walks (they did while the tag was
+// the hash's low half: 2,000 such hashes made one run of 2,000); and hashes
+// whose tags do collide (found by a birthday search under the table's seed)
+// are told apart by the full hash.
+func TestHashTableSpreadsForgedHashes(t *testing.T) {
+	const n = 2000
+	blocks := make([]block, n)
+	var tb hashTable
+	tb.init(blocks)
+	for i := range n {
+		blocks[i].hash = prefixhash.Hash(uint64(i+1)<<32 | 0xdeadbeef)
+		tb.add(blocks[i].hash, BlockID(i))
+	}
+	longest, run := 0, 0
+	for _, s := range tb.slots {
+		if _, used := slotBlock(s); used {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	if longest > 64 {
+		t.Fatalf("the longest probe run holds %d of %d hashes sharing their low 32 bits", longest, n)
+	}
+
+	// Two hashes with one tag: both found, each removed alone.
+	seen := map[uint32]prefixhash.Hash{}
+	var a, b prefixhash.Hash
+	for i := uint64(1); ; i++ {
+		h := prefixhash.Hash(i * 0x9E3779B97F4A7C15)
+		if g, ok := seen[tb.tag(h)]; ok {
+			a, b = g, h
+			break
+		}
+		seen[tb.tag(h)] = h
+	}
+	var tc hashTable
+	small := make([]block, 2)
+	tc.init(small)
+	tc.seed = tb.seed
+	small[0].hash, small[1].hash = a, b
+	tc.add(a, 0)
+	tc.add(b, 1)
+	if id, ok := tc.get(b); !ok || id != 1 {
+		t.Fatalf("get of the second hash with a shared tag: %d %v", id, ok)
+	}
+	tc.remove(a, 0)
+	if _, ok := tc.get(a); ok {
+		t.Fatal("a removed hash is still found")
+	}
+	if id, ok := tc.get(b); !ok || id != 1 {
+		t.Fatalf("after removing its tag twin: %d %v", id, ok)
 	}
 }
 

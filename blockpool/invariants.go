@@ -165,7 +165,7 @@ func (p *Pool) checkHashTable() error {
 		if id < 0 || int(id) >= len(p.blocks) {
 			return fmt.Errorf("hash table: slot %d names block %d of %d", i, id, len(p.blocks))
 		}
-		if b := &p.blocks[id]; !b.cached || hashTag(b.hash) != slotTag(s) {
+		if b := &p.blocks[id]; !b.cached || p.byHash.tag(b.hash) != slotTag(s) {
 			return fmt.Errorf("hash table: slot %d tag %x names block %d which holds %x cached=%v", i, slotTag(s), id, b.hash, b.cached)
 		}
 		home := t.home(slotTag(s))

@@ -231,6 +231,20 @@ func (p *Pool) numFree() int { return p.free.n - p.queuedPins }
 
 func (p *Pool) numBlocksFor(tokens int) int { return (tokens + p.cfg.BlockSize - 1) / p.cfg.BlockSize }
 
+// checkLookahead refuses a lookahead below 0 (ErrBadArgument) or beyond
+// the pool's whole capacity in tokens (a *NoSpaceError: it can never fit),
+// before any arithmetic on it: near math.MaxInt the block count wrapped
+// below zero, leaving a sequence with no blocks, or a panic.
+func (p *Pool) checkLookahead(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: lookahead %d", ErrBadArgument, n)
+	}
+	if n > p.cfg.NumBlocks*p.cfg.BlockSize {
+		return &NoSpaceError{Needed: n/p.cfg.BlockSize + 1, Free: p.numFree()}
+	}
+	return nil
+}
+
 func (p *Pool) checkTokens(tokens []int64) error {
 	if p.cfg.VocabSize <= 0 {
 		return nil
@@ -317,6 +331,9 @@ func (p *Pool) follows(id BlockID, prev int32, ns uint32) bool {
 // of tokens with keys k, verified as Allocate verifies hits. It changes
 // nothing.
 func (p *Pool) CachedChain(dst []BlockID, tokens []int64, k *Keys) ([]BlockID, error) {
+	if k == nil {
+		return dst, fmt.Errorf("%w: no keys", ErrBadArgument)
+	}
 	k, err := p.keys(tokens, k.NS, k)
 	if err != nil {
 		return dst, err
@@ -347,6 +364,9 @@ func (p *Pool) CachedPrefix(dst []prefixhash.Hash, tokens []int64, salt string) 
 // CachedBlocks returns how many leading blocks of a prompt with keys k are
 // committed on this pool. It changes nothing.
 func (p *Pool) CachedBlocks(tokens []int64, k *Keys) (int, error) {
+	if k == nil {
+		return 0, fmt.Errorf("%w: no keys", ErrBadArgument)
+	}
 	k, err := p.keys(tokens, k.NS, k)
 	if err != nil {
 		return 0, err
@@ -372,8 +392,8 @@ func (p *Pool) AllocateRequest(r Request) (Allocation, error) {
 	if len(tokens) == 0 {
 		return Allocation{}, ErrEmptySequence
 	}
-	if r.Lookahead < 0 {
-		return Allocation{}, fmt.Errorf("%w: lookahead %d", ErrBadArgument, r.Lookahead)
+	if err := p.checkLookahead(r.Lookahead); err != nil {
+		return Allocation{}, err
 	}
 	if _, ok := p.seqs[seq]; ok {
 		return Allocation{}, fmt.Errorf("%w: %d", ErrSequenceExists, seq)
@@ -516,8 +536,8 @@ func (p *Pool) AppendTokens(seq SeqID, tokens []int64, lookahead int, dst []Bloc
 	if !ok {
 		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
 	}
-	if lookahead < 0 {
-		return dst, fmt.Errorf("%w: lookahead %d", ErrBadArgument, lookahead)
+	if err := p.checkLookahead(lookahead); err != nil {
+		return dst, err
 	}
 	if err := p.checkTokens(tokens); err != nil {
 		return dst, err

@@ -2,6 +2,7 @@ package blockpool
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"unsafe"
@@ -243,6 +244,17 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{ErrNoSpace, func() error { return p.Reserve(9, 5) }},
 		{ErrBadArgument, func() error { return p.Reserve(9, 0) }},
 		{ErrUnknownReservation, func() error { return p.Release(9) }},
+		// A lookahead no pool could hold (near math.MaxInt it wrapped the
+		// block count below zero: a sequence with no blocks, or a panic).
+		{ErrNoSpace, func() error {
+			_, err := p.AllocateRequest(Request{Seq: 2, Tokens: []int64{1, 2, 3}, Lookahead: math.MaxInt})
+			return err
+		}},
+		{ErrNoSpace, func() error { _, err := p.AppendTokens(1, []int64{9}, math.MaxInt-8, nil); return err }},
+		{ErrNoSpace, func() error { _, err := p.AppendTokens(1, []int64{9}, 9, nil); return err }},
+		{ErrBadArgument, func() error { _, err := p.AppendTokens(1, []int64{9}, -1, nil); return err }},
+		{ErrBadArgument, func() error { _, err := p.CachedChain(nil, []int64{1, 2}, nil); return err }},
+		{ErrBadArgument, func() error { _, err := p.CachedBlocks([]int64{1, 2}, nil); return err }},
 	}
 	for i, c := range cases {
 		if err := c.fn(); !errors.Is(err, c.err) {
