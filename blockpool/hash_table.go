@@ -24,9 +24,9 @@ import (
 // branches. It never grows past 8/3*NumBlocks rounded up to a power of two: at
 // most 43 bytes a block, 32 when NumBlocks is a power of two.
 type hashTable struct {
-	slots  []uint64
-	mask   uint64
-	shift  uint8  // 64 - log2(len(slots)): home takes the product's top bits
+	slots []uint64
+	mask  uint64
+	shift uint8 // 64 - log2(len(slots)): home takes the product's top bits
 	// seed keys the tag (a fingerprint of the whole hash) and the home, per
 	// table, so crafted hashes cannot aim at one probe run: hashes forged
 	// to share any bits (internal/xxforge solves for a hash in constant
