@@ -231,7 +231,11 @@ func New(cfg Config) (*Manager, error) {
 	gcfg.OnFailure = func() { m.failOnce.Do(func() { close(m.failed) }) }
 	if e := c.Events; e != nil {
 		format, _ := events.ParseFormat(e.Format) // checked by withDefaults
-		pub := events.NewPublisher(events.Config{Format: format, BlockSize: c.BlockTokens, DPRank: e.DPRank, BufferSteps: e.BufferSteps})
+		// Each run numbers its batches from the wall clock in nanoseconds,
+		// above every earlier run's: a subscriber of the previous run sees
+		// the restart as a gap and resynchronises from a snapshot.
+		pub := events.NewPublisher(events.Config{Format: format, BlockSize: c.BlockTokens, DPRank: e.DPRank, BufferSteps: e.BufferSteps,
+			FirstSeq: uint64(time.Now().UnixNano())})
 		src := actors.NewEventsSource(m.system)
 		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize}, src); err != nil {
 			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))

@@ -35,9 +35,17 @@ type EventsConfig struct {
 // queue drops the batch (counted, and a gap subscribers see) but the
 // replay buffer keeps it.
 type EventsActor struct {
-	cfg       EventsConfig
-	p         *events.Publisher
-	clock     func() time.Time
+	cfg   EventsConfig
+	p     *events.Publisher
+	run   *eventsRun // shared by every incarnation, as p is
+	clock func() time.Time
+}
+
+// eventsRun is what the incarnations of one events actor share besides
+// the Publisher: whether the run has started, and the counts its stats
+// report. Only the actor (one incarnation at a time) touches it.
+type eventsRun struct {
+	started   bool
 	published uint64
 	dropped   uint64
 }
@@ -49,14 +57,18 @@ type eventsReplay struct {
 
 type eventsSnapshot struct{ reply chan<- events.Frame }
 
-// NewEventsActor returns the actor's producer.
+// NewEventsActor returns the actor's producer. Every actor it makes (the
+// first and any the supervisor restarts) owns the same Publisher, so the
+// run starts (AllBlocksCleared) once: a restarted actor goes on with the
+// Publisher's numbering and residency, which its subscribers still hold.
 func NewEventsActor(cfg EventsConfig) actor.Producer {
+	run := &eventsRun{}
 	return func() actor.Actor {
 		clock := cfg.Clock
 		if clock == nil {
 			clock = time.Now
 		}
-		return &EventsActor{cfg: cfg, p: cfg.Publisher, clock: clock}
+		return &EventsActor{cfg: cfg, p: cfg.Publisher, run: run, clock: clock}
 	}
 }
 
@@ -64,7 +76,12 @@ func NewEventsActor(cfg EventsConfig) actor.Producer {
 func (a *EventsActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.send(a.p.Start(a.clock()))
+		// A restart publishes nothing: AllBlocksCleared would make the
+		// subscribers forget blocks the Publisher counts as announced.
+		if !a.run.started {
+			a.run.started = true
+			a.send(a.p.Start(a.clock()))
+		}
 	case *messages.Residency:
 		if f, ok := a.p.Apply(m, a.clock()); ok {
 			a.send(f)
@@ -77,7 +94,7 @@ func (a *EventsActor) Receive(ctx actor.Context) {
 	case *eventsSnapshot:
 		m.reply <- a.p.Snapshot(a.clock())
 	case *messages.EventsStatsRequest:
-		s := messages.EventStats{Published: a.published, Dropped: a.dropped, Resident: map[string]int{}}
+		s := messages.EventStats{Published: a.run.published, Dropped: a.run.dropped, Resident: map[string]int{}}
 		s.LastSeq, s.HasSeq = a.p.LastSeq()
 		for _, md := range events.Mediums {
 			s.Resident[string(md)] = a.p.Count(md)
@@ -94,9 +111,9 @@ func (a *EventsActor) Receive(ctx actor.Context) {
 }
 
 func (a *EventsActor) send(f events.Frame) {
-	a.published++
+	a.run.published++
 	if a.cfg.Server != nil && !a.cfg.Server.Publish(f) {
-		a.dropped++
+		a.run.dropped++
 	}
 }
 

@@ -29,6 +29,14 @@
 // shared and evicts on its own: its stores and removals are what this
 // node wrote and found gone.
 //
+// A run numbers its batches one by one from Config.FirstSeq. vLLM numbers
+// from 0, so a subscriber cannot tell a restarted publisher's batches from
+// the old run's it has seen; a process that starts each run above every
+// earlier run's numbers (FirstSeq from the wall clock in nanoseconds) makes
+// every restart a gap that View reports (ErrGap) and a snapshot repairs.
+// View also catches a restart numbered from below by its timestamps: a
+// batch numbered at or before the last applied but stamped later.
+//
 // Replay (vLLM's protocol) on a ROUTER socket: a client sends an 8-byte
 // big-endian starting sequence number and receives [seq, payload] for each
 // buffered batch from there, then [-1, ""]. Beyond vLLM, a client that

@@ -225,39 +225,58 @@ func appendMedium(b []byte, m Medium) []byte {
 
 // DecodeBatch decodes a payload in either format. It is strict where the
 // schema is: every block hash must be a msgpack uint64, every list a list.
+// It reads the batch and its events list as it goes, each event checked
+// before the next is read, so what it allocates follows what the payload
+// holds, not what its length prefixes claim.
 func DecodeBatch(payload []byte) (Batch, error) {
-	d := decoder{b: payload}
-	v, err := d.value(0)
+	d := newDecoder(payload)
+	n, err := d.arrayHeader(0)
+	if err != nil {
+		return Batch{}, fmt.Errorf("%w (a batch is [ts, events, dp_rank])", err)
+	}
+	if n < 2 || n > 3 {
+		return Batch{}, fmt.Errorf("%w: a batch is [ts, events, dp_rank], got an array of %d", ErrDecode, n)
+	}
+	var b Batch
+	ts, err := d.value(1)
 	if err != nil {
 		return Batch{}, err
 	}
-	if d.off != len(payload) {
-		return Batch{}, d.fail("%d trailing bytes", len(payload)-d.off)
+	var ok bool
+	if b.TS, ok = ts.(float64); !ok {
+		return b, fmt.Errorf("%w: ts is %T, want a float", ErrDecode, ts)
 	}
-	arr, ok := v.([]any)
-	if !ok || len(arr) < 2 || len(arr) > 3 {
-		return Batch{}, fmt.Errorf("%w: a batch is [ts, events, dp_rank], got %T", ErrDecode, v)
+	m, err := d.arrayHeader(1)
+	if err != nil {
+		return b, fmt.Errorf("%w (events, want a list)", err)
 	}
-	var b Batch
-	if b.TS, ok = arr[0].(float64); !ok {
-		return b, fmt.Errorf("%w: ts is %T, want a float", ErrDecode, arr[0])
-	}
-	evs, ok := arr[1].([]any)
-	if !ok {
-		return b, fmt.Errorf("%w: events is %T, want a list", ErrDecode, arr[1])
-	}
-	if len(arr) == 3 && arr[2] != nil {
-		r, ok := arr[2].(int64)
-		if !ok {
-			return b, fmt.Errorf("%w: dp_rank is %T, want an int", ErrDecode, arr[2])
-		}
-		b.DPRank = int(r)
-	}
-	b.Events = make([]Event, len(evs))
-	for i, ev := range evs {
-		if b.Events[i], err = decodeEvent(ev); err != nil {
+	b.Events = make([]Event, 0, min(m, maxPrealloc))
+	for i := range m {
+		v, err := d.value(2)
+		if err != nil {
 			return b, fmt.Errorf("event %d: %w", i, err)
 		}
+		e, err := decodeEvent(v)
+		if err != nil {
+			return b, fmt.Errorf("event %d: %w", i, err)
+		}
+		b.Events = append(b.Events, e)
+	}
+	if n == 3 {
+		r, err := d.value(1)
+		if err != nil {
+			return b, err
+		}
+		if r != nil {
+			ri, ok := r.(int64)
+			if !ok {
+				return b, fmt.Errorf("%w: dp_rank is %T, want an int", ErrDecode, r)
+			}
+			b.DPRank = int(ri)
+		}
+	}
+	if d.off != len(payload) {
+		return b, d.fail("%d trailing bytes", len(payload)-d.off)
 	}
 	return b, nil
 }

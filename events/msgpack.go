@@ -104,10 +104,25 @@ type U64 uint64
 // decoder reads msgpack values into nil, bool, int64, U64, float64,
 // string, []byte, []any and map[string]any (string keys only: the event
 // schema's).
+//
+// Nothing is allocated on a length prefix's word alone: a container claims
+// its elements from a budget of the payload's bytes (every element of
+// every container starts at a byte of its own, so the claims of a
+// well-formed payload never add up to more than its length), its slice or
+// map starts small and grows as elements actually decode, and nesting is
+// checked before a container's header is read.
 type decoder struct {
-	b   []byte
-	off int
+	b      []byte
+	off    int
+	budget int // elements the containers still to come may claim
 }
+
+const (
+	maxDepth    = 32 // containers nest at most this deep
+	maxPrealloc = 16 // elements a container's slice or map is made with
+)
+
+func newDecoder(b []byte) *decoder { return &decoder{b: b, budget: len(b)} }
 
 func (d *decoder) fail(format string, a ...any) error {
 	return fmt.Errorf("%w: at byte %d: %s", ErrDecode, d.off, fmt.Sprintf(format, a...))
@@ -137,25 +152,36 @@ func (d *decoder) length(n int) (int, error) {
 	}
 }
 
-// value decodes one value; depth bounds nesting.
+// value decodes one value at nesting depth depth (the payload's outermost
+// value is at 0).
 func (d *decoder) value(depth int) (any, error) {
-	if depth > 32 {
-		return nil, d.fail("nested deeper than 32")
+	if depth > maxDepth {
+		return nil, d.fail("nested deeper than %d", maxDepth)
 	}
-	h, err := d.take(1)
-	if err != nil {
-		return nil, err
+	if d.off >= len(d.b) {
+		return nil, d.fail("truncated (a value wanted, none left)")
 	}
-	c := h[0]
+	c := d.b[d.off]
+	switch {
+	case c&0xf0 == 0x80, c == 0xde, c == 0xdf:
+		n, err := d.mapHeader(depth)
+		if err != nil {
+			return nil, err
+		}
+		return d.mapOf(n, depth)
+	case c&0xf0 == 0x90, c == 0xdc, c == 0xdd:
+		n, err := d.arrayHeader(depth)
+		if err != nil {
+			return nil, err
+		}
+		return d.arrayOf(n, depth)
+	}
+	d.off++
 	switch {
 	case c < 0x80:
 		return int64(c), nil
 	case c >= 0xe0:
 		return int64(int8(c)), nil
-	case c&0xf0 == 0x80:
-		return d.mapOf(int(c&0x0f), depth)
-	case c&0xf0 == 0x90:
-		return d.arrayOf(int(c&0x0f), depth)
 	case c&0xe0 == 0xa0:
 		return d.str(int(c & 0x1f))
 	}
@@ -224,20 +250,54 @@ func (d *decoder) value(depth int) (any, error) {
 			return nil, err
 		}
 		return d.str(n)
-	case 0xdc, 0xdd:
-		n, err := d.length(2 << (c - 0xdc))
-		if err != nil {
-			return nil, err
-		}
-		return d.arrayOf(n, depth)
-	case 0xde, 0xdf:
-		n, err := d.length(2 << (c - 0xde))
-		if err != nil {
-			return nil, err
-		}
-		return d.mapOf(n, depth)
 	}
 	return nil, d.fail("unsupported msgpack type 0x%02x", c)
+}
+
+// arrayHeader reads the header of an array at depth depth and claims its
+// elements from the budget.
+func (d *decoder) arrayHeader(depth int) (int, error) {
+	return d.header(depth, 0x90, 0xdc, 1, "array")
+}
+
+// mapHeader reads the header of a map at depth depth and claims its keys
+// and values from the budget.
+func (d *decoder) mapHeader(depth int) (int, error) {
+	return d.header(depth, 0x80, 0xde, 2, "map")
+}
+
+// header reads a container's header: fix is its fix form's high nibble,
+// wide its 16-bit form (the 32-bit form follows), per the values each
+// element holds. It checks, before it reads the length, that the
+// container's elements may nest one level deeper, and, after, that the
+// payload has a byte left for each of them and for every element claimed
+// before.
+func (d *decoder) header(depth int, fix, wide byte, per int, what string) (int, error) {
+	if depth+1 > maxDepth {
+		return 0, d.fail("nested deeper than %d", maxDepth)
+	}
+	h, err := d.take(1)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	switch c := h[0]; {
+	case c&0xf0 == fix:
+		n = int(c & 0x0f)
+	case c == wide, c == wide+1:
+		if n, err = d.length(2 << (c - wide)); err != nil {
+			return 0, err
+		}
+	default:
+		d.off--
+		return 0, d.fail("msgpack type 0x%02x, want %s", c, what)
+	}
+	// n < 0: a 32-bit length past a 32-bit int's range.
+	if n < 0 || per*n > len(d.b)-d.off || per*n > d.budget {
+		return 0, d.fail("%s of %d entries in %d bytes", what, n, min(len(d.b)-d.off, d.budget))
+	}
+	d.budget -= per * n
+	return n, nil
 }
 
 func (d *decoder) str(n int) (string, error) {
@@ -245,26 +305,22 @@ func (d *decoder) str(n int) (string, error) {
 	return string(s), err
 }
 
+// arrayOf decodes the n elements of an array whose header was read.
 func (d *decoder) arrayOf(n, depth int) ([]any, error) {
-	if n > len(d.b)-d.off { // each element takes at least a byte
-		return nil, d.fail("array of %d elements in %d bytes", n, len(d.b)-d.off)
-	}
-	out := make([]any, n)
-	for i := range out {
+	out := make([]any, 0, min(n, maxPrealloc))
+	for range n {
 		v, err := d.value(depth + 1)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = v
+		out = append(out, v)
 	}
 	return out, nil
 }
 
+// mapOf decodes the n entries of a map whose header was read.
 func (d *decoder) mapOf(n, depth int) (map[string]any, error) {
-	if 2*n > len(d.b)-d.off {
-		return nil, d.fail("map of %d entries in %d bytes", n, len(d.b)-d.off)
-	}
-	out := make(map[string]any, n)
+	out := make(map[string]any, min(n, maxPrealloc))
 	for range n {
 		k, err := d.value(depth + 1)
 		if err != nil {

@@ -16,6 +16,16 @@ type Config struct {
 	// BufferSteps bounds the batches kept for replay (default 10000, as
 	// vLLM's).
 	BufferSteps int
+	// FirstSeq numbers the run's first batch (default 0, as vLLM's); the
+	// rest follow one by one. A process should pass a number above every
+	// earlier run's, such as uint64(time.Now().UnixNano()) (a run would
+	// have to publish more than one batch per nanosecond to reach the next
+	// run's first number), so that a subscriber of the previous run sees
+	// the restart as a gap (View.Apply's ErrGap) and resynchronises from a
+	// snapshot, rather than skipping the new run's batches numbered at or
+	// below where it stood as duplicates. Keep it below 1<<63: the replay
+	// protocol's end marker is the number -1.
+	FirstSeq uint64
 }
 
 // Frame is one published batch: its sequence number and msgpack payload.
@@ -33,6 +43,7 @@ type Frame struct {
 type Publisher struct {
 	cfg    Config
 	next   uint64 // the next batch's sequence number
+	sent   bool   // a batch was published
 	ring   []Frame
 	head   int // ring index of the oldest frame
 	blocks map[uint64]*resident
@@ -52,7 +63,7 @@ func NewPublisher(cfg Config) *Publisher {
 	if cfg.BufferSteps <= 0 {
 		cfg.BufferSteps = 10000
 	}
-	return &Publisher{cfg: cfg, blocks: map[uint64]*resident{}}
+	return &Publisher{cfg: cfg, next: cfg.FirstSeq, blocks: map[uint64]*resident{}}
 }
 
 // Start publishes AllBlocksCleared: a consumer that knew this endpoint
@@ -66,6 +77,7 @@ func (p *Publisher) publish(now time.Time, evs []Event) Frame {
 	b := Batch{TS: float64(now.UnixNano()) / 1e9, Events: evs, DPRank: p.cfg.DPRank}
 	f := Frame{Seq: p.next, Payload: p.cfg.Format.AppendBatch(make([]byte, 0, sizeHint(evs)), &b)}
 	p.next++
+	p.sent = true
 	if len(p.ring) < p.cfg.BufferSteps {
 		p.ring = append(p.ring, f)
 	} else {
@@ -194,16 +206,17 @@ func (p *Publisher) Replay(from uint64) []Frame {
 // LastSeq is the sequence number of the last batch published; false
 // before the first.
 func (p *Publisher) LastSeq() (uint64, bool) {
-	if p.next == 0 {
+	if !p.sent {
 		return 0, false
 	}
 	return p.next - 1, true
 }
 
 // Snapshot returns every medium's residency as one batch numbered as the
-// last batch published: AllBlocksCleared, then a BlockStored per block. A
-// consumer that applies it, then the batches numbered after it, holds what
-// the tiers hold. It is not buffered for replay.
+// last batch published (before the first, one below Config.FirstSeq, or 0):
+// AllBlocksCleared, then a BlockStored per block. A consumer that applies
+// it, then the batches numbered after it, holds what the tiers hold. It is
+// not buffered for replay.
 func (p *Publisher) Snapshot(now time.Time) Frame {
 	evs := []Event{{Kind: AllBlocksCleared}}
 	for _, m := range Mediums {
@@ -211,7 +224,10 @@ func (p *Publisher) Snapshot(now time.Time) Frame {
 			evs = append(evs, p.stored(h, p.blocks[h], m))
 		}
 	}
-	seq, _ := p.LastSeq()
+	seq := p.next
+	if seq > 0 {
+		seq--
+	}
 	b := Batch{TS: float64(now.UnixNano()) / 1e9, Events: evs, DPRank: p.cfg.DPRank}
 	return Frame{Seq: seq, Payload: p.cfg.Format.AppendBatch(nil, &b)}
 }

@@ -14,6 +14,7 @@ var ErrGap = errors.New("kvtier: events: sequence gap")
 // its batches: what a KV-aware router keeps per replica.
 type View struct {
 	seq    uint64
+	ts     float64 // the last batch applied's timestamp
 	hasSeq bool
 	held   map[Medium]map[uint64]struct{}
 }
@@ -24,72 +25,82 @@ func NewView() *View { return &View{held: map[Medium]map[uint64]struct{}{}} }
 // Seq returns the last sequence number applied; false before any.
 func (v *View) Seq() (uint64, bool) { return v.seq, v.hasSeq }
 
-// Apply applies the batch numbered seq. A batch at or before the last
-// applied is skipped (a replay overlapping live events); one past the next
-// is not applied and returns ErrGap. A batch numbered 0 that opens with
-// AllBlocksCleared starts a publisher's run and is always applied: a
-// publisher that restarted numbers from 0 again, and the view follows the
-// new run instead of skipping it (a replay from 0 of the same run then
-// rebuilds the same picture, batch by batch).
+// Apply applies the batch numbered seq. One past the next is not applied
+// and returns ErrGap. One at or before the last applied is a duplicate (a
+// replay overlapping live events) and is skipped, unless it is stamped
+// later than the last applied: a publisher's timestamps do not go back
+// within a run, so such a batch comes from a restarted publisher that
+// numbers from below where the view stands, and Apply returns ErrGap (if
+// the publisher's clock stepped back, the error is spurious but safe: the
+// consumer resynchronises). A batch numbered 0 that opens with
+// AllBlocksCleared starts a publisher's run and is always applied: the
+// view follows the new run from its first batch (a replay from 0 of the
+// same run then rebuilds the same picture, batch by batch). A publisher
+// numbered from above every earlier run (Config.FirstSeq) shows every
+// restart as a gap. On any error the view is left as it was.
 func (v *View) Apply(seq uint64, payload []byte) error {
-	if v.hasSeq && seq == 0 && v.seq > 0 {
-		b, err := DecodeBatch(payload)
-		if err != nil {
-			return err
-		}
-		if len(b.Events) > 0 && b.Events[0].Kind == AllBlocksCleared {
-			return v.Reset(0, payload)
-		}
+	b, err := DecodeBatch(payload)
+	if err != nil {
+		return err
 	}
 	if v.hasSeq && seq <= v.seq {
+		switch {
+		case seq == 0 && v.seq > 0 && len(b.Events) > 0 && b.Events[0].Kind == AllBlocksCleared:
+			v.reset(0, &b)
+			return nil
+		case b.TS > v.ts:
+			return fmt.Errorf("%w: got %d stamped %.9f after %d stamped %.9f: the publisher restarted", ErrGap, seq, b.TS, v.seq, v.ts)
+		}
 		return nil
 	}
 	if v.hasSeq && seq != v.seq+1 {
 		return fmt.Errorf("%w: got %d after %d", ErrGap, seq, v.seq)
 	}
-	if err := v.apply(payload); err != nil {
-		return err
-	}
-	v.seq, v.hasSeq = seq, true
+	applyEvents(v.held, b.Events)
+	v.seq, v.ts, v.hasSeq = seq, b.TS, true
 	return nil
 }
 
 // Reset replaces the view with a snapshot numbered seq (Snapshot's frame):
-// batches after seq apply on top of it.
+// batches after seq apply on top of it. A snapshot that does not decode
+// returns the error and leaves the view as it was.
 func (v *View) Reset(seq uint64, payload []byte) error {
-	v.held = map[Medium]map[uint64]struct{}{}
-	if err := v.apply(payload); err != nil {
-		return err
-	}
-	v.seq, v.hasSeq = seq, true
-	return nil
-}
-
-func (v *View) apply(payload []byte) error {
 	b, err := DecodeBatch(payload)
 	if err != nil {
 		return err
 	}
-	for _, e := range b.Events {
+	v.reset(seq, &b)
+	return nil
+}
+
+// reset replaces the view with the decoded batch b, numbered seq.
+func (v *View) reset(seq uint64, b *Batch) {
+	held := map[Medium]map[uint64]struct{}{}
+	applyEvents(held, b.Events)
+	v.held, v.seq, v.ts, v.hasSeq = held, seq, b.TS, true
+}
+
+// applyEvents applies decoded events to held.
+func applyEvents(held map[Medium]map[uint64]struct{}, evs []Event) {
+	for _, e := range evs {
 		switch e.Kind {
 		case AllBlocksCleared:
-			v.held = map[Medium]map[uint64]struct{}{}
+			clear(held)
 		case BlockStored:
-			s := v.held[e.Medium]
+			s := held[e.Medium]
 			if s == nil {
 				s = map[uint64]struct{}{}
-				v.held[e.Medium] = s
+				held[e.Medium] = s
 			}
 			for _, h := range e.Hashes {
 				s[h] = struct{}{}
 			}
 		case BlockRemoved:
 			for _, h := range e.Hashes {
-				delete(v.held[e.Medium], h)
+				delete(held[e.Medium], h)
 			}
 		}
 	}
-	return nil
 }
 
 // Residency returns the hashes each medium holds, sorted; mediums holding

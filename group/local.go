@@ -109,7 +109,7 @@ type reduction struct {
 func (l *Local) run() {
 	defer close(l.done)
 	ops := map[uint64]*reduction{}
-	var failed *RankError     // the latest Fail: every later reduction fails with it
+	var failed *RankError               // the latest Fail: every later reduction fails with it
 	failedAt := func(op uint64) error { // failed, naming the reduction
 		return &RankError{Rank: failed.Rank, Op: op, Err: failed.Err}
 	}
