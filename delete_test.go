@@ -2,6 +2,7 @@ package kvtier
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvtier/kvtier/gpu"
@@ -184,5 +185,68 @@ func TestSerialOffloadsDeleteQueuedOffload(t *testing.T) {
 		}
 		m.Close(ctx)
 		dev.Close()
+	}
+}
+
+// cancelAfterFirstCheck is a context that is live at its first Err and
+// canceled from then on (Done never closes): it ends right after the GPU
+// actor took a call.
+type cancelAfterFirstCheck struct {
+	context.Context
+	checks atomic.Int32
+}
+
+func (c *cancelAfterFirstCheck) Err() error {
+	if c.checks.Add(1) > 1 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestDeleteRunsToItsEnd: once the GPU actor took a Delete, it goes on
+// through every tier whatever its context, so the chain is not left served
+// from pinned memory; and DeleteChain/ExistsChain reach a chain allocated
+// under a LoRA adapter, which Delete and Exists (no adapter) do not name.
+// Before, the delete stopped after the GPU with a bare context error, and
+// such chains could not be deleted at all.
+func TestDeleteRunsToItsEnd(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 1 << 20, Ingestion: IngestAll})
+	a := toks(7, 2*bt)
+	computeLoRA := func(seq uint64, tk []int64, lora string) {
+		t.Helper()
+		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tk, LoRA: lora})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+		if err := commitFree(ctx, m, seq); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	computeLoRA(1, a, "")
+	n, err := m.Delete(&cancelAfterFirstCheck{Context: ctx}, a, "")
+	if err != nil || n != 4 {
+		t.Fatalf("delete with a context ending after the GPU took it: %d blocks, %v; want 4 (GPU and pinned), nil", n, err)
+	}
+	if l, err := m.Lookup(ctx, LookupRequest{Tokens: a}); err != nil || l.Tokens.Of(GPU)+l.Tokens.Below() != 0 {
+		t.Fatalf("after the delete: %+v, %v; want the chain nowhere", l.Tokens, err)
+	}
+
+	computeLoRA(2, a, "adapter")
+	if p, err := m.Exists(ctx, a, ""); err != nil || p.Tokens.Of(GPU) != 0 {
+		t.Fatalf("Exists without the adapter: %+v, %v", p, err)
+	}
+	if p, err := m.ExistsChain(ctx, Chain{Tokens: a, LoRA: "adapter"}); err != nil || p.Tokens.Of(GPU) != 2*bt || p.Tokens.Of(Pinned) != 2*bt {
+		t.Fatalf("ExistsChain with the adapter: %+v, %v", p, err)
+	}
+	if n, err := m.DeleteChain(ctx, Chain{Tokens: a, LoRA: "adapter"}); err != nil || n != 4 {
+		t.Fatalf("DeleteChain with the adapter: %d, %v", n, err)
+	}
+	if l, err := m.Lookup(ctx, LookupRequest{Tokens: a, LoRA: "adapter"}); err != nil || l.Tokens.Of(GPU)+l.Tokens.Below() != 0 {
+		t.Fatalf("after DeleteChain: %+v, %v", l.Tokens, err)
 	}
 }

@@ -158,3 +158,58 @@ func TestCommitRefusesFenceTheDeviceCannotWaitOn(t *testing.T) {
 		t.Fatalf("the good item's blocks are not hits: %+v %v", lb, err)
 	}
 }
+
+// refusingDevice is a host device whose streams, as CUDA's do, refuse to
+// wait on a HostFence.
+type refusingDevice struct{ gpu.Device }
+
+func (refusingDevice) CheckFence(f gpu.Fence) error {
+	if _, ok := f.(*gpu.HostFence); ok {
+		return gpu.ErrBadFence
+	}
+	return nil
+}
+
+// TestStepRefusesFenceTheDeviceCannotWaitOn: Step checks its commits'
+// fences as CommitBatch does — the item with a fence the device refuses
+// fails with gpu.ErrBadFence and commits nothing, the others commit, and
+// the answers stay in item order. Before, Step sent them unchecked and
+// such blocks became hits whose write-down could never wait on the fence.
+func TestStepRefusesFenceTheDeviceCannotWaitOn(t *testing.T) {
+	ctx := context.Background()
+	inner, err := gpu.NewHost(gpu.HostConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	m := newManager(t, Config{GPUBlocks: 8, Device: refusingDevice{inner}})
+	a, b, c := toks(7, 2*bt), toks(900, 2*bt), toks(1800, bt)
+	for seq, tk := range map[uint64][]int64{1: a, 2: b, 3: c} {
+		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, r)
+	}
+	hf := gpu.NewHostFence()
+	defer hf.Signal()
+	res, err := m.Step(ctx, StepRequest{Commit: []CommitItem{{Seq: 1, Tokens: AllTokens}, {Seq: 2, Tokens: AllTokens, After: hf}, {Seq: 3, Tokens: AllTokens}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.CommitErrs) != 3 || res.CommitErrs[0] != nil || !errors.Is(res.CommitErrs[1], gpu.ErrBadFence) || res.CommitErrs[2] != nil {
+		t.Fatalf("step commits: %v, want the second refused with ErrBadFence", res.CommitErrs)
+	}
+	for _, tc := range []struct {
+		tokens []int64
+		want   int
+	}{{a, 2 * bt}, {b, 0}, {c, bt}} {
+		l, err := m.Lookup(ctx, LookupRequest{Tokens: tc.tokens})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Tokens.Of(GPU); got != tc.want {
+			t.Errorf("lookup of a %d-token prompt: %d GPU tokens, want %d", len(tc.tokens), got, tc.want)
+		}
+	}
+}

@@ -476,10 +476,7 @@ func FuzzRequests(f *testing.F) {
 				if err != nil || len(res) != n {
 					t.Fatalf("%s: %d results, %v", desc, len(res), err)
 				}
-				inBatch := map[uint64]int{}
-				for _, r := range reqs {
-					inBatch[r.Seq]++
-				}
+				seen := map[uint64]bool{} // a batch names each sequence once
 				won := map[uint64]bool{}
 				changed = false
 				for i, r := range reqs {
@@ -493,6 +490,10 @@ func FuzzRequests(f *testing.F) {
 					}
 					got := res[i].Err
 					allowed := []error{det}
+					if seen[r.Seq] {
+						allowed, det = []error{blockpool.ErrBadArgument}, blockpool.ErrBadArgument
+					}
+					seen[r.Seq] = true
 					if det == nil {
 						_, isLive := live[r.Seq]
 						switch {
@@ -506,11 +507,6 @@ func FuzzRequests(f *testing.F) {
 							allowed = []error{blockpool.ErrNoSpace}
 						default:
 							allowed = []error{nil, blockpool.ErrNoSpace}
-						}
-						if inBatch[r.Seq] > 1 && len(toks) > 0 && !isLive {
-							// A duplicate in the batch: whichever the actor allocates
-							// first wins, the others find it exists.
-							allowed = append(allowed, blockpool.ErrSequenceExists)
 						}
 					}
 					if !isOneOf(got, allowed...) {
@@ -558,10 +554,13 @@ func FuzzRequests(f *testing.F) {
 					t.Fatalf("%s: %d errors, %v", desc, len(errs), err)
 				}
 				changed = false
+				seen := map[uint64]bool{} // a batch names each sequence once
 				for i, it := range items {
 					var allowed []error
 					have, isLive := live[it.Seq]
 					switch {
+					case seen[it.Seq]:
+						allowed = []error{blockpool.ErrBadArgument}
 					case !isLive:
 						allowed = []error{blockpool.ErrUnknownSequence}
 					case outOfVocab(it.Tokens, vocab):
@@ -571,6 +570,7 @@ func FuzzRequests(f *testing.F) {
 					default:
 						allowed = []error{nil, blockpool.ErrNoSpace}
 					}
+					seen[it.Seq] = true
 					if !isOneOf(errs[i].Err, allowed...) {
 						t.Fatalf("%s: item %d: error %v, want one of %v", desc, i, errs[i].Err, allowed)
 					}

@@ -576,6 +576,10 @@ func (m *Manager) keysFor(reqs []AllocRequest) []*blockpool.Keys {
 
 // AllocateBatch allocates several sequences in one message (one scheduler step).
 // Per-request failures are in each result's Err; the error is for the call.
+// A batch names each sequence once: a later request for a sequence an
+// earlier one names fails with an error wrapping blockpool.ErrBadArgument
+// (requests do not all run in order: those that wait for the index finish
+// after the others).
 func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
 	owned := ownRequests(reqs)
 	msg := &messages.AllocateBatch{Reqs: owned, Keys: m.keysFor(owned), Reply: make(chan *messages.AllocateBatchResult, 1)}
@@ -620,16 +624,19 @@ type StepResult struct {
 }
 
 // Step is one scheduler step in one message. It is the cheapest way to drive
-// the Manager from a scheduler.
+// the Manager from a scheduler. Its parts follow the rules of CommitBatch
+// (fences checked), AppendBatch and AllocateBatch (each names a sequence
+// once).
 func (m *Manager) Step(ctx context.Context, req StepRequest) (StepResult, error) {
 	allocs := ownRequests(req.Allocate)
-	msg := &messages.StepBatch{Commit: append([]CommitItem(nil), req.Commit...), Free: append([]uint64(nil), req.Free...),
+	c := m.checkCommits(req.Commit) // as CommitBatch: a fence the device refuses commits nothing
+	msg := &messages.StepBatch{Commit: c.send, Free: append([]uint64(nil), req.Free...),
 		Append: ownItems(req.Append), Allocate: allocs, Keys: m.keysFor(allocs), Reply: make(chan *messages.StepResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return StepResult{}, err
 	}
-	return StepResult{CommitErrs: r.Commit.Errs, FreeErrs: r.Free.Errs, Appends: appendResults(r.Append), Allocs: r.Allocate.Results}, nil
+	return StepResult{CommitErrs: c.merge(r.Commit.Errs), FreeErrs: r.Free.Errs, Appends: appendResults(r.Append), Allocs: r.Allocate.Results}, nil
 }
 
 // Allocate allocates one sequence.
@@ -667,31 +674,56 @@ func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
 // a *gpu.CUDAFence nor a *gpu.SignalFence of the Manager's device) fails
 // with gpu.ErrBadFence and commits nothing; the other items go ahead.
 func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error, error) {
-	var refused []error // per item; made at the first refusal
-	send := make([]CommitItem, 0, len(items))
-	sent := make([]int, 0, len(items)) // sent[j]: the index in items of send[j]
-	for i, it := range items {
-		if err := gpu.CheckFence(m.device, it.After); err != nil {
-			if refused == nil {
-				refused = make([]error, len(items))
-			}
-			refused[i] = fmt.Errorf("kvtier: commit of sequence %d: %w", it.Seq, err)
-			continue
-		}
-		send, sent = append(send, it), append(sent, i)
-	}
-	msg := &messages.CommitBatch{Items: send, Reply: make(chan *messages.CommitBatchResult, 1)}
+	c := m.checkCommits(items)
+	msg := &messages.CommitBatch{Items: c.send, Reply: make(chan *messages.CommitBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return nil, err
 	}
-	if refused == nil {
-		return r.Errs, r.Err // every item went: the actor's answer is in item order
+	return c.merge(r.Errs), r.Err
+}
+
+// checkedCommits are a batch's commits split by gpu.CheckFence: those to
+// send, and an error for each refused one.
+type checkedCommits struct {
+	send    []CommitItem
+	sent    []int   // sent[j]: the index in the batch of send[j]; nil when all go
+	refused []error // per item of the batch; nil when none is refused
+}
+
+// checkCommits refuses the items whose fence the device's streams cannot
+// wait on (CommitBatch and Step alike), copying what it sends.
+func (m *Manager) checkCommits(items []CommitItem) checkedCommits {
+	var c checkedCommits
+	for i, it := range items {
+		if err := gpu.CheckFence(m.device, it.After); err != nil {
+			if c.refused == nil {
+				c.refused = make([]error, len(items))
+				c.sent = make([]int, 0, len(items))
+				for j := range i {
+					c.sent = append(c.sent, j)
+				}
+			}
+			c.refused[i] = fmt.Errorf("kvtier: commit of sequence %d: %w", it.Seq, err)
+			continue
+		}
+		c.send = append(c.send, it)
+		if c.sent != nil {
+			c.sent = append(c.sent, i)
+		}
 	}
-	for j, e := range r.Errs {
-		refused[sent[j]] = e
+	return c
+}
+
+// merge places the actor's answers to the items sent among the refusals.
+func (c checkedCommits) merge(errs []error) []error {
+	if c.refused == nil {
+		return errs // every item went: the actor's answer is in item order
 	}
-	return refused, r.Err
+	for j, e := range errs {
+		c.refused[c.sent[j]] = e
+	}
+	return c.refused
 }
 
 // AppendResult answers one AppendItem: the blocks it took, which are the
@@ -710,7 +742,11 @@ func appendResults(r *messages.AppendBatchResult) []AppendResult {
 	return out
 }
 
-// AppendBatch adds decoded tokens to several sequences in one message.
+// AppendBatch adds decoded tokens to several sequences in one message. A
+// batch names each sequence once: a later item for a sequence an earlier
+// one names fails with an error wrapping blockpool.ErrBadArgument and
+// changes nothing (an item short of blocks waits while later ones go
+// ahead, so two appends to one sequence could apply out of order).
 func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]AppendResult, error) {
 	msg := &messages.AppendBatch{Items: ownItems(items), Reply: make(chan *messages.AppendBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
@@ -787,11 +823,25 @@ func hashes(k *blockpool.Keys) []uint64 {
 	return out
 }
 
+// Chain names a prompt's chain of blocks as an AllocRequest does: its
+// tokens and the namespace they were allocated in (Salt and LoRA, under the
+// Manager's model).
+type Chain struct {
+	Tokens []int64
+	Salt   string
+	LoRA   string
+}
+
 // Exists reports how many leading tokens of tokens each tier holds, verified
 // (digest) in the namespace of salt and the Manager's model. It changes
-// nothing.
+// nothing. ExistsChain names a LoRA adapter too.
 func (m *Manager) Exists(ctx context.Context, tokens []int64, salt string) (Presence, error) {
-	return m.exists(ctx, tokens, m.chainKeys(tokens, salt, ""), 0)
+	return m.ExistsChain(ctx, Chain{Tokens: tokens, Salt: salt})
+}
+
+// ExistsChain is Exists for a chain allocated under a LoRA adapter too.
+func (m *Manager) ExistsChain(ctx context.Context, c Chain) (Presence, error) {
+	return m.exists(ctx, c.Tokens, m.chainKeys(c.Tokens, c.Salt, c.LoRA), 0)
 }
 
 // exists asks each tier for its leading run of k's blocks from block from on.
@@ -890,13 +940,24 @@ func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, 
 
 // Delete drops the chain's cached blocks from every tier (blocks held by live
 // sequences stay on the GPU) and returns how many blocks were dropped.
+// DeleteChain names a LoRA adapter too. A context that ends before the GPU
+// actor took the delete changes nothing (ErrCanceled); once it took it, the
+// delete runs to its end on every tier, whatever the context: a delete
+// half done would leave the chain served from a tier below.
 func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int, error) {
-	k := m.chainKeys(tokens, salt, "")
+	return m.DeleteChain(ctx, Chain{Tokens: tokens, Salt: salt})
+}
+
+// DeleteChain is Delete for a chain allocated under a LoRA adapter too.
+func (m *Manager) DeleteChain(ctx context.Context, c Chain) (int, error) {
+	tokens := c.Tokens
+	k := m.chainKeys(tokens, c.Salt, c.LoRA)
 	q := &messages.Query{Kind: messages.QueryDelete, Tokens: append([]int64(nil), tokens...), Keys: k, Reply: make(chan *messages.QueryResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &q.Call, q, q.Reply)
 	if err != nil {
 		return 0, err
 	}
+	ctx = context.WithoutCancel(ctx) // applied on the GPU: the rest follows
 	n, hs := r.Deleted, hashes(k)
 	flush := func(pid *actor.PID) error { // waits for what the actor holds; its answer is not an error here
 		if pid == nil {
@@ -972,12 +1033,19 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 }
 
 // Prefetch asks the tiers below the GPU to bring the chain up to pinned memory and
-// returns how many leading tokens pinned memory holds.
+// returns how many leading tokens pinned memory holds. PrefetchChain names a
+// LoRA adapter too.
 func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (int, error) {
+	return m.PrefetchChain(ctx, Chain{Tokens: tokens, Salt: salt})
+}
+
+// PrefetchChain is Prefetch for a chain allocated under a LoRA adapter too.
+func (m *Manager) PrefetchChain(ctx context.Context, c Chain) (int, error) {
 	if m.pinPID == nil {
 		return 0, nil
 	}
-	k := m.chainKeys(tokens, salt, "")
+	tokens := c.Tokens
+	k := m.chainKeys(tokens, c.Salt, c.LoRA)
 	pq := &messages.PinnedQuery{Kind: messages.QueryPrefetch, Hashes: hashes(k), Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
 	pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
 	if err != nil {

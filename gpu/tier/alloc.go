@@ -46,10 +46,15 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 	var pend *pendingAlloc
 	var chains [][]uint64
 	var digests [][]prefixhash.Digest
+	again := repeated(t, reqs, func(r messages.AllocRequest) uint64 { return r.Seq })
 	for i := range reqs {
 		r := &reqs[i]
 		out := &res.Results[i]
 		out.Seq = r.Seq
+		if again != nil && again[i] {
+			out.Err = repeatedErr(r.Seq)
+			continue
+		}
 		if r.MaxSeqLen > 0 && len(r.Tokens) > r.MaxSeqLen {
 			if !r.Truncate {
 				out.Err = fmt.Errorf("%w: %d tokens, MaxSeqLen %d", ErrTooLong, len(r.Tokens), r.MaxSeqLen)
@@ -228,12 +233,51 @@ func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.A
 func (t *Tier) appendBatch(items []messages.AppendItem, send func(*messages.AppendBatchResult)) {
 	res := &messages.AppendBatchResult{Errs: make([]error, len(items)), Blocks: make([][]blockpool.BlockID, len(items))}
 	w := &waiter{pending: 1, onDone: func() { send(res) }}
+	again := repeated(t, items, func(it messages.AppendItem) uint64 { return it.Seq })
 	for i, it := range items {
+		if again != nil && again[i] {
+			res.Errs[i] = repeatedErr(it.Seq)
+			continue
+		}
 		res.Errs[i] = t.appendOne(it, &res.Errs[i], &res.Blocks[i], w)
 		t.offloadEvicted(w) // before the taken blocks' flags are reset
 		t.resetBlocks(res.Blocks[i])
 	}
 	w.done(t)
+}
+
+// repeated marks the items whose sequence an earlier item of the batch
+// names (nil when none does). A batch names each sequence once: its items
+// do not all run in order (some wait for the index or for blocks while
+// later ones go ahead), so a second item for one sequence could pass the
+// first — two appends applied out of order publish a block under tokens
+// its KV was not written for.
+func repeated[T any](t *Tier, items []T, seq func(T) uint64) []bool {
+	if len(items) < 2 {
+		return nil
+	}
+	var out []bool
+	seen := t.seenSeqs
+	if seen == nil {
+		seen = map[uint64]struct{}{}
+		t.seenSeqs = seen
+	}
+	defer clear(seen)
+	for i, it := range items {
+		s := seq(it)
+		if _, dup := seen[s]; dup {
+			if out == nil {
+				out = make([]bool, len(items))
+			}
+			out[i] = true
+		}
+		seen[s] = struct{}{}
+	}
+	return out
+}
+
+func repeatedErr(seq uint64) error {
+	return fmt.Errorf("%w: sequence %d named twice in one batch (one item per sequence)", blockpool.ErrBadArgument, seq)
 }
 
 // resetBlocks marks blocks just taken for new contents: no copy below, no

@@ -126,6 +126,8 @@ type Tier struct {
 	// allocation under the same id does not wait for the old one's loads.
 	notReady map[blockpool.SeqID]*waiter
 	stopped  bool
+	// seenSeqs is repeated's scratch, empty between calls.
+	seenSeqs map[uint64]struct{}
 }
 
 // New returns a Tier over cfg.Pool.

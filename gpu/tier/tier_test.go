@@ -598,3 +598,41 @@ func TestLowerGoneAnswersWhatWaitedBelow(t *testing.T) {
 		t.Errorf("after LowerGone: to pinned %+v, to index %+v", r.ToPinned, r.ToIndex)
 	}
 }
+
+// TestBatchNamesEachSequenceOnce: a batch's items do not all run in order
+// (allocations wait for the index, appends park for blocks, while later
+// items go ahead), so a second item for the same sequence is refused with
+// ErrBadArgument and changes nothing; the first runs as alone. Before, two
+// appends to one sequence could apply out of order and publish a block
+// under tokens its KV was not written for, and a later duplicate
+// allocation could win over an earlier one.
+func TestBatchNamesEachSequenceOnce(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true})
+	p, q := prompt(1, 2*bs), prompt(100, bs)
+	var res *messages.AllocateBatchResult
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 5, Tokens: p}, {Seq: 5, Tokens: q}},
+		[]*blockpool.Keys{blockpool.ComputeKeys("", p, bs, true), blockpool.ComputeKeys("", q, bs, true)},
+		func(r *messages.AllocateBatchResult) { res = r })
+	r := drain(t, tr)
+	if len(r.ToIndex) == 1 {
+		lk := r.ToIndex[0].(*messages.Lookup)
+		tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: make([][]messages.Tier, len(lk.Chains))})
+		drain(t, tr)
+	}
+	if res == nil || res.Results[0].Err != nil || !errors.Is(res.Results[1].Err, blockpool.ErrBadArgument) {
+		t.Fatalf("allocations %+v, want the first applied and the second refused", res)
+	}
+	if n, _ := tr.pool.NumTokens(5); n != len(p) {
+		t.Fatalf("sequence 5 holds %d tokens, want the first item's %d", n, len(p))
+	}
+	var app *messages.AppendBatchResult
+	tr.AppendBatch([]messages.AppendItem{{Seq: 5, Tokens: []int64{7}}, {Seq: 5, Tokens: []int64{8, 9}}},
+		func(r *messages.AppendBatchResult) { app = r })
+	drain(t, tr)
+	if app == nil || app.Errs[0] != nil || !errors.Is(app.Errs[1], blockpool.ErrBadArgument) || len(app.Blocks[1]) != 0 {
+		t.Fatalf("appends %+v, want the first applied and the second refused", app)
+	}
+	if n, _ := tr.pool.NumTokens(5); n != len(p)+1 {
+		t.Fatalf("sequence 5 holds %d tokens after the appends, want %d", n, len(p)+1)
+	}
+}
