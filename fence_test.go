@@ -213,3 +213,45 @@ func TestStepRefusesFenceTheDeviceCannotWaitOn(t *testing.T) {
 		}
 	}
 }
+
+// TestParkedAllocationHonoursItsContext: an allocation short of blocks only
+// because write-downs behind an unsignalled fence pin them is parked in the
+// GPU actor; when its caller's context ends it is answered with
+// ErrCanceled, having changed nothing, instead of waiting for the fence.
+// Before, it returned only once the fence signalled.
+func TestParkedAllocationHonoursItsContext(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Config{GPUBlocks: 4, PinnedBytes: 1 << 20, OffloadThreshold: 0.1, OffloadAhead: 4})
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(100, 2*bt)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	f := signalFence(t, m)
+	if errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: 1, Tokens: AllTokens, After: f}}); err != nil || errs[0] != nil {
+		t.Fatal(err, errs)
+	}
+	if err := m.Free(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := m.Allocate(short, AllocRequest{Seq: 2, Tokens: toks(900, 4*bt)}); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrCanceled) {
+			t.Fatalf("parked allocation after its context ended: %v, want ErrCanceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		f.Signal()
+		t.Fatal("a parked allocation ignored its context: it waited for the fence")
+	}
+	f.Signal()
+	// Nothing of it took effect: sequence 2 is free to allocate.
+	r, err = m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(900, 4*bt)})
+	if err != nil {
+		t.Fatalf("allocating sequence 2 after the withdrawn attempt: %v", err)
+	}
+	wait(t, r)
+}

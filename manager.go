@@ -65,7 +65,7 @@ var (
 	// ErrCanceled says a call's context ended before the call took effect:
 	// nothing changed. It wraps the context's error. A call whose context
 	// ends after the actor took it is applied in full and answered normally.
-	ErrCanceled = errors.New("kvtier: call canceled before it took effect")
+	ErrCanceled = messages.ErrCanceled
 	// ErrNotDurable says Delete dropped blocks from every tier in memory but
 	// could not scrub a disk record (after a crash it may come back), or
 	// could not reach a stopped tier (ErrTierDown): the disk's records, or
@@ -458,7 +458,9 @@ func (m *Manager) BlockTokens() int { return m.cfg.BlockTokens }
 // call, when not nil, is the request's cancellation handle: if the context
 // ends first and the actor has not taken the request, it is withdrawn and the
 // error wraps ErrCanceled (nothing changed); if the actor took it, ask waits
-// for the reply, so an applied request is never reported as failed. A request
+// for the reply, so an applied request is never reported as failed (the
+// parts of it parked for blocks are withdrawn: answered with ErrCanceled,
+// nothing of them changed). A request
 // with a handle is read by the actor only until ask returns (withdrawn,
 // answered, or its actor stopped), so it may carry the caller's slices.
 func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.Call, msg any, reply chan T) (T, error) {
@@ -513,6 +515,10 @@ func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan
 		if call == nil || call.Cancel() {
 			return zero, cancelErr(ctx.Err(), call != nil)
 		}
+		// Taken: what of it waits parked for blocks is answered with
+		// ErrCanceled (nothing of it changed), the rest as applied.
+		call.Withdraw()
+		m.system.Root.Send(pid, &messages.Withdraw{})
 	case <-m.done:
 		if call == nil || call.Cancel() {
 			return zero, ErrClosed

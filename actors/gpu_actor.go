@@ -144,11 +144,15 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.AllocateBatch:
 		if m.Take() { // false: the caller gave up before it took effect
+			a.t.SetCall(&m.Call) // what parks can be withdrawn
 			a.t.AllocateBatch(m.Reqs, m.Keys, func(r *messages.AllocateBatchResult) { m.Reply <- r })
+			a.t.SetCall(nil)
 		}
 	case *messages.StepBatch:
 		if m.Take() {
+			a.t.SetCall(&m.Call)
 			a.t.Step(m)
+			a.t.SetCall(nil)
 		}
 	case *messages.CommitBatch:
 		if m.Take() {
@@ -156,8 +160,12 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		}
 	case *messages.AppendBatch:
 		if m.Take() {
+			a.t.SetCall(&m.Call)
 			a.t.AppendBatch(m.Items, func(r *messages.AppendBatchResult) { m.Reply <- r })
+			a.t.SetCall(nil)
 		}
+	case *messages.Withdraw:
+		a.t.Withdraw()
 	case *messages.FreeBatch:
 		if m.Take() {
 			a.t.FreeBatch(m.Seqs, m.Swap, func(r *messages.FreeBatchResult) { m.Reply <- r })

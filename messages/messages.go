@@ -51,7 +51,30 @@ var ErrFailed = errors.New("kvtier: the GPU actor failed; close the Manager")
 // and Cancel (the caller, when its context ends) — exactly one wins. A
 // cancelled request has no effect; a taken one is applied and answered in
 // full, so a caller that lost the race waits for the answer.
-type Call struct{ state atomic.Int32 }
+//
+// A taken request may still wait inside the actor: an allocation or append
+// short of blocks is parked until offloads in flight free them, and nothing
+// of it has taken effect yet. A caller whose context ends then calls
+// Withdraw and sends the actor a Withdraw message: the parked parts are
+// answered with ErrCanceled, changing nothing, and the rest as they are.
+type Call struct {
+	state     atomic.Int32
+	withdrawn atomic.Bool
+}
+
+// ErrCanceled answers a request, or the parked part of one, that its
+// caller gave up on before it took effect: nothing changed.
+var ErrCanceled = errors.New("kvtier: call canceled before it took effect")
+
+// Withdraw marks the request's parked parts as given up (see Call).
+func (c *Call) Withdraw() { c.withdrawn.Store(true) }
+
+// Withdrawn says whether the caller gave up on the request's parked parts.
+func (c *Call) Withdrawn() bool { return c != nil && c.withdrawn.Load() }
+
+// Withdraw asks the GPU actor to answer, with ErrCanceled, the parked parts
+// of the requests whose Call was withdrawn.
+type Withdraw struct{}
 
 // Take claims the request for the actor; false means the caller cancelled it
 // and the actor must not apply it.

@@ -18,6 +18,7 @@ type pendingAlloc struct {
 	b       *batchReply
 	waiting []int // indexes of requests waiting for the lookup
 	gpu     []int // GPU hit blocks seen at lookup time, per waiting request
+	call    *messages.Call
 }
 
 // batchReply answers an AllocateBatch once all its requests are decided.
@@ -83,7 +84,7 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 			continue
 		}
 		if pend == nil {
-			pend = &pendingAlloc{reqs: reqs, keys: keys, b: b}
+			pend = &pendingAlloc{reqs: reqs, keys: keys, b: b, call: t.call}
 		}
 		pend.waiting = append(pend.waiting, i)
 		pend.gpu = append(pend.gpu, hits)
@@ -112,6 +113,9 @@ func (t *Tier) lookupDone(m *messages.LookupResult) {
 		return
 	}
 	delete(t.lookups, m.ID)
+	prev := t.call
+	t.call = pend.call // what parks now stays its request's
+	defer func() { t.call = prev }()
 	for k, i := range pend.waiting {
 		r := &pend.reqs[i]
 		t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
@@ -221,11 +225,59 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 // own function so that allocate's arguments escape only when it parks.
 func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
 	b.parked++
-	t.parked = append(t.parked, func() {
+	t.parkReq(func() {
 		b.parked--
 		t.allocate(r, k, out, gpuAt, below, b)
 		b.maybeSend(t)
+	}, func() {
+		b.parked--
+		out.Err = withdrawnErr(r.Seq)
+		b.maybeSend(t)
 	})
+}
+
+// parkedReq is a parked allocation or append: retry runs it again, cancel
+// answers it with ErrCanceled; call is its request's.
+type parkedReq struct {
+	retry, cancel func()
+	call          *messages.Call
+}
+
+// parkReq parks a part of the request being applied, or cancels it at once
+// when its caller has withdrawn already.
+func (t *Tier) parkReq(retry, cancel func()) {
+	if t.call.Withdrawn() {
+		cancel()
+		return
+	}
+	t.parked = append(t.parked, parkedReq{retry: retry, cancel: cancel, call: t.call})
+}
+
+func withdrawnErr(seq uint64) error {
+	return fmt.Errorf("%w: sequence %d waited for blocks until its caller gave up", messages.ErrCanceled, seq)
+}
+
+// SetCall names the Call of the request the next events apply (nil: none),
+// so that a part of it that parks can be withdrawn (Withdraw).
+func (t *Tier) SetCall(c *messages.Call) { t.call = c }
+
+// Withdraw answers, with ErrCanceled, the parked parts of requests whose
+// Call was withdrawn: they changed nothing, and their callers' contexts
+// ended. The other parked parts wait on.
+func (t *Tier) Withdraw() {
+	keep := t.parked[:0]
+	var gone []parkedReq
+	for _, p := range t.parked {
+		if p.call.Withdrawn() {
+			gone = append(gone, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	t.parked = keep
+	for _, p := range gone {
+		p.cancel()
+	}
 }
 
 // appendBatch appends and answers once the evicted bytes of any block the
@@ -298,13 +350,16 @@ func (t *Tier) appendOne(it messages.AppendItem, errp *error, took *[]blockpool.
 	// caller resets them (resetBlocks) after offloadEvicted.
 	if t.parkable(err) {
 		w.pending++
-		t.parked = append(t.parked, func() {
+		t.parkReq(func() {
 			*errp = t.appendOne(it, errp, took, w)
 			t.offloadEvicted(w)
 			t.resetBlocks(*took)
 			w.done(t)
+		}, func() {
+			*errp = withdrawnErr(it.Seq)
+			w.done(t)
 		})
-		return nil
+		return *errp // nil while parked; withdrawnErr if cancelled at once
 	}
 	*took = ids
 	return err
@@ -370,9 +425,16 @@ func (t *Tier) parkable(err error) bool {
 func (t *Tier) retryParked() {
 	list := t.parked
 	t.parked = nil
-	for _, f := range list {
-		f()
+	prev := t.call
+	for _, p := range list {
+		if p.call.Withdrawn() {
+			p.cancel()
+			continue
+		}
+		t.call = p.call // parked again, it stays its request's
+		p.retry()
 	}
+	t.call = prev
 }
 
 // sealedBlocks appends seq's committed blocks not yet written down. Blocks

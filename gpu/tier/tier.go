@@ -105,8 +105,12 @@ type Tier struct {
 	serialQueue []queuedOffload
 	flushes     []gpuFlush
 	// parked are allocations and appends short of blocks only because offloads
-	// ahead of need pin them; they retry as those copies finish.
-	parked  []func()
+	// ahead of need pin them; they retry as those copies finish, or end with
+	// ErrCanceled when their caller withdraws (Withdraw).
+	parked []parkedReq
+	// call is the Call of the request being applied (SetCall), which the
+	// parts it parks keep.
+	call    *messages.Call
 	stats   messages.TierStats
 	tokens  map[string]*messages.TokenCounts // by namespace label, bounded by Config.Namespaces
 	evicted []blockpool.Evicted
