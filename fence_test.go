@@ -240,8 +240,8 @@ func TestParkedAllocationHonoursItsContext(t *testing.T) {
 	go func() { _, err := m.Allocate(short, AllocRequest{Seq: 2, Tokens: toks(900, 4*bt)}); done <- err }()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrCanceled) {
-			t.Fatalf("parked allocation after its context ended: %v, want ErrCanceled", err)
+		if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("parked allocation after its context ended: %v, want ErrCanceled wrapping the context's error", err)
 		}
 	case <-time.After(20 * time.Second):
 		f.Signal()

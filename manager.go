@@ -593,7 +593,19 @@ func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]All
 	if err != nil {
 		return nil, err
 	}
+	for i := range r.Results {
+		withCtxErr(ctx, &r.Results[i].Err)
+	}
 	return r.Results, r.Err
+}
+
+// withCtxErr makes the error of a part withdrawn when ctx ended (an
+// ErrCanceled from the actor) wrap the context's error too, as a call
+// canceled before the actor took it does.
+func withCtxErr(ctx context.Context, err *error) {
+	if *err != nil && errors.Is(*err, ErrCanceled) && ctx.Err() != nil && !errors.Is(*err, ctx.Err()) {
+		*err = fmt.Errorf("%w: %w", *err, ctx.Err())
+	}
 }
 
 // ownRequests copies requests for a message. Their token slices are shared,
@@ -641,6 +653,12 @@ func (m *Manager) Step(ctx context.Context, req StepRequest) (StepResult, error)
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return StepResult{}, err
+	}
+	for i := range r.Append.Errs {
+		withCtxErr(ctx, &r.Append.Errs[i])
+	}
+	for i := range r.Allocate.Results {
+		withCtxErr(ctx, &r.Allocate.Results[i].Err)
 	}
 	return StepResult{CommitErrs: c.merge(r.Commit.Errs), FreeErrs: r.Free.Errs, Appends: appendResults(r.Append), Allocs: r.Allocate.Results}, nil
 }
@@ -758,6 +776,9 @@ func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]Append
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return nil, err
+	}
+	for i := range r.Errs {
+		withCtxErr(ctx, &r.Errs[i])
 	}
 	return appendResults(r), r.Err
 }

@@ -11,8 +11,9 @@ import (
 // table with linear probing and backward-shift deletion, so it holds no
 // tombstones and a probe stops at the first empty slot.
 //
-// A slot is 8 bytes, eight to a cache line: the hash's low 32 bits (its tag) and
-// the block id plus one (zero marks an empty slot, so a new table is all empty).
+// A slot is 8 bytes, eight to a cache line: a keyed 32-bit fingerprint of the
+// hash (its tag) and the block id plus one (zero marks an empty slot, so a new
+// table is all empty).
 // A slot's home depends on its tag alone, so the table moves entries and grows
 // without reading blocks. Two hashes can share a tag, so a lookup confirms a tag
 // match against the block's full hash; removal names the block and matches the

@@ -76,29 +76,39 @@ func (c *Cache) Allocate(ctx context.Context, reqs []scheduler.AllocReq) ([]sche
 	if len(res) != len(reqs) {
 		return nil, fmt.Errorf("schedcache: allocate: %d results for %d requests", len(res), len(reqs))
 	}
+	// A context that ended while the batch waited (a request parked for
+	// blocks is then answered ErrCanceled, the others applied) fails the
+	// call: the scheduler takes that as allocating nothing.
+	if err := ctx.Err(); err != nil {
+		return nil, c.undoAllocate(ctx, err, reqs, res)
+	}
 	if c.opts.Sync {
 		for i := range res {
 			if r := &res[i]; r.Err == nil && r.Ready != nil {
 				select {
 				case <-r.Ready.Done():
 				case <-ctx.Done():
-					return nil, c.undoAllocate(ctx, reqs, res)
+					return nil, c.undoAllocate(ctx, ctx.Err(), reqs, res)
 				}
 			}
 		}
+	}
+	if err := c.sync(ctx); err != nil {
+		return nil, c.undoAllocate(ctx, err, reqs, res)
 	}
 	outs := make([]scheduler.AllocOutcome, len(res))
 	for i := range res {
 		outs[i] = outcome(&res[i])
 	}
-	return outs, c.sync(ctx)
+	return outs, nil
 }
 
-// undoAllocate frees the sequences a batch allocated when ctx ended while
-// Sync waited for their loads: the scheduler takes the failed call as
-// allocating nothing, so leaving them would leak their blocks and refuse
-// their ids later. The free runs past ctx's end, bounded by undoTimeout.
-func (c *Cache) undoAllocate(ctx context.Context, reqs []scheduler.AllocReq, res []kvtier.AllocResult) error {
+// undoAllocate frees the sequences a batch allocated when the call fails
+// after the Manager applied it (cause: ctx ended while it waited, or Sync's
+// flush failed): the scheduler takes the failed call as allocating nothing,
+// so leaving them would leak their blocks and refuse their ids later. The
+// free runs past ctx's end, bounded by undoTimeout.
+func (c *Cache) undoAllocate(ctx context.Context, cause error, reqs []scheduler.AllocReq, res []kvtier.AllocResult) error {
 	var seqs []uint64
 	for i := range res {
 		if res[i].Err == nil {
@@ -112,9 +122,9 @@ func (c *Cache) undoAllocate(ctx context.Context, reqs []scheduler.AllocReq, res
 		err = errors.Join(errs...)
 	}
 	if err != nil {
-		return fmt.Errorf("schedcache: allocate: %w; freeing the %d sequences it allocated: %w", ctx.Err(), len(seqs), err)
+		return fmt.Errorf("schedcache: allocate: %w; freeing the %d sequences it allocated: %w", cause, len(seqs), err)
 	}
-	return fmt.Errorf("schedcache: allocate: %w (the %d sequences it allocated were freed)", ctx.Err(), len(seqs))
+	return fmt.Errorf("schedcache: allocate: %w (the %d sequences it allocated were freed)", cause, len(seqs))
 }
 
 // undoTimeout bounds undoAllocate's free, which runs after the caller's

@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier"
 	"github.com/kvtier/kvtier/blockpool"
@@ -294,5 +295,52 @@ func TestRunThroughEveryTier(t *testing.T) {
 	}
 	if b := replay(); !reflect.DeepEqual(a, b) {
 		t.Fatalf("two runs differ:\n%+v\n%+v", a, b)
+	}
+}
+
+// TestAllocateWithdrawnPartFreesTheRest: a batch in which one request parks
+// for blocks (write-downs behind an unsignalled fence pin them) and is
+// withdrawn when the context ends, while another was applied, fails as a
+// whole and frees what it allocated — in both modes (Sync, and without) —
+// since the scheduler takes a failed call as allocating nothing. Before,
+// the applied sequence stayed allocated (half of the Sync runs, every
+// other run).
+func TestAllocateWithdrawnPartFreesTheRest(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		ctx := context.Background()
+		dev, err := gpu.NewHost(gpu.HostConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newManager(t, kvtier.Config{Device: dev, GPUBlocks: 4, PinnedBytes: 1 << 20, OffloadThreshold: 0.1, OffloadAhead: 4})
+		r, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 1, Tokens: seqTokens(100, 2*blockTokens)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-r.Ready.Done()
+		f, err := gpu.NewSignalFence(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs, err := m.CommitBatch(ctx, []kvtier.CommitItem{{Seq: 1, Tokens: kvtier.AllTokens, After: f}}); err != nil || errs[0] != nil {
+			t.Fatal(err, errs)
+		}
+		if err := m.Free(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		c := New(m, Options{Sync: sync})
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		outs, err := c.Allocate(short, []scheduler.AllocReq{
+			{Seq: 2, Tokens: seqTokens(900, 4*blockTokens)}, // parks, then withdrawn
+			{Seq: 5, Tokens: seqTokens(3000, blockTokens)},  // applied
+		})
+		cancel()
+		f.Signal()
+		if err == nil || outs != nil {
+			t.Fatalf("sync %v: Allocate with a withdrawn part: %+v, %v; want the call to fail", sync, outs, err)
+		}
+		if ferr := m.Free(ctx, 5); !errors.Is(ferr, blockpool.ErrUnknownSequence) {
+			t.Errorf("sync %v: sequence 5 was left allocated after the failed call (free: %v)", sync, ferr)
+		}
 	}
 }

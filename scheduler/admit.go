@@ -47,7 +47,21 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 	for i, o := range outs {
 		switch {
 		case o.Err != nil && !noBlocks(o.Err):
-			return fmt.Errorf("scheduler: allocate sequence %d: %w", reqs[i].Seq, o.Err)
+			// The call fails: free what it allocated, or those sequences
+			// would hold their blocks and ids for ever.
+			var got []SeqID
+			for j, oj := range outs {
+				if oj.Err == nil {
+					got = append(got, reqs[j].Seq)
+				}
+			}
+			err := fmt.Errorf("scheduler: allocate sequence %d: %w", reqs[i].Seq, o.Err)
+			if len(got) > 0 {
+				if ferr := s.cache.Free(context.WithoutCancel(ctx), got); ferr != nil {
+					err = fmt.Errorf("%w; freeing the %d sequences allocated with it: %w", err, len(got), ferr)
+				}
+			}
+			return err
 		case o.Err != nil:
 			if firstFail < 0 {
 				firstFail = i

@@ -229,31 +229,37 @@ func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.A
 		b.parked--
 		t.allocate(r, k, out, gpuAt, below, b)
 		b.maybeSend(t)
-	}, func() {
+	}, func(err error) {
 		b.parked--
-		out.Err = withdrawnErr(r.Seq)
+		out.Err = orWithdrawn(err, r.Seq)
 		b.maybeSend(t)
 	})
 }
 
 // parkedReq is a parked allocation or append: retry runs it again, cancel
-// answers it with ErrCanceled; call is its request's.
+// answers it with err (nil: ErrCanceled, its caller withdrew) without
+// applying it; call is its request's.
 type parkedReq struct {
-	retry, cancel func()
-	call          *messages.Call
+	retry  func()
+	cancel func(err error)
+	call   *messages.Call
 }
 
 // parkReq parks a part of the request being applied, or cancels it at once
 // when its caller has withdrawn already.
-func (t *Tier) parkReq(retry, cancel func()) {
+func (t *Tier) parkReq(retry func(), cancel func(error)) {
 	if t.call.Withdrawn() {
-		cancel()
+		cancel(nil)
 		return
 	}
 	t.parked = append(t.parked, parkedReq{retry: retry, cancel: cancel, call: t.call})
 }
 
-func withdrawnErr(seq uint64) error {
+// orWithdrawn is err, or when nil the error of a part its caller withdrew.
+func orWithdrawn(err error, seq uint64) error {
+	if err != nil {
+		return err
+	}
 	return fmt.Errorf("%w: sequence %d waited for blocks until its caller gave up", messages.ErrCanceled, seq)
 }
 
@@ -276,7 +282,7 @@ func (t *Tier) Withdraw() {
 	}
 	t.parked = keep
 	for _, p := range gone {
-		p.cancel()
+		p.cancel(nil)
 	}
 }
 
@@ -355,8 +361,8 @@ func (t *Tier) appendOne(it messages.AppendItem, errp *error, took *[]blockpool.
 			t.offloadEvicted(w)
 			t.resetBlocks(*took)
 			w.done(t)
-		}, func() {
-			*errp = withdrawnErr(it.Seq)
+		}, func(err error) {
+			*errp = orWithdrawn(err, it.Seq)
 			w.done(t)
 		})
 		return *errp // nil while parked; withdrawnErr if cancelled at once
@@ -428,7 +434,7 @@ func (t *Tier) retryParked() {
 	prev := t.call
 	for _, p := range list {
 		if p.call.Withdrawn() {
-			p.cancel()
+			p.cancel(nil)
 			continue
 		}
 		t.call = p.call // parked again, it stays its request's

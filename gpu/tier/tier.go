@@ -295,6 +295,11 @@ func (t *Tier) Fail(err error) {
 
 func (t *Tier) stop(err error) {
 	t.stopped = true
+	parked := t.parked // answered with err, applied never
+	t.parked = nil
+	for _, p := range parked {
+		p.cancel(err)
+	}
 	for _, p := range t.lookups {
 		for _, i := range p.waiting {
 			p.b.res.Results[i].Err = err
