@@ -210,7 +210,11 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if m.system = c.System; m.system == nil {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+		// Dead letters (calls racing Close reach stopped actors) start a
+		// throttle goroutine that lives one interval: short, so that none
+		// outlives Close by more than a moment (goleak checks after Close).
+		m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }),
+			actor.WithDeadLetterThrottleInterval(10*time.Millisecond))
 		m.ownSys = true
 	}
 	root := m.system.Root

@@ -47,11 +47,19 @@ func NewTensorView(storageBytes int, dtype DType, shape, strides []int, offset i
 	}
 	size := dtype.Size()
 	empty := false
+	elems := 1 // NumElements and NumBytes must not overflow, broadcast or not
 	for i, n := range shape {
 		if n < 0 {
 			return TensorView{}, fmt.Errorf("%w: dimension %d is %d", ErrShape, i, n)
 		}
 		empty = empty || n == 0
+		var ok bool
+		if elems, ok = mulAll(elems, n); !ok {
+			return TensorView{}, fmt.Errorf("%w: shape %v overflows", ErrOutOfRange, shape)
+		}
+	}
+	if _, ok := mulAll(elems, size); !ok {
+		return TensorView{}, fmt.Errorf("%w: shape %v overflows in bytes", ErrOutOfRange, shape)
 	}
 	if strides == nil {
 		acc := 1
@@ -71,7 +79,10 @@ func NewTensorView(storageBytes int, dtype DType, shape, strides []int, offset i
 		}
 	}
 	// reach is one past the last byte any element can touch.
-	reach := offset + size
+	if !empty && offset > math.MaxInt-size {
+		return TensorView{}, fmt.Errorf("%w: offset %d overflows", ErrOutOfRange, offset)
+	}
+	reach := offset + size // unused (and free to wrap) for an empty view
 	for i := range shape {
 		bs, ok := mulAll(v.strides[i], size)
 		if !ok {

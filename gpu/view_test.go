@@ -92,6 +92,12 @@ func TestTensorViewBounds(t *testing.T) {
 		{"broadcast stride 0", 4, F32, []int{1000}, []int{0}, 0, nil},
 		{"scalar", 4, F32, nil, nil, 0, nil},
 		{"huge overflow", math.MaxInt, U8, []int{math.MaxInt / 2, 4}, nil, 0, ErrOutOfRange},
+		// An element past the end whose end wraps below zero (it was
+		// accepted), and a broadcast view whose element count overflows
+		// (NumElements and NumBytes went negative).
+		{"offset near MaxInt", math.MaxInt, F32, []int{1}, nil, math.MaxInt - 1, ErrOutOfRange},
+		{"empty near MaxInt", math.MaxInt, F32, []int{0}, nil, math.MaxInt - 1, nil},
+		{"broadcast count overflows", 4, F32, []int{math.MaxInt / 2, 4}, []int{0, 0}, 0, ErrOutOfRange},
 		{"bad dtype", 8, 0, []int{1}, nil, 0, ErrInvalidSpec},
 	}
 	for _, c := range cases {
