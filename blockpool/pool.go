@@ -346,8 +346,13 @@ func (p *Pool) CachedChain(dst []BlockID, tokens []int64, k *Keys) ([]BlockID, e
 	return dst, nil
 }
 
-// CanAllocate says whether Allocate of these tokens would find enough blocks now.
+// CanAllocate says whether Allocate of these tokens would succeed now: false
+// for what Allocate refuses (no tokens, a sequence that exists, a token out
+// of the vocabulary) as for too few free blocks.
 func (p *Pool) CanAllocate(seq SeqID, tokens []int64, salt string) bool {
+	if _, exists := p.seqs[seq]; exists || len(tokens) == 0 || p.checkTokens(tokens) != nil {
+		return false
+	}
 	k, _ := p.keys(tokens, salt, nil)
 	hits, revive := p.plan(tokens, k)
 	return p.numBlocksFor(len(tokens))-hits+revive <= p.numFree()+len(p.resv[seq])

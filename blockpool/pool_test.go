@@ -227,6 +227,18 @@ func TestUncachedFreedBlocksAreReusedFirst(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	p, _ := New(Config{NumBlocks: 4, BlockSize: 2, VocabSize: 100})
 	allocCommit(p, 1, []int64{1, 2, 3}, "")
+	// CanAllocate agrees with Allocate on what it refuses (it said yes).
+	for _, c := range []struct {
+		seq    SeqID
+		tokens []int64
+	}{{2, nil}, {1, []int64{1}}, {2, []int64{1, 100}}} {
+		if p.CanAllocate(c.seq, c.tokens, "") {
+			t.Errorf("CanAllocate(%d, %v) = true for what Allocate refuses", c.seq, c.tokens)
+		}
+	}
+	if !p.CanAllocate(2, []int64{1, 2}, "") {
+		t.Error("CanAllocate of a valid request that fits = false")
+	}
 	before := p.Stats()
 	cases := []struct {
 		err error
