@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"reflect"
 	"sync"
 	"time"
 
@@ -416,31 +415,30 @@ func (m *Manager) downOf(pid *actor.PID) chan struct{} {
 	return m.down[pid.Id]
 }
 
-// anyDown returns a channel closed once any of pids' actors stopped for
-// good, and the func that ends its goroutine (call it when done waiting).
-func (m *Manager) anyDown(pids ...*actor.PID) (<-chan struct{}, func()) {
-	var chs []chan struct{}
-	for _, pid := range pids {
-		if ch := m.downOf(pid); ch != nil {
-			chs = append(chs, ch)
-		}
-	}
-	if len(chs) == 0 {
+// anyDown returns a channel closed once any of the three actors (nil: none)
+// stopped for good, and the func that ends its goroutine (call it when done
+// waiting).
+func (m *Manager) anyDown(a, b, c *actor.PID) (<-chan struct{}, func()) {
+	da, db, dc := m.downOf(a), m.downOf(b), m.downOf(c)
+	if da == nil && db == nil && dc == nil {
 		return nil, func() {}
 	}
 	out, stop := make(chan struct{}), make(chan struct{})
 	go func() {
-		cases := make([]reflect.SelectCase, 0, len(chs)+1)
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(stop)})
-		for _, ch := range chs {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		select { // a nil channel is never ready
+		case <-da:
+		case <-db:
+		case <-dc:
+		case <-stop:
+			return
 		}
-		if i, _, _ := reflect.Select(cases); i > 0 {
-			close(out)
-		}
+		close(out)
 	}()
 	return out, func() { close(stop) }
 }
+
+// tierDownErr is the error of a call whose actor, pid, stopped for good.
+func tierDownErr(pid *actor.PID) error { return fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id) }
 
 func (m *Manager) props(p actor.Producer) *actor.Props {
 	d := actors.NewDedicated()
@@ -501,7 +499,7 @@ func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan
 	defer func() { <-m.calls }()
 	select {
 	case <-down:
-		return zero, fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id)
+		return zero, tierDownErr(pid)
 	default:
 	}
 	m.system.Root.Send(pid, msg)
@@ -513,7 +511,7 @@ func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan
 		case r := <-reply:
 			return r, nil
 		default:
-			return zero, fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id)
+			return zero, tierDownErr(pid)
 		}
 	case <-ctx.Done():
 		if call == nil || call.Cancel() {
@@ -540,7 +538,7 @@ func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan
 		case r := <-reply:
 			return r, nil
 		default:
-			return zero, fmt.Errorf("%w (actor %s)", ErrTierDown, pid.Id)
+			return zero, tierDownErr(pid)
 		}
 	case <-m.stopped:
 		return zero, ErrClosed
@@ -712,10 +710,9 @@ func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error,
 }
 
 // checkedCommits are a batch's commits split by gpu.CheckFence: those to
-// send, and an error for each refused one.
+// send, in order, and an error for each refused one.
 type checkedCommits struct {
 	send    []CommitItem
-	sent    []int   // sent[j]: the index in the batch of send[j]; nil when all go
 	refused []error // per item of the batch; nil when none is refused
 }
 
@@ -727,29 +724,27 @@ func (m *Manager) checkCommits(items []CommitItem) checkedCommits {
 		if err := gpu.CheckFence(m.device, it.After); err != nil {
 			if c.refused == nil {
 				c.refused = make([]error, len(items))
-				c.sent = make([]int, 0, len(items))
-				for j := range i {
-					c.sent = append(c.sent, j)
-				}
 			}
 			c.refused[i] = fmt.Errorf("kvtier: commit of sequence %d: %w", it.Seq, err)
 			continue
 		}
 		c.send = append(c.send, it)
-		if c.sent != nil {
-			c.sent = append(c.sent, i)
-		}
 	}
 	return c
 }
 
-// merge places the actor's answers to the items sent among the refusals.
+// merge places the actor's answers to the items sent, in order, among the
+// refusals.
 func (c checkedCommits) merge(errs []error) []error {
 	if c.refused == nil {
 		return errs // every item went: the actor's answer is in item order
 	}
-	for j, e := range errs {
-		c.refused[c.sent[j]] = e
+	j := 0
+	for i, e := range c.refused {
+		if e == nil && j < len(errs) {
+			c.refused[i] = errs[j]
+			j++
+		}
 	}
 	return c.refused
 }

@@ -207,11 +207,7 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		// Should the pinned or index actor stop for good, nothing sent
 		// to them is answered: the tier stops using every tier below.
-		for _, pid := range []*actor.PID{a.cfg.Pinned, a.cfg.Index} {
-			if pid != nil {
-				ctx.Watch(pid)
-			}
-		}
+		watch(ctx, a.cfg.Pinned, a.cfg.Index)
 	case *actor.Terminated:
 		if m.Who.Equal(a.cfg.Pinned) || m.Who.Equal(a.cfg.Index) {
 			a.cfg.Log.Error("gpu actor: a tier below stopped for good; the GPU serves its own blocks alone", zap.String("actor", m.Who.Id))
@@ -220,11 +216,7 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	case *actor.DeadLetterResponse:
 		// A request that reached a stopped actor: its Terminated answers.
 	case *actor.Stopping:
-		for _, pid := range []*actor.PID{a.cfg.Pinned, a.cfg.Index} {
-			if pid != nil {
-				ctx.Unwatch(pid) // their orderly stops come after this one's
-			}
-		}
+		unwatch(ctx, a.cfg.Pinned, a.cfg.Index)
 	case *actor.Stopped:
 		a.t.Stop()
 	default:

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -189,9 +190,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 		}
 		ctx.Send(p.to, p.res)
 	case *actor.Started:
-		if a.remoteActor != nil {
-			ctx.Watch(a.remoteActor)
-		}
+		watch(ctx, a.remoteActor)
 	case *actor.Terminated:
 		if a.remoteActor != nil && m.Who.Equal(a.remoteActor) {
 			a.remoteGone(ctx)
@@ -217,9 +216,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	case *messages.StatsRequest:
 		m.Reply <- messages.TierStats{UsedBlocks: len(a.residency), Extra: map[string]float64{"lookups": float64(a.lookups)}}
 	case *actor.Stopping:
-		if a.remoteActor != nil {
-			ctx.Unwatch(a.remoteActor) // its orderly stop comes after this one's
-		}
+		unwatch(ctx, a.remoteActor)
 	case *actor.Stopped:
 	default:
 		a.log.Warn("index actor: unexpected message", zap.String("type", typeName(m)))
@@ -259,12 +256,7 @@ func (a *IndexActor) lookup(ctx actor.Context, m *messages.Lookup) {
 func (a *IndexActor) remoteGone(ctx actor.Context) {
 	a.log.Error("index actor: the remote tier's actor stopped for good; lookups no longer ask it")
 	a.remote = nil
-	ids := make([]uint64, 0, len(a.pending))
-	for id := range a.pending {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(a.pending)) {
 		p := a.pending[id]
 		delete(a.pending, id)
 		ctx.Send(p.to, p.res)

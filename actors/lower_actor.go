@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -92,8 +93,7 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 		// Flushes go to the disk and remote actors themselves.
 		m.Reply <- nil
 	case *actor.Started:
-		ctx.Watch(a.disk)
-		ctx.Watch(a.remote)
+		watch(ctx, a.disk, a.remote)
 	case *actor.Terminated:
 		switch {
 		case m.Who.Equal(a.disk):
@@ -105,10 +105,7 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 		// A request that reached a tier after it stopped: its Terminated
 		// answers everything that waited on it.
 	case *actor.Stopping:
-		// Stopped before the tiers (the Manager's order): their orderly
-		// stops are not for this actor to hear.
-		ctx.Unwatch(a.disk)
-		ctx.Unwatch(a.remote)
+		unwatch(ctx, a.disk, a.remote)
 	case *actor.Stopped, *actor.Restarting:
 	default:
 		a.log.Warn("lower actor: unexpected message", zap.String("type", typeName(m)))
@@ -216,25 +213,15 @@ func (a *LowerActor) tierGone(ctx actor.Context, tier messages.Tier) {
 	if a.index != nil {
 		ctx.Send(a.index, &messages.TiersDown{Tiers: tier})
 	}
-	var firsts []int
-	for s, w := range a.writes {
-		if w.waiting&tier != 0 {
-			firsts = append(firsts, s)
+	for _, s := range slices.Sorted(maps.Keys(a.writes)) { // in one order on every run
+		if w := a.writes[s]; w.waiting&tier != 0 {
+			a.answered(ctx, w, tier)
 		}
 	}
-	slices.Sort(firsts)
-	for _, s := range firsts {
-		a.answered(ctx, a.writes[s], tier)
-	}
-	var ids []uint64
-	for id, r := range a.reads {
-		if r.at == tier {
-			ids = append(ids, id)
+	for _, id := range slices.Sorted(maps.Keys(a.reads)) {
+		if r := a.reads[id]; r.at == tier {
+			a.readAnswered(ctx, id, r, nil)
 		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		a.readAnswered(ctx, id, a.reads[id], nil)
 	}
 }
 

@@ -107,9 +107,7 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 	case *messages.StatsRequest:
 		m.Reply <- a.t.Stats()
 	case *actor.Started:
-		if a.cfg.Disk != nil {
-			ctx.Watch(a.cfg.Disk)
-		}
+		watch(ctx, a.cfg.Disk)
 	case *actor.Terminated:
 		if a.cfg.Disk != nil && m.Who.Equal(a.cfg.Disk) {
 			a.cfg.Log.Error("pinned actor: the tier below stopped for good; it is out of service", zap.Stringer("tiers", a.cfg.LowerTiers))
@@ -120,9 +118,7 @@ func (a *PinnedActor) Receive(ctx actor.Context) {
 		// A request that reached the tier below after it stopped: its
 		// Terminated answers what waited on it.
 	case *actor.Stopping:
-		if a.cfg.Disk != nil {
-			ctx.Unwatch(a.cfg.Disk) // its orderly stop comes after this one's
-		}
+		unwatch(ctx, a.cfg.Disk)
 	case *actor.Restarting:
 		a.cfg.Log.Error("pinned actor: restarting after a failure; the pinned tier stops serving")
 		a.t.Stop()

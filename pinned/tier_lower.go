@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -355,20 +356,10 @@ func (t *Tier) LowerGone() {
 		}
 		t.finishFetch(r.f, nil)
 	}
-	ids := make([]uint64, 0, len(t.reads))
-	for id := range t.reads {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(t.reads)) {
 		t.lowerRead(&messages.LowerReadDone{ID: id})
 	}
-	slots := make([]int, 0, len(t.draining))
-	for s := range t.draining {
-		slots = append(slots, s)
-	}
-	slices.Sort(slots)
-	if len(slots) > 0 {
+	if slots := slices.Sorted(maps.Keys(t.draining)); len(slots) > 0 {
 		t.lowerWritten(&messages.LowerWriteDone{Slots: slots})
 	}
 	t.serveGrants()

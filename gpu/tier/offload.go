@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 
@@ -372,10 +373,10 @@ func (t *Tier) LowerGone() {
 			t.offload[q.id] = q.op
 		}
 	}
-	for _, id := range sortedKeys(t.lookups) {
+	for _, id := range slices.Sorted(maps.Keys(t.lookups)) {
 		t.lookupDone(&messages.LookupResult{ID: id, Tiers: make([][]messages.Tier, len(t.lookups[id].waiting))})
 	}
-	for _, id := range sortedKeys(t.offload) {
+	for _, id := range slices.Sorted(maps.Keys(t.offload)) {
 		if op := t.offload[id]; op != nil && len(op.slots) == 0 {
 			g := &messages.OffloadGrant{ID: id, Slots: make([]int, len(op.items)), Bytes: make([][]byte, len(op.items))}
 			for i := range g.Slots {
@@ -384,19 +385,10 @@ func (t *Tier) LowerGone() {
 			t.offloadGranted(g)
 		}
 	}
-	for _, id := range sortedKeys(t.fetches) {
+	for _, id := range slices.Sorted(maps.Keys(t.fetches)) {
 		if op := t.fetches[id]; op != nil && op.slots == nil && !op.copied {
 			t.fetchGranted(&messages.FetchGrant{ID: id, Short: messages.MissFailed})
 		}
 	}
 	t.maybeFlushed()
-}
-
-func sortedKeys[V any](m map[uint64]V) []uint64 {
-	ks := make([]uint64, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
