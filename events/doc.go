@@ -44,6 +44,11 @@
 // published — AllBlocksCleared, then every block each medium holds — then
 // the end marker: a router that lost batches applies it (View.Reset) and
 // the batches numbered after it, and holds exactly the tiers' residency.
+// A request the server cannot answer (its Source failed or timed out, or
+// the request is neither) gets no batches and the failure marker
+// [-1, "kvtier-replay-failed <code>: <detail>"] in place of the end
+// marker; Replay and FetchSnapshot return it as a *ReplayError, which
+// matches ErrNoReplay.
 //
 // Publisher is the plain state machine (numbered batches, the bounded
 // replay buffer, the residency they add up to); actors.EventsActor owns

@@ -21,8 +21,79 @@ const SnapshotRequest = "kvtier-snapshot"
 // bytes, as vLLM sends it, followed by an empty payload.
 var endSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
-// ErrNoReplay is returned by a replay or snapshot the server cannot answer.
+// ErrNoReplay is matched by every error of a replay or snapshot the server
+// did not answer: a *ReplayError (the server said it failed), or a snapshot
+// answered with other than one batch.
 var ErrNoReplay = errors.New("kvtier: events: replay not answered")
+
+// replayFailedPrefix opens the payload of a failure marker (see
+// serveReplay): the end marker's sequence number with the text
+// "kvtier-replay-failed <code>: <detail>" in place of its empty payload.
+const replayFailedPrefix = "kvtier-replay-failed "
+
+// The codes a failure marker carries, the first word after its prefix.
+const (
+	// ReplayTimedOut: the Source did not answer within
+	// ServerConfig.ReplayTimeout.
+	ReplayTimedOut = "timeout"
+	// ReplayRefused: the request was neither an 8-byte sequence number nor
+	// SnapshotRequest.
+	ReplayRefused = "refused"
+	// ReplayStopped: the server was closing.
+	ReplayStopped = "stopped"
+	// ReplayFailed: the Source returned any other error.
+	ReplayFailed = "failed"
+)
+
+// ReplayError is a replay or snapshot request the server received and
+// could not answer, as its failure marker said. It matches ErrNoReplay, and
+// context.DeadlineExceeded when the code is ReplayTimedOut (the server's
+// Source timed out, not the caller's context).
+type ReplayError struct {
+	Code   string // ReplayTimedOut, ReplayRefused, ReplayStopped, ReplayFailed, or what an unknown server sent
+	Detail string // the server's account of the cause
+}
+
+func (e *ReplayError) Error() string {
+	return fmt.Sprintf("kvtier: events: replay failed on the server (%s): %s", e.Code, e.Detail)
+}
+
+// Unwrap makes errors.Is(err, ErrNoReplay) hold, and
+// errors.Is(err, context.DeadlineExceeded) for a timeout.
+func (e *ReplayError) Unwrap() []error {
+	if e.Code == ReplayTimedOut {
+		return []error{ErrNoReplay, context.DeadlineExceeded}
+	}
+	return []error{ErrNoReplay}
+}
+
+// failurePayload is the failure marker's payload for err, the Source's
+// error (or the refusal) that kept the server from answering.
+func failurePayload(err error) []byte {
+	code := ReplayFailed
+	switch {
+	case errors.Is(err, errRefused):
+		code = ReplayRefused
+	case errors.Is(err, context.DeadlineExceeded):
+		code = ReplayTimedOut
+	case errors.Is(err, context.Canceled):
+		code = ReplayStopped
+	}
+	return []byte(replayFailedPrefix + code + ": " + err.Error())
+}
+
+// parseFailure reads a failure marker's payload; one from a server that
+// does not follow kvtier's form is a failure all the same.
+func parseFailure(p []byte) *ReplayError {
+	rest, ok := strings.CutPrefix(string(p), replayFailedPrefix)
+	if !ok {
+		return &ReplayError{Code: ReplayFailed, Detail: fmt.Sprintf("unknown end marker payload of %d bytes", len(p))}
+	}
+	code, detail, _ := strings.Cut(rest, ": ")
+	return &ReplayError{Code: code, Detail: detail}
+}
+
+var errRefused = errors.New("kvtier: events: replay request refused")
 
 // Source answers the replay socket; the events actor implements it by
 // message (Server calls it from its own goroutine).
@@ -49,6 +120,10 @@ type ServerConfig struct {
 	// QueueSize bounds the batches waiting for the PUB socket; a batch
 	// past it is dropped (the caller counts it; subscribers see a gap).
 	QueueSize int
+	// ReplayTimeout bounds the wait for the Source's answer to one replay
+	// or snapshot request (default 5 s); past it the client is told the
+	// replay failed (ReplayTimedOut).
+	ReplayTimeout time.Duration
 }
 
 // Server owns the PUB and ROUTER sockets; their I/O runs on its own
@@ -68,6 +143,9 @@ type Server struct {
 func Listen(cfg ServerConfig, src Source) (*Server, error) {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 100000
+	}
+	if cfg.ReplayTimeout <= 0 {
+		cfg.ReplayTimeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{}), dialed: make(chan struct{}), bound: binds(cfg.Endpoint)}
@@ -147,6 +225,16 @@ func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq
 // empty delimiter may be missing): an 8-byte start sequence number gets the
 // buffered batches from there, a SnapshotRequest the snapshot, each reply
 // [identity, "", seq, payload], then the end marker [identity, "", -1, ""].
+//
+// A request it cannot answer (the Source failed or timed out, or the
+// request is neither) gets no batches and, in place of the end marker, the
+// failure marker [identity, "", -1, "kvtier-replay-failed <code>: <detail>"]
+// (see ReplayError). vLLM's replay never fails and has no such reply; the
+// failure marker keeps the end marker's sequence number, so a client that
+// stops at -1 stops there, and its payload is not a msgpack batch (it
+// begins with a positive fixint), so a client that stops at an empty
+// payload fails to decode it rather than taking a failure for "nothing to
+// replay".
 func (s *Server) serveReplay(ctx context.Context, src Source) {
 	for {
 		msg, err := s.router.Recv()
@@ -161,7 +249,7 @@ func (s *Server) serveReplay(ctx context.Context, src Source) {
 		}
 		id, req := msg.Frames[0], msg.Frames[len(msg.Frames)-1]
 		var frames []Frame
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
 		switch {
 		case len(req) == 8:
 			frames, err = src.Replay(rctx, binary.BigEndian.Uint64(req))
@@ -171,13 +259,15 @@ func (s *Server) serveReplay(ctx context.Context, src Source) {
 				frames = []Frame{f}
 			}
 		default:
-			err = fmt.Errorf("request of %d bytes", len(req))
+			err = fmt.Errorf("%w: a request of %d bytes (want an 8-byte sequence number or %q)", errRefused, len(req), SnapshotRequest)
 		}
 		cancel()
-		if err == nil {
-			for _, f := range frames {
-				_ = s.router.Send(zmq4.NewMsgFrom(id, nil, seqBytes(f.Seq), f.Payload))
-			}
+		if err != nil {
+			_ = s.router.Send(zmq4.NewMsgFrom(id, nil, endSeq, failurePayload(err)))
+			continue
+		}
+		for _, f := range frames {
+			_ = s.router.Send(zmq4.NewMsgFrom(id, nil, seqBytes(f.Seq), f.Payload))
 		}
 		_ = s.router.Send(zmq4.NewMsgFrom(id, nil, endSeq, nil))
 	}
@@ -249,13 +339,16 @@ func SubscribeListen(ctx context.Context, endpoint, topic string) (*Subscriber, 
 // Addr is the address a SubscribeListen socket bound.
 func (s *Subscriber) Addr() string { return "tcp://" + s.sub.Addr().String() }
 
-// Replay asks a replay endpoint for the batches numbered from on.
+// Replay asks a replay endpoint for the batches numbered from on: none
+// (and a nil error) when the server holds none from there. A server that
+// could not answer makes it fail with a *ReplayError (ErrNoReplay).
 func Replay(ctx context.Context, endpoint string, from uint64) ([]Frame, error) {
 	return ask(ctx, endpoint, seqBytes(from))
 }
 
 // FetchSnapshot asks a replay endpoint for the publisher's snapshot: apply
-// it with View.Reset, then the batches numbered after its Seq.
+// it with View.Reset, then the batches numbered after its Seq. A server
+// that could not answer makes it fail with a *ReplayError (ErrNoReplay).
 func FetchSnapshot(ctx context.Context, endpoint string) (Frame, error) {
 	fs, err := ask(ctx, endpoint, []byte(SnapshotRequest))
 	if err != nil {
@@ -274,13 +367,13 @@ func ask(ctx context.Context, endpoint string, req []byte) ([]Frame, error) {
 		return nil, fmt.Errorf("kvtier: events: dialing %q: %w", endpoint, err)
 	}
 	if err := d.Send(zmq4.NewMsgFrom(nil, req)); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kvtier: events: asking %q: %w", endpoint, err)
 	}
 	var out []Frame
 	for {
 		msg, err := d.Recv()
 		if err != nil {
-			return out, err
+			return out, fmt.Errorf("kvtier: events: reading the answer of %q: %w", endpoint, err)
 		}
 		fr := msg.Frames
 		if len(fr) > 0 && len(fr[0]) == 0 {
@@ -290,6 +383,9 @@ func ask(ctx context.Context, endpoint string, req []byte) ([]Frame, error) {
 			return out, fmt.Errorf("%w: a reply is [seq, payload], got %d frames", ErrDecode, len(fr))
 		}
 		if string(fr[0]) == string(endSeq) {
+			if len(fr[1]) > 0 {
+				return nil, parseFailure(fr[1])
+			}
 			return out, nil
 		}
 		out = append(out, Frame{Seq: binary.BigEndian.Uint64(fr[0]), Payload: fr[1]})

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"reflect"
 	"strings"
 	"sync"
@@ -198,5 +199,101 @@ func TestSubscribeErrors(t *testing.T) {
 	}
 	if _, err := SubscribeListen(ctx, "tcp://256.0.0.1:0", ""); err == nil || !strings.Contains(err.Error(), "256.0.0.1") {
 		t.Fatalf("SubscribeListen on a bad address: %v, want an error naming it", err)
+	}
+}
+
+// failingSource answers nothing: with block it waits for the server's
+// deadline, else it fails at once with err.
+type failingSource struct {
+	block bool
+	err   error
+}
+
+func (s failingSource) Replay(ctx context.Context, _ uint64) ([]Frame, error) {
+	if s.block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nil, s.err
+}
+
+func (s failingSource) Snapshot(ctx context.Context) (Frame, error) {
+	_, err := s.Replay(ctx, 0)
+	return Frame{}, err
+}
+
+// TestReplayFailureIsAnError: a replay or snapshot the server's Source
+// fails or times out reaches the client as a *ReplayError matching
+// ErrNoReplay (and context.DeadlineExceeded for a timeout), not as an
+// empty replay; on the wire it is the end marker's sequence number with a
+// "kvtier-replay-failed <code>: ..." payload, and a request of the wrong
+// size is refused the same way.
+func TestReplayFailureIsAnError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name   string
+		src    failingSource
+		code   string
+		detail string
+	}{
+		{"timeout", failingSource{block: true}, ReplayTimedOut, "deadline exceeded"},
+		{"error", failingSource{err: errors.New("the actor is gone")}, ReplayFailed, "the actor is gone"},
+	} {
+		s, err := Listen(ServerConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", ReplayTimeout: 20 * time.Millisecond}, tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, replayAddr := s.Addrs()
+		check := func(what string, err error) {
+			t.Helper()
+			var re *ReplayError
+			if !errors.As(err, &re) || !errors.Is(err, ErrNoReplay) {
+				t.Fatalf("%s %s: %v, want a *ReplayError matching ErrNoReplay", tc.name, what, err)
+			}
+			if re.Code != tc.code || !strings.Contains(re.Detail, tc.detail) {
+				t.Fatalf("%s %s: code %q detail %q, want %q and %q", tc.name, what, re.Code, re.Detail, tc.code, tc.detail)
+			}
+			if got := errors.Is(err, context.DeadlineExceeded); got != (tc.code == ReplayTimedOut) {
+				t.Fatalf("%s %s: errors.Is(err, context.DeadlineExceeded) = %v", tc.name, what, got)
+			}
+		}
+		fs, err := Replay(ctx, replayAddr, 0)
+		if fs != nil {
+			t.Fatalf("%s: a failed replay returned %d frames", tc.name, len(fs))
+		}
+		check("replay", err)
+		_, err = FetchSnapshot(ctx, replayAddr)
+		check("snapshot", err)
+		// zmq4's ROUTER may report closing a connection the client closed
+		// first ("use of closed network connection"): not what this tests.
+		_ = s.Close()
+	}
+
+	// The wire form, through a raw DEALER, for a request of 3 bytes.
+	s, err := Listen(ServerConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0"}, failingSource{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, replayAddr := s.Addrs()
+	d := zmq4.NewDealer(ctx)
+	defer d.Close()
+	if err := d.Dial(replayAddr); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(zmq4.NewMsgFrom(nil, []byte{0, 0, 7})); err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Frames) != 3 || len(m.Frames[0]) != 0 || int64(binary.BigEndian.Uint64(m.Frames[1])) != -1 ||
+		!strings.HasPrefix(string(m.Frames[2]), "kvtier-replay-failed refused: ") {
+		t.Fatalf("a refused request answered %q, want [\"\", -1, \"kvtier-replay-failed refused: ...\"]", m.Frames)
+	}
+	if _, err := DecodeBatch(m.Frames[2]); !errors.Is(err, ErrDecode) {
+		t.Fatalf("the failure payload decodes as a batch: %v", err)
 	}
 }
