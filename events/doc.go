@@ -14,10 +14,13 @@
 //	{"type": "AllBlocksCleared"}
 //
 // and in FormatArray (older vLLM) the same fields as an array after the
-// tag. Block hashes are kvtier's chained 64-bit prefix hashes, always
-// msgpack uint64 (0xcf). Mediums: GPU, CPU (pinned host memory), STORAGE
-// (the local disk, as vLLM's file-system tier names itself) and REMOTE (the
-// shared Redis tier).
+// tag. DecodeBatch also reads the batch as the map newer vLLM writes
+// ({"ts": ts, "events": [...], "data_parallel_rank": dp_rank}, its
+// EventBatch no longer array_like); the encoder keeps the array, which
+// every consumer of the older form decodes. Block hashes are kvtier's
+// chained 64-bit prefix hashes, always msgpack uint64 (0xcf). Mediums:
+// GPU, CPU (pinned host memory), STORAGE (the local disk, as vLLM's
+// file-system tier names itself) and REMOTE (the shared Redis tier).
 //
 // What is published: every change of what a tier serves hits from. A
 // block becomes GPU-resident when the engine commits it (never before its

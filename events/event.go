@@ -223,62 +223,150 @@ func appendMedium(b []byte, m Medium) []byte {
 	return appendString(b, string(m))
 }
 
-// DecodeBatch decodes a payload in either format. It is strict where the
-// schema is: every block hash must be a msgpack uint64, every list a list.
-// It reads the batch and its events list as it goes, each event checked
-// before the next is read, so what it allocates follows what the payload
-// holds, not what its length prefixes claim.
+// DecodeBatch decodes a payload in either format, and the batch itself as
+// the positional array [ts, events, dp_rank] (older vLLM, and what
+// AppendBatch writes) or as the map vLLM writes once its EventBatch is no
+// longer array_like: {"ts": ts, "events": [...], "data_parallel_rank":
+// dp_rank}, the rank left out when None, keys in any order, keys it does
+// not know skipped. It is strict where the schema is: every block hash must
+// be a msgpack uint64, every list a list. It reads the batch and its
+// events list as it goes, each event checked before the next is read, so
+// what it allocates follows what the payload holds, not what its length
+// prefixes claim.
 func DecodeBatch(payload []byte) (Batch, error) {
 	d := newDecoder(payload)
-	n, err := d.arrayHeader(0)
-	if err != nil {
-		return Batch{}, fmt.Errorf("%w (a batch is [ts, events, dp_rank])", err)
-	}
-	if n < 2 || n > 3 {
-		return Batch{}, fmt.Errorf("%w: a batch is [ts, events, dp_rank], got an array of %d", ErrDecode, n)
-	}
 	var b Batch
-	ts, err := d.value(1)
+	var err error
+	if len(payload) > 0 && isMapHeader(payload[0]) {
+		err = d.batchMap(&b)
+	} else {
+		err = d.batchArray(&b)
+	}
 	if err != nil {
-		return Batch{}, err
-	}
-	var ok bool
-	if b.TS, ok = ts.(float64); !ok {
-		return b, fmt.Errorf("%w: ts is %T, want a float", ErrDecode, ts)
-	}
-	m, err := d.arrayHeader(1)
-	if err != nil {
-		return b, fmt.Errorf("%w (events, want a list)", err)
-	}
-	b.Events = make([]Event, 0, min(m, maxPrealloc))
-	for i := range m {
-		v, err := d.value(2)
-		if err != nil {
-			return b, fmt.Errorf("event %d: %w", i, err)
-		}
-		e, err := decodeEvent(v)
-		if err != nil {
-			return b, fmt.Errorf("event %d: %w", i, err)
-		}
-		b.Events = append(b.Events, e)
-	}
-	if n == 3 {
-		r, err := d.value(1)
-		if err != nil {
-			return b, err
-		}
-		if r != nil {
-			ri, ok := r.(int64)
-			if !ok {
-				return b, fmt.Errorf("%w: dp_rank is %T, want an int", ErrDecode, r)
-			}
-			b.DPRank = int(ri)
-		}
+		return b, err
 	}
 	if d.off != len(payload) {
 		return b, d.fail("%d trailing bytes", len(payload)-d.off)
 	}
 	return b, nil
+}
+
+func isMapHeader(c byte) bool { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
+
+// batchArray decodes the batch [ts, events] or [ts, events, dp_rank].
+func (d *decoder) batchArray(b *Batch) error {
+	n, err := d.arrayHeader(0)
+	if err != nil {
+		return fmt.Errorf("%w (a batch is [ts, events, dp_rank] or a map of them)", err)
+	}
+	if n < 2 || n > 3 {
+		return fmt.Errorf("%w: a batch is [ts, events, dp_rank], got an array of %d", ErrDecode, n)
+	}
+	if b.TS, err = d.ts(); err != nil {
+		return err
+	}
+	if b.Events, err = d.events(); err != nil {
+		return err
+	}
+	if n == 3 {
+		b.DPRank, err = d.dpRank()
+	}
+	return err
+}
+
+// batchMap decodes the batch {"ts": ts, "events": [...],
+// "data_parallel_rank": dp_rank}: ts and events required, each key at
+// most once.
+func (d *decoder) batchMap(b *Batch) error {
+	n, err := d.mapHeader(0)
+	if err != nil {
+		return err
+	}
+	var seen [3]bool
+	for range n {
+		k, err := d.value(1)
+		if err != nil {
+			return err
+		}
+		key, ok := k.(string)
+		if !ok {
+			return fmt.Errorf("%w: batch key %T, want a string", ErrDecode, k)
+		}
+		i := -1
+		switch key {
+		case "ts":
+			i = 0
+			b.TS, err = d.ts()
+		case "events":
+			i = 1
+			b.Events, err = d.events()
+		case "data_parallel_rank":
+			i = 2
+			b.DPRank, err = d.dpRank()
+		default:
+			_, err = d.value(1) // a field vLLM added since
+		}
+		if err != nil {
+			return err
+		}
+		if i >= 0 {
+			if seen[i] {
+				return fmt.Errorf("%w: batch key %q twice", ErrDecode, key)
+			}
+			seen[i] = true
+		}
+	}
+	if !seen[0] || !seen[1] {
+		return fmt.Errorf("%w: a batch map needs \"ts\" and \"events\"", ErrDecode)
+	}
+	return nil
+}
+
+// ts decodes a batch's timestamp, a float.
+func (d *decoder) ts() (float64, error) {
+	v, err := d.value(1)
+	if err != nil {
+		return 0, err
+	}
+	ts, ok := v.(float64)
+	if !ok {
+		return 0, fmt.Errorf("%w: ts is %T, want a float", ErrDecode, v)
+	}
+	return ts, nil
+}
+
+// dpRank decodes a batch's data-parallel rank, an int or nil (0).
+func (d *decoder) dpRank() (int, error) {
+	v, err := d.value(1)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	r, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: dp_rank is %T, want an int", ErrDecode, v)
+	}
+	return int(r), nil
+}
+
+// events decodes a batch's list of events.
+func (d *decoder) events() ([]Event, error) {
+	m, err := d.arrayHeader(1)
+	if err != nil {
+		return nil, fmt.Errorf("%w (events, want a list)", err)
+	}
+	evs := make([]Event, 0, min(m, maxPrealloc))
+	for i := range m {
+		v, err := d.value(2)
+		if err != nil {
+			return evs, fmt.Errorf("event %d: %w", i, err)
+		}
+		e, err := decodeEvent(v)
+		if err != nil {
+			return evs, fmt.Errorf("event %d: %w", i, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs, nil
 }
 
 var storedFields = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}

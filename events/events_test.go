@@ -88,6 +88,8 @@ func TestDecodeIsStrict(t *testing.T) {
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add(FormatMap.AppendBatch(nil, &Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{1}, Tokens: []int64{1}, BlockSize: 1}}}))
 	f.Add(FormatArray.AppendBatch(nil, &Batch{Events: []Event{{Kind: AllBlocksCleared}}}))
+	mapBatch, _ := hex.DecodeString("83" + str("ts") + "cb3ff8000000000000" + str("events") + "91" + "81" + str("type") + str("AllBlocksCleared") + str("data_parallel_rank") + "01")
+	f.Add(mapBatch)
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeBatch(p)
 		if err != nil {
@@ -266,5 +268,70 @@ func TestViewFollowsRestartedPublisher(t *testing.T) {
 	apply(f)
 	if got, want := v.Residency()[MediumGPU], p2.Residency()[MediumGPU]; !slices.Equal(got, want) {
 		t.Fatalf("after the publisher restarted the view holds GPU %v, the publisher %v", got, want)
+	}
+}
+
+// TestDecodeMapBatch: the batch as vLLM writes it once its EventBatch is not
+// array_like (vllm/distributed/kv_events.py: EventBatch and KVCacheEvent
+// without array_like, omit_defaults, events tagged "type"), written out by
+// hand: {"ts", "events", "data_parallel_rank"} in vLLM's field order,
+// events with the fields vLLM added since (extra_keys, group_idx,
+// kv_cache_spec_kind) skipped. The rank may be left out (None), the keys
+// come in any order, and a map without ts or events, or with a key twice,
+// is an error.
+func TestDecodeMapBatch(t *testing.T) {
+	stored := "8b" + str("type") + str("BlockStored") + str("block_hashes") + "91" + "cf0000000000000001" +
+		str("parent_block_hash") + "c0" + str("token_ids") + "92" + "01" + "ccc8" + str("block_size") + "02" +
+		str("lora_id") + "c0" + str("medium") + str("GPU") + str("lora_name") + "c0" +
+		str("extra_keys") + "91c0" + str("group_idx") + "00" + str("kv_cache_spec_kind") + str("full_attention")
+	removed := "84" + str("type") + str("BlockRemoved") + str("block_hashes") + "91" + "cffedcba9876543210" +
+		str("medium") + str("CPU") + str("group_idx") + "00"
+	cleared := "81" + str("type") + str("AllBlocksCleared")
+	events := "93" + stored + removed + cleared
+	ts := "cb3ff8000000000000" // 1.5
+	want := Batch{TS: 1.5, DPRank: 2, Events: []Event{
+		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: []int64{1, 200}, BlockSize: 2, Medium: MediumGPU},
+		{Kind: BlockRemoved, Hashes: []uint64{0xfedcba9876543210}, Medium: MediumCPU},
+		{Kind: AllBlocksCleared},
+	}}
+	noRank := want
+	noRank.DPRank = 0
+	for name, tc := range map[string]struct {
+		hex  string
+		want Batch
+	}{
+		"vLLM's order":     {"83" + str("ts") + ts + str("events") + events + str("data_parallel_rank") + "02", want},
+		"rank left out":    {"82" + str("ts") + ts + str("events") + events, noRank},
+		"rank nil":         {"83" + str("ts") + ts + str("events") + events + str("data_parallel_rank") + "c0", noRank},
+		"other order":      {"84" + str("data_parallel_rank") + "02" + str("events") + events + str("later_field") + "92c3c0" + str("ts") + ts, want},
+		"array events":     {"82" + str("ts") + ts + str("events") + "91" + "91" + str("AllBlocksCleared"), Batch{TS: 1.5, Events: []Event{{Kind: AllBlocksCleared}}}},
+		"no events at all": {"82" + str("ts") + ts + str("events") + "90", Batch{TS: 1.5, Events: []Event{}}},
+	} {
+		p, err := hex.DecodeString(tc.hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeBatch(p)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: decoded %+v, want %+v", name, got, tc.want)
+		}
+	}
+	for name, h := range map[string]string{
+		"no events":    "81" + str("ts") + ts,
+		"no ts":        "81" + str("events") + "90",
+		"ts twice":     "83" + str("ts") + ts + str("events") + "90" + str("ts") + ts,
+		"int key":      "83" + "01" + ts + str("ts") + ts + str("events") + "90",
+		"ts an int":    "82" + str("ts") + "01" + str("events") + "90",
+		"rank a float": "83" + str("ts") + ts + str("events") + "90" + str("data_parallel_rank") + ts,
+		"truncated":    "83" + str("ts") + ts + str("events") + "90",
+	} {
+		p, _ := hex.DecodeString(h)
+		if _, err := DecodeBatch(p); !errors.Is(err, ErrDecode) {
+			t.Errorf("%s: %v, want ErrDecode", name, err)
+		}
 	}
 }
