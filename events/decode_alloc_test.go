@@ -84,3 +84,47 @@ func TestDecodeDepth(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeTokensAllocationBounded: one event carrying 256Ki token ids
+// decodes straight into its []int64: what DecodeBatch allocates is that
+// slice (8 bytes a token) and little more, whatever form the ids take on
+// the wire (1 to 5 bytes each) and whichever form the event and batch take,
+// so never more than 8 times the payload's bytes.
+func TestDecodeTokensAllocationBounded(t *testing.T) {
+	const n = 1 << 18
+	const slack = 64 << 10
+	for _, tok := range []int64{5, 200, 30000, 150000} {
+		toks := make([]int64, n)
+		for i := range toks {
+			toks[i] = tok
+		}
+		b := Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{1}, Tokens: toks, BlockSize: n}}}
+		payloads := map[string][]byte{
+			"map events":   FormatMap.AppendBatch(nil, &b),
+			"array events": FormatArray.AppendBatch(nil, &b),
+		}
+		// The batch as a map: {"ts": 0.0, "events": [...]}.
+		arr := payloads["map events"]
+		mapped := append([]byte{0x82, 0xa2, 't', 's'}, arr[1:10]...) // ts
+		mapped = append(append(mapped, 0xa6), "events"...)
+		payloads["map batch"] = append(mapped, arr[10:len(arr)-1]...) // the events, no dp_rank
+		for name, p := range payloads {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			got, err := DecodeBatch(p)
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatalf("token %d, %s: %v", tok, name, err)
+			}
+			if len(got.Events) != 1 || len(got.Events[0].Tokens) != n || got.Events[0].Tokens[n-1] != tok {
+				t.Fatalf("token %d, %s: decoded the wrong tokens", tok, name)
+			}
+			alloc := after.TotalAlloc - before.TotalAlloc
+			if alloc > 8*n+slack || alloc > 8*uint64(len(p))+slack {
+				t.Errorf("token %d, %s: a payload of %d bytes with %d tokens allocated %d (%.1f bytes a token, %.1fx the payload)",
+					tok, name, len(p), n, alloc, float64(alloc)/n, float64(alloc)/float64(len(p)))
+			}
+		}
+	}
+}

@@ -96,21 +96,22 @@ func appendFloat64(b []byte, f float64) []byte {
 // ErrDecode is wrapped by every error decoding a payload.
 var ErrDecode = errors.New("kvtier: events: bad msgpack payload")
 
-// U64 is a decoded msgpack uint64 (0xcf): the form block hashes must take.
-// Every other integer decodes as int64 (or uint64 above MaxInt64 only in
-// this form).
+// U64 names a msgpack uint64 (0xcf): the form block hashes must take
+// (DecodeBatch refuses a hash in any other, whatever its value).
 type U64 uint64
 
-// decoder reads msgpack values into nil, bool, int64, U64, float64,
-// string, []byte, []any and map[string]any (string keys only: the event
-// schema's).
+// decoder reads msgpack values one at a time into the types the event
+// schema wants: the batch and event decoders (decode.go) read each field
+// straight into its Go type (token ids into []int64, hashes into
+// []uint64) and skip what they do not know, so nothing is boxed.
 //
 // Nothing is allocated on a length prefix's word alone: a container claims
 // its elements from a budget of the payload's bytes (every element of
 // every container starts at a byte of its own, so the claims of a
-// well-formed payload never add up to more than its length), its slice or
-// map starts small and grows as elements actually decode, and nesting is
-// checked before a container's header is read.
+// well-formed payload never add up to more than its length), and nesting
+// is checked before a container's header is read. So a typed slice made
+// with a list's claimed length costs at most 8 bytes for each byte of the
+// payload, over all lists together.
 type decoder struct {
 	b      []byte
 	off    int
@@ -119,7 +120,7 @@ type decoder struct {
 
 const (
 	maxDepth    = 32 // containers nest at most this deep
-	maxPrealloc = 16 // elements a container's slice or map is made with
+	maxPrealloc = 16 // events a batch's slice is made with
 )
 
 func newDecoder(b []byte) *decoder { return &decoder{b: b, budget: len(b)} }
@@ -152,106 +153,214 @@ func (d *decoder) length(n int) (int, error) {
 	}
 }
 
-// value decodes one value at nesting depth depth (the payload's outermost
-// value is at 0).
-func (d *decoder) value(depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, d.fail("nested deeper than %d", maxDepth)
-	}
+// peek returns the type byte of the next value without reading it.
+func (d *decoder) peek() (byte, error) {
 	if d.off >= len(d.b) {
-		return nil, d.fail("truncated (a value wanted, none left)")
+		return 0, d.fail("truncated (a value wanted, none left)")
 	}
-	c := d.b[d.off]
+	return d.b[d.off], nil
+}
+
+func isMapHeader(c byte) bool   { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
+func isArrayHeader(c byte) bool { return c&0xf0 == 0x90 || c == 0xdc || c == 0xdd }
+func isString(c byte) bool      { return c&0xe0 == 0xa0 || c >= 0xd9 && c <= 0xdb }
+
+// typeName names the msgpack type whose first byte is c, for errors.
+func typeName(c byte) string {
 	switch {
-	case c&0xf0 == 0x80, c == 0xde, c == 0xdf:
-		n, err := d.mapHeader(depth)
-		if err != nil {
-			return nil, err
-		}
-		return d.mapOf(n, depth)
-	case c&0xf0 == 0x90, c == 0xdc, c == 0xdd:
-		n, err := d.arrayHeader(depth)
-		if err != nil {
-			return nil, err
-		}
-		return d.arrayOf(n, depth)
+	case c < 0x80, c >= 0xe0, c >= 0xcc && c <= 0xce, c >= 0xd0 && c <= 0xd3:
+		return "an int"
+	case c == 0xcf:
+		return "a uint64"
+	case isMapHeader(c):
+		return "a map"
+	case isArrayHeader(c):
+		return "an array"
+	case isString(c):
+		return "a string"
+	case c == 0xc0:
+		return "nil"
+	case c == 0xc2, c == 0xc3:
+		return "a bool"
+	case c >= 0xc4 && c <= 0xc6:
+		return "bin"
+	case c == 0xca, c == 0xcb:
+		return "a float"
+	}
+	return fmt.Sprintf("msgpack type 0x%02x", c)
+}
+
+// isNil reads a nil if one is next.
+func (d *decoder) isNil() bool {
+	if d.off < len(d.b) && d.b[d.off] == 0xc0 {
+		d.off++
+		return true
+	}
+	return false
+}
+
+// str reads a string; its bytes are the payload's (copy what is kept).
+// what names the value for the error when it is not a string.
+func (d *decoder) str(what string) ([]byte, error) {
+	c, err := d.peek()
+	if err != nil {
+		return nil, err
+	}
+	if !isString(c) {
+		return nil, d.fail("%s is %s, want a string", what, typeName(c))
 	}
 	d.off++
+	n := int(c & 0x1f)
+	if c >= 0xd9 {
+		if n, err = d.length(1 << (c - 0xd9)); err != nil {
+			return nil, err
+		}
+	}
+	return d.take(n)
+}
+
+// integer reads an int in any of msgpack's forms; u64 reports the uint64
+// form (0xcf), whose value is returned as its bits.
+func (d *decoder) integer(what string) (v int64, u64 bool, err error) {
+	c, err := d.peek()
+	if err != nil {
+		return 0, false, err
+	}
 	switch {
 	case c < 0x80:
-		return int64(c), nil
+		d.off++
+		return int64(c), false, nil
 	case c >= 0xe0:
-		return int64(int8(c)), nil
-	case c&0xe0 == 0xa0:
-		return d.str(int(c & 0x1f))
+		d.off++
+		return int64(int8(c)), false, nil
+	case c >= 0xcc && c <= 0xcf:
+		d.off++
+		s, err := d.take(1 << (c - 0xcc))
+		if err != nil {
+			return 0, false, err
+		}
+		return int64(beUint(s)), c == 0xcf, nil
+	case c >= 0xd0 && c <= 0xd3:
+		d.off++
+		s, err := d.take(1 << (c - 0xd0))
+		if err != nil {
+			return 0, false, err
+		}
+		shift := 64 - 8*len(s) // sign-extend
+		return int64(beUint(s)<<shift) >> shift, false, nil
+	}
+	return 0, false, d.fail("%s is %s, want an int", what, typeName(c))
+}
+
+// beUint is s, 1 to 8 big-endian bytes, as an unsigned number.
+func beUint(s []byte) uint64 {
+	var v uint64
+	for _, x := range s {
+		v = v<<8 | uint64(x)
+	}
+	return v
+}
+
+// uint64Form reads a msgpack uint64 (0xcf) and nothing else: a block hash.
+func (d *decoder) uint64Form(what string) (uint64, error) {
+	c, err := d.peek()
+	if err != nil {
+		return 0, err
+	}
+	if c != 0xcf {
+		return 0, d.fail("%s is %s, want a msgpack uint64", what, typeName(c))
+	}
+	s, err := d.take(9)
+	if err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(s[1:]), nil
+}
+
+// float reads a float32 or float64 as a float64.
+func (d *decoder) float(what string) (float64, error) {
+	c, err := d.peek()
+	if err != nil {
+		return 0, err
 	}
 	switch c {
-	case 0xc0:
-		return nil, nil
-	case 0xc2:
-		return false, nil
-	case 0xc3:
-		return true, nil
-	case 0xc4, 0xc5, 0xc6:
-		n, err := d.length(1 << (c - 0xc4))
-		if err != nil {
-			return nil, err
-		}
-		s, err := d.take(n)
-		return append([]byte(nil), s...), err
 	case 0xca:
-		s, err := d.take(4)
+		s, err := d.take(5)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		return float64(math.Float32frombits(binary.BigEndian.Uint32(s))), nil
+		return float64(math.Float32frombits(binary.BigEndian.Uint32(s[1:]))), nil
 	case 0xcb:
-		s, err := d.take(8)
+		s, err := d.take(9)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		return math.Float64frombits(binary.BigEndian.Uint64(s)), nil
-	case 0xcc, 0xcd, 0xce:
-		n, err := d.length(1 << (c - 0xcc))
-		return int64(n), err
-	case 0xcf:
-		s, err := d.take(8)
-		if err != nil {
-			return nil, err
-		}
-		return U64(binary.BigEndian.Uint64(s)), nil
-	case 0xd0:
-		s, err := d.take(1)
-		if err != nil {
-			return nil, err
-		}
-		return int64(int8(s[0])), nil
-	case 0xd1:
-		s, err := d.take(2)
-		if err != nil {
-			return nil, err
-		}
-		return int64(int16(binary.BigEndian.Uint16(s))), nil
-	case 0xd2:
-		s, err := d.take(4)
-		if err != nil {
-			return nil, err
-		}
-		return int64(int32(binary.BigEndian.Uint32(s))), nil
-	case 0xd3:
-		s, err := d.take(8)
-		if err != nil {
-			return nil, err
-		}
-		return int64(binary.BigEndian.Uint64(s)), nil
-	case 0xd9, 0xda, 0xdb:
-		n, err := d.length(1 << (c - 0xd9))
-		if err != nil {
-			return nil, err
-		}
-		return d.str(n)
+		return math.Float64frombits(binary.BigEndian.Uint64(s[1:])), nil
 	}
-	return nil, d.fail("unsupported msgpack type 0x%02x", c)
+	return 0, d.fail("%s is %s, want a float", what, typeName(c))
+}
+
+// skip reads one value at nesting depth depth (the payload's outermost
+// value is at 0) and keeps nothing of it.
+func (d *decoder) skip(depth int) error {
+	c, err := d.peek()
+	if err != nil {
+		return err
+	}
+	var n int
+	switch {
+	case isMapHeader(c):
+		if n, err = d.mapHeader(depth); err != nil {
+			return err
+		}
+		n *= 2
+	case isArrayHeader(c):
+		if n, err = d.arrayHeader(depth); err != nil {
+			return err
+		}
+	default:
+		return d.skipScalar(c)
+	}
+	for range n {
+		if err := d.skip(depth + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// skipScalar reads the value, not a container, whose first byte is c.
+func (d *decoder) skipScalar(c byte) error {
+	var n int // bytes after c
+	var err error
+	switch {
+	case c < 0x80, c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3:
+	case c&0xe0 == 0xa0:
+		n = int(c & 0x1f)
+	case c >= 0xc4 && c <= 0xc6, c >= 0xd9 && c <= 0xdb:
+		first := byte(0xc4)
+		if c >= 0xd9 {
+			first = 0xd9
+		}
+		d.off++
+		if n, err = d.length(1 << (c - first)); err != nil {
+			return err
+		}
+		_, err = d.take(n)
+		return err
+	case c == 0xca:
+		n = 4
+	case c == 0xcb:
+		n = 8
+	case c >= 0xcc && c <= 0xcf:
+		n = 1 << (c - 0xcc)
+	case c >= 0xd0 && c <= 0xd3:
+		n = 1 << (c - 0xd0)
+	default:
+		return d.fail("unsupported msgpack type 0x%02x", c)
+	}
+	_, err = d.take(1 + n)
+	return err
 }
 
 // arrayHeader reads the header of an array at depth depth and claims its
@@ -298,43 +407,4 @@ func (d *decoder) header(depth int, fix, wide byte, per int, what string) (int, 
 	}
 	d.budget -= per * n
 	return n, nil
-}
-
-func (d *decoder) str(n int) (string, error) {
-	s, err := d.take(n)
-	return string(s), err
-}
-
-// arrayOf decodes the n elements of an array whose header was read.
-func (d *decoder) arrayOf(n, depth int) ([]any, error) {
-	out := make([]any, 0, min(n, maxPrealloc))
-	for range n {
-		v, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// mapOf decodes the n entries of a map whose header was read.
-func (d *decoder) mapOf(n, depth int) (map[string]any, error) {
-	out := make(map[string]any, min(n, maxPrealloc))
-	for range n {
-		k, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		ks, ok := k.(string)
-		if !ok {
-			return nil, d.fail("map key %T, want a string", k)
-		}
-		v, err := d.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		out[ks] = v
-	}
-	return out, nil
 }
