@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -333,5 +334,75 @@ func TestDecodeMapBatch(t *testing.T) {
 		if _, err := DecodeBatch(p); !errors.Is(err, ErrDecode) {
 			t.Errorf("%s: %v, want ErrDecode", name, err)
 		}
+	}
+}
+
+// gpuBatch stores n blocks of bs tokens on the GPU as the GPU tier reports
+// them: each block's tokens a capped slice of one slab (blockpool's
+// journal), which it returns with a flag set once the slab is garbage.
+func gpuBatch(p *Publisher, n, bs int) (slab []int64, freed chan struct{}) {
+	slab = make([]int64, n*bs)
+	freed = make(chan struct{})
+	runtime.AddCleanup(&slab[0], func(ch chan struct{}) { close(ch) }, freed)
+	r := &messages.Residency{Tier: messages.GPU}
+	for i := range n {
+		for j := range bs {
+			slab[i*bs+j] = int64(i*bs + j)
+		}
+		r.Changes = append(r.Changes, change(true, uint64(i+1), uint64(i), i > 0, slab[i*bs:(i+1)*bs:(i+1)*bs]...))
+	}
+	if _, ok := p.Apply(r, time.Unix(1, 0)); !ok {
+		panic("nothing published")
+	}
+	return slab, freed
+}
+
+// TestPublisherKeepsNoSlab: a block the disk keeps long after the GPU
+// dropped it keeps, in the Publisher, a copy of its own tokens, never the
+// GPU's 64-block slab they came in: the slab is garbage once the GPU's
+// message is, and the tokens published for the disk's block are still
+// right.
+func TestPublisherKeepsNoSlab(t *testing.T) {
+	const n, bs = 64, 16
+	p := NewPublisher(Config{BlockSize: bs})
+	slab, freed := gpuBatch(p, n, bs)
+	for _, b := range p.blocks {
+		for i := range slab {
+			if &slab[i] == &b.tokens[0] {
+				t.Fatalf("the publisher keeps tokens at the slab's element %d", i)
+			}
+		}
+	}
+	slab = nil
+	now := time.Unix(2, 0)
+	p.Apply(&messages.Residency{Tier: messages.Disk, Changes: []messages.ResidencyChange{change(true, 5, 0, false)}}, now)
+	gone := &messages.Residency{Tier: messages.GPU}
+	for h := range uint64(n) {
+		gone.Changes = append(gone.Changes, change(false, h+1, 0, false))
+	}
+	p.Apply(gone, now)
+	deadline := time.Now().Add(10 * time.Second)
+	for collected := false; !collected; {
+		runtime.GC()
+		select {
+		case <-freed:
+			collected = true
+		default:
+			if time.Now().After(deadline) {
+				t.Fatal("the GPU's token slab is still reachable after the GPU dropped its blocks")
+			}
+			runtime.Gosched()
+		}
+	}
+	snap, err := DecodeBatch(p.Snapshot(now).Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int64, bs)
+	for j := range want {
+		want[j] = int64(4*bs + j)
+	}
+	if len(snap.Events) != 2 || !slices.Equal(snap.Events[1].Tokens, want) || snap.Events[1].Medium != MediumStorage {
+		t.Fatalf("snapshot %+v, want the disk's block 5 with tokens %v", snap.Events, want)
 	}
 }

@@ -55,7 +55,7 @@ type resident struct {
 	mediums   uint8 // bit i: Mediums[i]
 	parent    uint64
 	hasParent bool
-	tokens    []int64 // nil: unknown
+	tokens    []int64 // nil: unknown; the Publisher's own copy
 }
 
 // NewPublisher returns a Publisher that has published nothing.
@@ -126,7 +126,13 @@ func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 			p.blocks[c.Hash] = b
 		}
 		if c.Tokens != nil { // the GPU, which computed it, knows best
-			b.parent, b.hasParent, b.tokens = c.Parent, c.HasParent, c.Tokens
+			b.parent, b.hasParent = c.Parent, c.HasParent
+			if b.tokens == nil || !slices.Equal(b.tokens, c.Tokens) {
+				// A copy: the GPU tier's tokens are slices of its journal's
+				// slab, shared by 64 blocks, which a block kept here for as
+				// long as a lower tier holds it would keep whole.
+				b.tokens = slices.Clone(c.Tokens)
+			}
 		}
 		if b.mediums&bit != 0 {
 			continue

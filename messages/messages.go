@@ -621,7 +621,10 @@ type ResidencyChange struct {
 }
 
 // Residency reports changes of what a tier holds, in the order the tier
-// made them, to the KV-event publisher. The message owns its slices.
+// made them, to the KV-event publisher. The message owns its slices, but
+// its changes' Tokens may be parts of one larger array (the GPU tier's
+// journal slab, shared by many blocks): a receiver that keeps some past
+// the message copies them, so as not to keep the whole array alive.
 type Residency struct {
 	Tier    Tier
 	Changes []ResidencyChange
