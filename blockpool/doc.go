@@ -79,7 +79,11 @@
 // Bad input returns a typed error and changes nothing: ErrEmptySequence,
 // ErrSequenceExists, ErrUnknownSequence, *NoSpaceError (errors.Is ErrNoSpace, with
 // the blocks needed and free), ErrTokenOutOfRange, ErrBadConfig. A reference count
-// going below zero is a bug in the pool and panics with a "kvtier:" message.
+// going below zero is a bug in the pool and panics with a "kvtier:" message. So
+// does a block id outside [0, NumBlocks) given to the owner's calls that take one
+// (Pin, Unpin, Pinned, BlockHash, BlockDigest, BlockTokens, RefCount, Uncache,
+// Recache): ids come from the pool, so one out of range is the owner's bug, and
+// the panic names the call, the id and the range.
 //
 // # Usage
 //

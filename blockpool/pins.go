@@ -10,7 +10,7 @@ import "fmt"
 // pinned and does not count in NumFree; a sequence that hits it takes it out
 // of the queue. Every Pin must be matched by one Unpin.
 func (p *Pool) Pin(id BlockID) {
-	b := &p.blocks[id]
+	b := p.at(id, "pin")
 	if b.state == stateReserved {
 		panic(fmt.Sprintf("kvtier: blockpool: pin of reserved block %d", id))
 	}
@@ -30,6 +30,7 @@ func (p *Pool) Pin(id BlockID) {
 
 // Unpin drops a reference taken by Pin; at zero references the block becomes free.
 func (p *Pool) Unpin(id BlockID) {
+	p.at(id, "unpin")
 	n := p.pins[id]
 	if n <= 0 {
 		panic(fmt.Sprintf("kvtier: blockpool: unpin of block %d that is not pinned", id))
@@ -43,7 +44,10 @@ func (p *Pool) Unpin(id BlockID) {
 }
 
 // Pinned returns how many pins block id holds.
-func (p *Pool) Pinned(id BlockID) int { return int(p.pins[id]) }
+func (p *Pool) Pinned(id BlockID) int {
+	p.at(id, "pinned count")
+	return int(p.pins[id])
+}
 
 // Detach replaces the block at table position idx of seq with a fresh block and
 // drops seq's reference to the old one, which must be pinned (an in-flight copy
@@ -90,4 +94,7 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 // valid outside a sequence's commit: a load from a lower tier, verified against
 // the block's digest, finished. It does nothing if the block holds no full block
 // or another block already holds the hash.
-func (p *Pool) Recache(id BlockID) { p.publish(id) }
+func (p *Pool) Recache(id BlockID) {
+	p.at(id, "recache")
+	p.publish(id)
+}

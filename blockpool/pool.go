@@ -649,14 +649,14 @@ func (p *Pool) NumTokens(seq SeqID) (int, error) {
 // BlockHash returns the hash block id holds and whether it is cached (committed
 // and findable).
 func (p *Pool) BlockHash(id BlockID) (prefixhash.Hash, bool) {
-	b := &p.blocks[id]
+	b := p.at(id, "hash")
 	return b.hash, b.cached
 }
 
 // BlockDigest returns the digest of the full block id holds; ok is false when it
 // holds no full block or the pool keeps no digests (Config.Digests).
 func (p *Pool) BlockDigest(id BlockID) (d prefixhash.Digest, ok bool) {
-	if !p.cfg.Digests || len(p.blocks[id].tokens) != p.cfg.BlockSize {
+	if b := p.at(id, "digest"); !p.cfg.Digests || len(b.tokens) != p.cfg.BlockSize {
 		return d, false
 	}
 	return p.digests[id], true
@@ -665,19 +665,29 @@ func (p *Pool) BlockDigest(id BlockID) (d prefixhash.Digest, ok bool) {
 // BlockTokens returns the token ids of the full block id holds (nil when it
 // holds none). The slice is the pool's: read it before the next call.
 func (p *Pool) BlockTokens(id BlockID) []int64 {
-	if b := &p.blocks[id]; len(b.tokens) == p.cfg.BlockSize {
+	if b := p.at(id, "tokens"); len(b.tokens) == p.cfg.BlockSize {
 		return b.tokens
 	}
 	return nil
 }
 
+// at returns block id's metadata for the owner's call op. An id outside the
+// pool is the owner's bug: it panics with an assertion naming op, the id and
+// the range, rather than Go's bare index error.
+func (p *Pool) at(id BlockID, op string) *block {
+	if id < 0 || int(id) >= len(p.blocks) {
+		panic(fmt.Sprintf("kvtier: blockpool: %s of block %d outside [0, %d)", op, id, len(p.blocks)))
+	}
+	return &p.blocks[id]
+}
+
 // RefCount returns block id's reference count.
-func (p *Pool) RefCount(id BlockID) int { return int(p.blocks[id].ref) }
+func (p *Pool) RefCount(id BlockID) int { return int(p.at(id, "reference count").ref) }
 
 // Uncache makes block id unfindable by hash (its contents are no longer trusted,
 // e.g. a load from a lower tier failed). Holders keep the block.
 func (p *Pool) Uncache(id BlockID) {
-	b := &p.blocks[id]
+	b := p.at(id, "uncache")
 	if !b.cached {
 		return
 	}
