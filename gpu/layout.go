@@ -281,11 +281,22 @@ func (l Layout) LayerTensor(numBlocks, layer int, kv KV) (TensorView, error) {
 // BlockView returns a 5-D view [layer][kv][token][head][dim] of one block
 // whose storage is exactly BlockBytes bytes; kv index 0 is K and 1 is V.
 // Add the block's base offset in an arena to the addresses it yields.
+//
+// A Layout not built by NewLayout or NewLayoutKind (the zero Layout) has
+// no block to view, and BlockView has no error to return: like Region
+// given a layer outside the model, it is a contract violation and panics,
+// with ErrInvalidSpec's message ("kvtier: invalid model spec: ..."). The
+// calls that return an error refuse such a Layout instead: NewKVArena with
+// ErrInvalidSpec, ArenaOffset, LayerView and LayerTensor with
+// ErrInvalidSize (its blocks have no bytes).
 func (l Layout) BlockView() TensorView {
+	if !l.kind.Valid() {
+		panic(fmt.Errorf("%w: BlockView of a Layout not built by NewLayout or NewLayoutKind (kind %v)", ErrInvalidSpec, l.kind).Error())
+	}
 	v, err := NewTensorView(l.blockBytes, l.spec.DType,
 		[]int{l.spec.Layers, 2, l.blockTokens, l.spec.KVHeads, l.spec.HeadDim}, nil, 0)
 	if err != nil {
-		panic("kvtier: block view of a valid layout: " + err.Error())
+		panic("kvtier: gpu: block view of a layout NewLayout validated: " + err.Error())
 	}
 	return v
 }

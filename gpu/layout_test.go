@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -131,6 +132,33 @@ func TestLayoutRegionPanicsOutOfRange(t *testing.T) {
 			l.Region(c.layer, c.kv)
 		}()
 	}
+}
+
+// TestLayoutZeroValue: the zero Layout is refused by every call, never
+// answered with a view or offset of nothing: the calls that return an
+// error fail with a typed one, and BlockView, which returns none, panics
+// with ErrInvalidSpec's message naming the problem.
+func TestLayoutZeroValue(t *testing.T) {
+	var l Layout
+	if _, err := l.ArenaOffset(4, 0, 0, Key); !errors.Is(err, ErrInvalidSize) {
+		t.Errorf("ArenaOffset: %v, want ErrInvalidSize", err)
+	}
+	if _, err := l.LayerView(4, 0, 0, Key); !errors.Is(err, ErrInvalidSize) {
+		t.Errorf("LayerView: %v, want ErrInvalidSize", err)
+	}
+	if _, err := l.LayerTensor(4, 0, Key); !errors.Is(err, ErrInvalidSize) {
+		t.Errorf("LayerTensor: %v, want ErrInvalidSize", err)
+	}
+	func() {
+		defer func() {
+			r, _ := recover().(string)
+			if !strings.HasPrefix(r, ErrInvalidSpec.Error()+": ") || !strings.Contains(r, "BlockView of a Layout not built by NewLayout") {
+				t.Errorf("BlockView: recovered %q, want a panic with ErrInvalidSpec's message naming BlockView", r)
+			}
+		}()
+		v := l.BlockView()
+		t.Errorf("BlockView of the zero Layout returned %v", v)
+	}()
 }
 
 var kinds = []LayoutKind{BlockContiguous, LayerSeparate}
