@@ -7,8 +7,10 @@ import "fmt"
 // AppendBatch writes) or as the map vLLM writes once its EventBatch is no
 // longer array_like: {"ts": ts, "events": [...], "data_parallel_rank":
 // dp_rank}, the rank left out when None, keys in any order, keys it does
-// not know skipped. It is strict where the schema is: every block hash must
-// be a msgpack uint64, every list a list.
+// not know skipped. It is strict where the schema is: every block hash an
+// int (any msgpack form; a negative one as its two's-complement bits) or
+// at least 8 bytes (their last 8, big-endian, as vLLM turns a bytes hash
+// into an int), every list a list.
 //
 // It reads each field straight into its Go type as it goes (token ids into
 // the event's []int64, never a slice of boxed values), each event checked
@@ -277,7 +279,7 @@ func (d *decoder) field(e *Event, f, depth int) error {
 	case fParent:
 		e.Parent, e.HasParent = 0, false
 		if !d.isNil() {
-			e.Parent, err = d.uint64Form("parent_block_hash")
+			e.Parent, err = d.blockHash("parent_block_hash")
 			e.HasParent = err == nil
 		}
 	case fTokens:
@@ -322,7 +324,7 @@ func mediumOf(m []byte) Medium {
 	return Medium(m)
 }
 
-// hashes decodes a list of block hashes, each a msgpack uint64.
+// hashes decodes a list of block hashes (see blockHash).
 func (d *decoder) hashes(depth int) ([]uint64, error) {
 	n, err := d.arrayHeader(depth)
 	if err != nil {
@@ -330,7 +332,7 @@ func (d *decoder) hashes(depth int) ([]uint64, error) {
 	}
 	out := make([]uint64, n) // n is claimed: at most one a byte left
 	for i := range out {
-		if out[i], err = d.uint64Form("a block hash"); err != nil {
+		if out[i], err = d.blockHash("a block hash"); err != nil {
 			return nil, err
 		}
 	}

@@ -18,7 +18,9 @@
 // ({"ts": ts, "events": [...], "data_parallel_rank": dp_rank}, its
 // EventBatch no longer array_like); the encoder keeps the array, which
 // every consumer of the older form decodes. Block hashes are kvtier's
-// chained 64-bit prefix hashes, always msgpack uint64 (0xcf). Mediums:
+// chained 64-bit prefix hashes, written as msgpack uint64 (0xcf); the
+// decoder takes a hash in any int form or as bytes, as vLLM sends it
+// (ExternalBlockHash is bytes | int). Mediums:
 // GPU, CPU (pinned host memory), STORAGE (the local disk, as vLLM's
 // file-system tier names itself) and REMOTE (the shared Redis tier).
 //

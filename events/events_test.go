@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"math"
 	"reflect"
 	"runtime"
 	"slices"
@@ -70,18 +71,56 @@ func TestRoundTripBothFormats(t *testing.T) {
 	}
 }
 
-// TestDecodeIsStrict: a hash that is not a msgpack uint64, a truncated
-// payload and an unknown tag are errors, never a silent zero.
+// TestDecodeIsStrict: a hash that is neither an int nor 8+ bytes, a
+// truncated payload and an unknown tag are errors, never a silent zero.
 func TestDecodeIsStrict(t *testing.T) {
 	good := FormatMap.AppendBatch(nil, &Batch{Events: []Event{{Kind: BlockRemoved, Hashes: []uint64{5}, Medium: MediumGPU}}})
-	smallHash := bytes.Replace(good, []byte{0xcf, 0, 0, 0, 0, 0, 0, 0, 5}, []byte{0x05}, 1)
-	if len(smallHash) == len(good) {
+	hash5 := []byte{0xcf, 0, 0, 0, 0, 0, 0, 0, 5}
+	floatHash := bytes.Replace(good, hash5, []byte{0xcb, 0x40, 0x14, 0, 0, 0, 0, 0, 0}, 1)
+	shortBytes := bytes.Replace(good, hash5, []byte{0xc4, 2, 0, 5}, 1)
+	if len(shortBytes) == len(good) {
 		t.Fatal("test setup: hash bytes not found")
 	}
 	unknown := bytes.Replace(good, []byte("BlockRemoved"), []byte("BlockRemovee"), 1)
-	for name, p := range map[string][]byte{"hash as fixint": smallHash, "truncated": good[:len(good)-3], "unknown tag": unknown, "trailing": append(slices.Clone(good), 0xc0)} {
+	for name, p := range map[string][]byte{"hash as float": floatHash, "hash of 2 bytes": shortBytes, "truncated": good[:len(good)-3], "unknown tag": unknown, "trailing": append(slices.Clone(good), 0xc0)} {
 		if _, err := DecodeBatch(p); !errors.Is(err, ErrDecode) {
 			t.Errorf("%s: err %v, want ErrDecode", name, err)
+		}
+	}
+}
+
+// TestDecodeHashForms: vLLM's ExternalBlockHash is bytes | int and msgspec
+// writes an int in its shortest form, so a hash below 2^32 arrives as a
+// fixint or uint8..32, an older vLLM's signed hash() as a negative int, and
+// a bytes hash as bin. Each decodes to the uint64 vLLM means: the value,
+// the two's-complement bits, or the last 8 bytes big-endian.
+func TestDecodeHashForms(t *testing.T) {
+	good := FormatMap.AppendBatch(nil, &Batch{Events: []Event{{Kind: BlockRemoved, Hashes: []uint64{5}, Medium: MediumGPU}}})
+	hash5 := []byte{0xcf, 0, 0, 0, 0, 0, 0, 0, 5}
+	digest := append(bytes.Repeat([]byte{0xee}, 24), 0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0)
+	for _, c := range []struct {
+		name string
+		form []byte
+		want uint64
+	}{
+		{"fixint", []byte{0x05}, 5},
+		{"uint8", []byte{0xcc, 0xc8}, 200},
+		{"uint16", []byte{0xcd, 0x12, 0x34}, 0x1234},
+		{"uint32", []byte{0xce, 0x12, 0x34, 0x56, 0x78}, 0x12345678},
+		{"negative fixint", []byte{0xff}, math.MaxUint64},
+		{"int64", []byte{0xd3, 0x80, 0, 0, 0, 0, 0, 0, 1}, 1<<63 + 1},
+		{"int8", []byte{0xd0, 0xfe}, math.MaxUint64 - 1},
+		{"8 bytes", []byte{0xc4, 8, 0, 0, 0, 0, 0, 0, 0, 9}, 9},
+		{"sha256 bytes", append([]byte{0xc4, 32}, digest...), 0x123456789abcdef0},
+	} {
+		p := bytes.Replace(good, hash5, c.form, 1)
+		b, err := DecodeBatch(p)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if got := b.Events[0].Hashes; len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s: hashes %#x, want [%#x]", c.name, got, c.want)
 		}
 	}
 }

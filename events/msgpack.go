@@ -96,8 +96,9 @@ func appendFloat64(b []byte, f float64) []byte {
 // ErrDecode is wrapped by every error decoding a payload.
 var ErrDecode = errors.New("kvtier: events: bad msgpack payload")
 
-// U64 names a msgpack uint64 (0xcf): the form block hashes must take
-// (DecodeBatch refuses a hash in any other, whatever its value).
+// U64 names a msgpack uint64 (0xcf), the form the encoder writes block
+// hashes in. DecodeBatch no longer returns it (hashes decode into uint64,
+// from any integer form or bytes); it is kept for callers that name it.
 type U64 uint64
 
 // decoder reads msgpack values one at a time into the types the event
@@ -163,7 +164,10 @@ func (d *decoder) peek() (byte, error) {
 
 func isMapHeader(c byte) bool   { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
 func isArrayHeader(c byte) bool { return c&0xf0 == 0x90 || c == 0xdc || c == 0xdd }
-func isString(c byte) bool      { return c&0xe0 == 0xa0 || c >= 0xd9 && c <= 0xdb }
+func isInt(c byte) bool {
+	return c < 0x80 || c >= 0xe0 || c >= 0xcc && c <= 0xd3
+}
+func isString(c byte) bool { return c&0xe0 == 0xa0 || c >= 0xd9 && c <= 0xdb }
 
 // typeName names the msgpack type whose first byte is c, for errors.
 func typeName(c byte) string {
@@ -261,20 +265,38 @@ func beUint(s []byte) uint64 {
 	return v
 }
 
-// uint64Form reads a msgpack uint64 (0xcf) and nothing else: a block hash.
-func (d *decoder) uint64Form(what string) (uint64, error) {
+// blockHash reads a block hash in any form vLLM writes one
+// (ExternalBlockHash is bytes | int, and msgspec writes an int in its
+// shortest form): an unsigned int is its value, a negative one (older vLLM
+// hashed with Python's hash(), a signed 64-bit int) its two's-complement
+// bits, and bytes, at least 8 of them, their last 8 read big-endian — the
+// int vLLM itself derives from a bytes hash when it sends ints. Anything
+// else (a float, a string, fewer than 8 bytes) is an error.
+func (d *decoder) blockHash(what string) (uint64, error) {
 	c, err := d.peek()
 	if err != nil {
 		return 0, err
 	}
-	if c != 0xcf {
-		return 0, d.fail("%s is %s, want a msgpack uint64", what, typeName(c))
+	if c >= 0xc4 && c <= 0xc6 { // bin 8/16/32
+		d.off++
+		n, err := d.length(1 << (c - 0xc4))
+		if err != nil {
+			return 0, err
+		}
+		s, err := d.take(n)
+		if err != nil {
+			return 0, err
+		}
+		if n < 8 {
+			return 0, d.fail("%s is %d bytes, want at least 8", what, n)
+		}
+		return binary.BigEndian.Uint64(s[n-8:]), nil
 	}
-	s, err := d.take(9)
-	if err != nil {
-		return 0, err
+	if !isInt(c) {
+		return 0, d.fail("%s is %s, want an int or bytes", what, typeName(c))
 	}
-	return binary.BigEndian.Uint64(s[1:]), nil
+	v, _, err := d.integer(what)
+	return uint64(v), err
 }
 
 // float reads a float32 or float64 as a float64.
