@@ -68,6 +68,24 @@ func TestSyncAllocateCancelledFreesWhatItAllocated(t *testing.T) {
 	if n := st.Tier(kvtier.GPU).Extra["sequences"]; n != 0 {
 		t.Fatalf("after the failed Allocate the Manager holds %v sequences", n)
 	}
+	// The loads the failed Allocate started hold their blocks until they
+	// land (the gate is open now); then all four are free again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := m.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := st.Tier(kvtier.GPU)
+		if g.InFlight == 0 && g.Extra["free"] == 4 { // free counts the cached free blocks too
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GPU blocks never came back after the failed Allocate: %d in flight, %v free, %v free cached",
+				g.InFlight, g.Extra["free"], g.Extra["free_cached"])
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if o := allocOne(t, c, 2, prompt); o.Err != nil {
 		t.Fatalf("admitting sequence 2 again: %v", o.Err)
 	}
