@@ -42,10 +42,12 @@ type CopyResult struct {
 	// means the gather/scatter is free, 1.2 that it costs 20% more.
 	LayerSepTimeRatio float64 `json:"layer_sep_time_ratio"`
 
-	Disk *DiskResult `json:"disk"`
+	Disk   *DiskResult   `json:"disk"`
+	Reload *ReloadResult `json:"reload"`
 }
 
-// runCopy runs the device<->host comparison and then the disk one.
+// runCopy runs the device<->host comparison, the disk one, and then the
+// end-to-end reloads through a Manager.
 func runCopy(quick bool, dir string) (*CopyResult, error) {
 	layout, err := gpu.NewLayout(gpu.Llama3_8B, 16) // 2 MiB blocks
 	if err != nil {
@@ -60,6 +62,13 @@ func runCopy(quick bool, dir string) (*CopyResult, error) {
 		return nil, fmt.Errorf("disk: %w", err)
 	}
 	r.Disk = d
+	rl, err := runReload(quick, dir)
+	if err != nil {
+		return nil, fmt.Errorf("reload: %w", err)
+	}
+	rl.PinnedOfH2D = rl.PinnedGBps / r.H2DGBps
+	rl.DiskOfDiskRd = rl.DiskGBps / d.DiskReadGBps
+	r.Reload = rl
 	return r, nil
 }
 

@@ -9,7 +9,10 @@
 //     package kvtier; built with -tags kvtier_actor until that package lands).
 //   - copy: device<->pinned copies of the default gpu backend against a plain
 //     copy() of the same bytes, and the disk tier against plain sequential
-//     pwrite/pread of the same block size in the same directory, interleaved.
+//     pwrite/pread of the same block size in the same directory, interleaved;
+//     then the reload path end to end through a Manager (Allocate until Ready
+//     of a chain only pinned memory, or only the disk, holds), against those
+//     H2D and disk-read rates.
 //   - trace: a Mooncake-format trace (any block size, -block-tokens; timestamps
 //     relative or absolute) replayed at several tier capacities through LRU,
 //     FIFO, S3-FIFO, ARC and the default Adaptive policy, next to the

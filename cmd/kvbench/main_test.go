@@ -35,7 +35,7 @@ func TestQuickJSON(t *testing.T) {
 	if err := strict.Decode(&rep); err != nil {
 		t.Fatalf("output does not decode into Report: %v", err)
 	}
-	if rep.Alloc == nil || rep.Copy == nil || rep.Copy.Disk == nil || rep.Trace == nil {
+	if rep.Alloc == nil || rep.Copy == nil || rep.Copy.Disk == nil || rep.Copy.Reload == nil || rep.Trace == nil {
 		t.Fatalf("a suite is missing: %+v", rep)
 	}
 	actorBuilt := rep.Alloc.ActorBuilt

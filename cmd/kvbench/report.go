@@ -81,6 +81,13 @@ func targets(r *Report) []Target {
 				newTarget("disk_write_ratio", d.WriteRatio, ">=", 0.9, true),
 				newTarget("disk_read_ratio", d.ReadRatio, ">=", 0.9, true))
 		}
+		if rl := c.Reload; rl != nil {
+			// The whole reload path (lookups, slot grants, disk reads into
+			// pinned slots, H2D) against the bare copy or read of the same run.
+			ts = append(ts,
+				newTarget("reload_pinned_gbps/h2d_gbps", rl.PinnedOfH2D, ">=", 0.8, true),
+				newTarget("reload_disk_gbps/disk_read_gbps", rl.DiskOfDiskRd, ">=", 0.8, true))
+		}
 	}
 	if rm := r.Remote; rm != nil {
 		ts = append(ts,
@@ -186,6 +193,12 @@ func writeHuman(w io.Writer, r *Report) error {
 			p("  disk tier write\t%.2f GB/s\t%.0f%% of pwrite (median of per-round ratios)\n", d.DiskWriteGBps, 100*d.WriteRatio)
 			p("  pread reference\t%.2f GB/s\t\n", d.RawReadGBps)
 			p("  disk tier read\t%.2f GB/s\t%.0f%% of pread (median of per-round ratios)\n", d.DiskReadGBps, 100*d.ReadRatio)
+		}
+		if rl := c.Reload; rl != nil {
+			p("reload through the Manager (Allocate until Ready, deadline off): %d blocks of %d MiB, %d rounds\n",
+				rl.Blocks, rl.BlockBytes>>20, rl.Rounds)
+			p("  from pinned\t%.2f GB/s\t%.0f%% of H2D\n", rl.PinnedGBps, 100*rl.PinnedOfH2D)
+			p("  from disk\t%.2f GB/s\t%.0f%% of disk tier read\n", rl.DiskGBps, 100*rl.DiskOfDiskRd)
 		}
 		p("\n")
 	}
