@@ -10,7 +10,8 @@ import "fmt"
 // not know skipped. It is strict where the schema is: every block hash an
 // int (any msgpack form; a negative one as its two's-complement bits) or
 // at least 8 bytes (their last 8, big-endian, as vLLM turns a bytes hash
-// into an int), every list a list.
+// into an int), every list a list. A BlockStored may end before medium
+// and lora_name, as the array events of vLLM releases before them do.
 //
 // It reads each field straight into its Go type as it goes (token ids into
 // the event's []int64, never a slice of boxed values), each event checked
@@ -144,6 +145,12 @@ const (
 
 var fieldNames = [numFields]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}
 
+// storedRequired is how many of BlockStored's fields, in order, every
+// vLLM release sends: block_hashes to lora_id. The ones after came later
+// (medium in 0.10, lora_name after it) and an older release's array event
+// ends before them; one left out decodes as nil.
+const storedRequired = fMedium
+
 // The positional (array-form) fields of each kind after its tag.
 var (
 	storedOrder  = []int{fHashes, fParent, fTokens, fBlockSize, fLoRAID, fMedium, fLoRAName}
@@ -173,7 +180,8 @@ func kindOf(tag []byte) Kind {
 
 // event decodes one event at depth depth, a map whose "type" is the tag
 // (keys in any order, unknown ones skipped) or an array of the tag and
-// then the kind's fields in order (more skipped).
+// then the kind's fields in order (more skipped, and the trailing ones an
+// older vLLM did not have yet left out: see storedRequired).
 func (d *decoder) event(depth int) (Event, error) {
 	c, err := d.peek()
 	if err != nil {
@@ -253,7 +261,7 @@ func (d *decoder) event(depth int) (Event, error) {
 	}
 	switch e.Kind {
 	case BlockStored:
-		for f, name := range fieldNames {
+		for f, name := range fieldNames[:storedRequired] {
 			if have&(1<<f) == 0 {
 				return e, fmt.Errorf("%w: BlockStored without %q", ErrDecode, name)
 			}

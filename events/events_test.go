@@ -445,3 +445,40 @@ func TestPublisherKeepsNoSlab(t *testing.T) {
 		t.Fatalf("snapshot %+v, want the disk's block 5 with tokens %v", snap.Events, want)
 	}
 }
+
+// TestDecodeOlderVLLMArrayEvents: the array events of the vLLM releases
+// before medium and lora_name, written out by hand from their classes
+// (array_like BlockStored [tag, block_hashes, parent_block_hash,
+// token_ids, block_size, lora_id] then medium; BlockRemoved [tag,
+// block_hashes]; the batch [ts, events]), decode with the fields they lack
+// as nil. A BlockStored short of lora_id, which every release sends, is
+// still an error.
+func TestDecodeOlderVLLMArrayEvents(t *testing.T) {
+	ts := "cb3ff8000000000000" // 1.5
+	v09Stored := "96" + str("BlockStored") + "92" + "07" + "cd1234" + "c0" + "92" + "01" + "ccc8" + "02" + "c0"
+	v010Stored := "97" + str("BlockStored") + "91" + "08" + "07" + "92" + "03" + "04" + "02" + "c0" + str("GPU")
+	v09Removed := "92" + str("BlockRemoved") + "91" + "07"
+	p, err := hex.DecodeString("92" + ts + "93" + v09Stored + v010Stored + v09Removed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Batch{TS: 1.5, Events: []Event{
+		{Kind: BlockStored, Hashes: []uint64{7, 0x1234}, Tokens: []int64{1, 200}, BlockSize: 2},
+		{Kind: BlockStored, Hashes: []uint64{8}, Parent: 7, HasParent: true, Tokens: []int64{3, 4}, BlockSize: 2, Medium: MediumGPU},
+		{Kind: BlockRemoved, Hashes: []uint64{7}},
+	}}
+	got, err := DecodeBatch(p)
+	if err != nil {
+		t.Fatalf("older vLLM's array events: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v, want %+v", got, want)
+	}
+	noLoRAID := "95" + str("BlockStored") + "91" + "07" + "c0" + "90" + "02"
+	if p, err = hex.DecodeString("92" + ts + "91" + noLoRAID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeBatch(p); !errors.Is(err, ErrDecode) {
+		t.Fatalf("a BlockStored without lora_id: err %v, want ErrDecode", err)
+	}
+}
