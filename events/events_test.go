@@ -482,3 +482,50 @@ func TestDecodeOlderVLLMArrayEvents(t *testing.T) {
 		t.Fatalf("a BlockStored without lora_id: err %v, want ErrDecode", err)
 	}
 }
+
+// TestDecodeSkipsExtFields: a field the decoder does not know is skipped
+// whatever its msgpack type, extension types included (msgspec writes a
+// datetime as the timestamp extension, fixext 4/8 or ext 8), in a map
+// event, an array event's extra positions and the batch map; a truncated
+// extension is still an error.
+func TestDecodeSkipsExtFields(t *testing.T) {
+	ts := "cb3ff8000000000000" // 1.5
+	for name, ext := range map[string]string{
+		"fixext 1":  "d4" + "01" + "aa",
+		"fixext 4":  "d6" + "ff" + "5f5e1000",
+		"fixext 8":  "d7" + "ff" + "0000000017d78400",
+		"fixext 16": "d8" + "05" + strings.Repeat("ab", 16),
+		"ext 8":     "c7" + "0c" + "ff" + strings.Repeat("00", 12),
+		"ext 16":    "c8" + "0002" + "07" + "abcd",
+		"ext 32":    "c9" + "00000001" + "07" + "ab",
+		"in a list": "92" + "d4" + "01" + "aa" + "c0",
+	} {
+		removed := "83" + str("type") + str("BlockRemoved") + str("block_hashes") + "91" + "07" + str("created") + ext
+		stored := "99" + str("BlockStored") + "91" + "08" + "c0" + "90" + "02" + "c0" + "c0" + "c0" + ext
+		p, err := hex.DecodeString("83" + str("ts") + ts + str("when") + ext + str("events") + "92" + removed + stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Batch{TS: 1.5, Events: []Event{
+			{Kind: BlockRemoved, Hashes: []uint64{7}},
+			{Kind: BlockStored, Hashes: []uint64{8}, Tokens: []int64{}, BlockSize: 2},
+		}}
+		got, err := DecodeBatch(p)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: decoded %+v, want %+v", name, got, want)
+		}
+	}
+	for name, ext := range map[string]string{"fixext 8": "d7ff0000", "ext 8": "c70cff0000", "ext 32 length": "c9ffffffff07"} {
+		p, err := hex.DecodeString("82" + str("ts") + ts + str("when") + ext)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeBatch(p); !errors.Is(err, ErrDecode) {
+			t.Errorf("truncated %s: err %v, want ErrDecode", name, err)
+		}
+	}
+}

@@ -351,7 +351,9 @@ func (d *decoder) skip(depth int) error {
 	return nil
 }
 
-// skipScalar reads the value, not a container, whose first byte is c.
+// skipScalar reads the value, not a container, whose first byte is c:
+// extension types too (msgspec writes a datetime as the timestamp
+// extension), so a field vLLM adds of any type is skipped.
 func (d *decoder) skipScalar(c byte) error {
 	var n int // bytes after c
 	var err error
@@ -378,6 +380,15 @@ func (d *decoder) skipScalar(c byte) error {
 		n = 1 << (c - 0xcc)
 	case c >= 0xd0 && c <= 0xd3:
 		n = 1 << (c - 0xd0)
+	case c >= 0xd4 && c <= 0xd8: // fixext 1..16: a type byte, then the data
+		n = 1 + 1<<(c-0xd4)
+	case c >= 0xc7 && c <= 0xc9: // ext 8/16/32: a length, a type byte, the data
+		d.off++
+		if n, err = d.length(1 << (c - 0xc7)); err != nil {
+			return err
+		}
+		_, err = d.take(1 + n)
+		return err
 	default:
 		return d.fail("unsupported msgpack type 0x%02x", c)
 	}
