@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestQuickJSON runs the command as CI does (-json -quick) in-process and checks
@@ -17,8 +21,19 @@ import (
 // (actor_built false): its fields are then 0 by contract and the note says so.
 func TestQuickJSON(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-json", "-quick", "-dir", t.TempDir()}, &out, io.Discard); err != nil {
+	dir := t.TempDir()
+	peak, stop := watchDiskUse(dir)
+	err := run(context.Background(), []string{"-json", "-quick", "-dir", dir}, &out, io.Discard)
+	stop()
+	if err != nil {
 		t.Fatal(err)
+	}
+	// CI runs -quick in a shared temp dir: the disk tiers it opens reserve
+	// their whole capacity, so it must stay small.
+	const limit = 5 << 28 // 1.25 GiB: the reload's disk tier and the disk suite's
+	t.Logf("-quick reserved at most %d MiB of its dir", *peak>>20)
+	if *peak > limit {
+		t.Errorf("-quick reserved %d MiB of its dir at once, want at most %d MiB", *peak>>20, limit>>20)
 	}
 	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
 	var doc map[string]any
@@ -145,4 +160,41 @@ func TestWorkloadTailsAreFresh(t *testing.T) {
 			seen[m] = true
 		}
 	}
+}
+
+// watchDiskUse samples the bytes the files under dir take on disk (their
+// allocated blocks, which a reservation counts) until stop returns, and
+// keeps the largest sample in *peak.
+func watchDiskUse(dir string) (peak *int64, stop func()) {
+	peak = new(int64)
+	done, exited := make(chan struct{}), make(chan struct{})
+	sample := func() {
+		var n int64
+		_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() {
+				return nil // removed under the walk, or a directory
+			}
+			if fi, err := e.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				}
+			}
+			return nil
+		})
+		*peak = max(*peak, n)
+	}
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				sample()
+			}
+		}
+	}()
+	return peak, func() { close(done); <-exited }
 }

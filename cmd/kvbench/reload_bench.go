@@ -31,6 +31,12 @@ type ReloadResult struct {
 	FloodBlocks  int     `json:"flood_blocks_per_round"` // median blocks of other chains written per round to push the two down
 }
 
+// reloadDiskBlocks sizes the reload's disk tier, which reserves its whole
+// capacity on creation: room for a round's chains and floods several times
+// over (a round writes about 300 blocks down), no more, so that CI's quick
+// run does not reserve gigabytes of its temp dir.
+const reloadDiskBlocks = 512
+
 // errNotBelow is returned when a chain is not where the round put it: the
 // tiers' capacities no longer push it down as the benchmark assumes.
 var errNotBelow = errors.New("kvbench: reload: chain not on the tier it was pushed to")
@@ -68,7 +74,7 @@ func runReload(quick bool, parent string) (_ *ReloadResult, err error) {
 		ModelID:          "kvbench-reload",
 		PinnedBytes:      int64(3 * tierBlocks * bb),
 		DiskDir:          dir,
-		DiskBytes:        int64(32 * tierBlocks * bb),
+		DiskBytes:        int64(reloadDiskBlocks * bb),
 		ReadDeadlineBase: -1,
 	})
 	if err != nil {
