@@ -136,6 +136,7 @@ type Server struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dialed chan struct{} // closed when a connecting PUB socket's dialer returned
+	served chan struct{} // closed when serveReplay returned (at once without a ROUTER)
 	bound  bool          // the PUB socket listens (else it connects)
 }
 
@@ -148,7 +149,7 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 		cfg.ReplayTimeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{}), dialed: make(chan struct{}), bound: binds(cfg.Endpoint)}
+	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{}), dialed: make(chan struct{}), served: make(chan struct{}), bound: binds(cfg.Endpoint)}
 	if s.bound {
 		s.pub = zmq4.NewPub(ctx)
 		close(s.dialed)
@@ -175,6 +176,8 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 			return nil, fmt.Errorf("kvtier: events: ROUTER on %q: %w", cfg.ReplayEndpoint, err)
 		}
 		go s.serveReplay(ctx, src)
+	} else {
+		close(s.served)
 	}
 	go s.send()
 	return s, nil
@@ -236,6 +239,7 @@ func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq
 // payload fails to decode it rather than taking a failure for "nothing to
 // replay".
 func (s *Server) serveReplay(ctx context.Context, src Source) {
+	defer close(s.served)
 	for {
 		msg, err := s.router.Recv()
 		if err != nil {
@@ -273,12 +277,15 @@ func (s *Server) serveReplay(ctx context.Context, src Source) {
 	}
 }
 
-// Close stops the sockets; batches still queued are sent first.
+// Close stops the sockets; batches still queued are sent first. A replay
+// or snapshot request in progress is cancelled and Close waits for its
+// Source call to return: none is made after Close.
 func (s *Server) Close() error {
 	close(s.queue)
 	<-s.done
 	s.cancel()
 	<-s.dialed
+	<-s.served
 	err := s.pub.Close()
 	if s.router != nil {
 		err = errors.Join(err, s.router.Close())

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,4 +297,54 @@ func TestReplayFailureIsAnError(t *testing.T) {
 	if _, err := DecodeBatch(m.Frames[2]); !errors.Is(err, ErrDecode) {
 		t.Fatalf("the failure payload decodes as a batch: %v", err)
 	}
+}
+
+// slowSource answers a replay only after its context ends, and then takes
+// a while to return, as an actor's reply would.
+type slowSource struct {
+	entered  chan struct{}
+	returned atomic.Bool
+}
+
+func (s *slowSource) Replay(ctx context.Context, _ uint64) ([]Frame, error) {
+	close(s.entered)
+	<-ctx.Done()
+	time.Sleep(100 * time.Millisecond) // the slow return Close must wait for
+	s.returned.Store(true)
+	return nil, ctx.Err()
+}
+
+func (s *slowSource) Snapshot(ctx context.Context) (Frame, error) {
+	_, err := s.Replay(ctx, 0)
+	return Frame{}, err
+}
+
+// TestCloseWaitsForReplay: Close cancels a replay request in progress and
+// returns only after the Source call returned, so no goroutine of the
+// Server still runs (or calls the Source) once Close has returned.
+func TestCloseWaitsForReplay(t *testing.T) {
+	src := &slowSource{entered: make(chan struct{})}
+	s, err := Listen(ServerConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", ReplayTimeout: time.Minute}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, replayAddr := s.Addrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	asked := make(chan error, 1)
+	go func() {
+		_, err := Replay(ctx, replayAddr, 0)
+		asked <- err
+	}()
+	select {
+	case <-src.entered:
+	case <-ctx.Done():
+		t.Fatal("the replay request never reached the Source")
+	}
+	_ = s.Close()
+	if !src.returned.Load() {
+		t.Fatal("Close returned while the Source was still answering")
+	}
+	cancel()
+	<-asked
 }
