@@ -82,11 +82,12 @@ func targets(r *Report) []Target {
 				newTarget("disk_read_ratio", d.ReadRatio, ">=", 0.9, true))
 		}
 		if rl := c.Reload; rl != nil {
-			// The whole reload path (lookups, slot grants, disk reads into
-			// pinned slots, H2D) against the bare copy or read of the same run.
-			ts = append(ts,
-				newTarget("reload_pinned_gbps/h2d_gbps", rl.PinnedOfH2D, ">=", 0.8, true),
-				newTarget("reload_disk_gbps/disk_read_gbps", rl.DiskOfDiskRd, ">=", 0.8, true))
+			// The whole reload path from pinned memory (lookup, H2D, Ready)
+			// against a copy() of the same bytes timed in the same round. The
+			// disk reload has no target: its reference is not timed in the
+			// same rounds, and this VM's disk swings 2x between rounds (see
+			// ReloadResult).
+			ts = append(ts, newTarget("reload_pinned_over_copy", rl.PinnedOverCopy, ">=", 0.8, true))
 		}
 	}
 	if rm := r.Remote; rm != nil {
@@ -197,7 +198,7 @@ func writeHuman(w io.Writer, r *Report) error {
 		if rl := c.Reload; rl != nil {
 			p("reload through the Manager (Allocate until Ready, deadline off): %d blocks of %d MiB, %d rounds\n",
 				rl.Blocks, rl.BlockBytes>>20, rl.Rounds)
-			p("  from pinned\t%.2f GB/s\t%.0f%% of H2D\n", rl.PinnedGBps, 100*rl.PinnedOfH2D)
+			p("  from pinned\t%.2f GB/s\t%.0f%% of copy() (median of per-round ratios), %.0f%% of H2D\n", rl.PinnedGBps, 100*rl.PinnedOverCopy, 100*rl.PinnedOfH2D)
 			p("  from disk\t%.2f GB/s\t%.0f%% of disk tier read\n", rl.DiskGBps, 100*rl.DiskOfDiskRd)
 		}
 		p("\n")
