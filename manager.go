@@ -198,15 +198,6 @@ func New(cfg Config) (*Manager, error) {
 			return fail(fmt.Errorf("%w: pinned tier: %w", ErrBadConfig, err))
 		}
 	}
-	if c.DiskDir != "" {
-		m.store, m.diskRep, err = disk.Open(disk.Config{Dir: c.DiskDir, CapacityBytes: c.DiskBytes, PayloadBytes: layout.BlockBytes(),
-			Fingerprint: fingerprint(c, layout), Policy: c.DiskPolicy, Sync: c.DiskSync, FS: c.DiskFS, Logger: c.Logger.Named("disk")})
-		if err != nil {
-			return fail(fmt.Errorf("kvtier: disk tier: %w", err))
-		}
-		c.Logger.Info("kvtier disk tier opened", zap.String("dir", c.DiskDir), zap.Int("records", m.diskRep.Records),
-			zap.Int("dropped", m.diskRep.DroppedTotal()), zap.Duration("reopen", m.diskRep.Duration), zap.Stringer("io", m.store.Mode()))
-	}
 	if m.system = c.System; m.system == nil {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		// Dead letters (calls racing Close reach stopped actors) start a
@@ -259,6 +250,17 @@ func New(cfg Config) (*Manager, error) {
 		}
 		m.remPID = root.Spawn(m.props(actors.NewRemoteActor(actors.RemoteConfig{Store: m.remote,
 			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe, Events: m.evPID})))
+	}
+	// The disk tier last of the parts that can fail: a failed Open removes
+	// the slot files it created, but a later failure would leave them.
+	if c.DiskDir != "" {
+		m.store, m.diskRep, err = disk.Open(disk.Config{Dir: c.DiskDir, CapacityBytes: c.DiskBytes, PayloadBytes: layout.BlockBytes(),
+			Fingerprint: fingerprint(c, layout), Policy: c.DiskPolicy, Sync: c.DiskSync, FS: c.DiskFS, Logger: c.Logger.Named("disk")})
+		if err != nil {
+			return fail(fmt.Errorf("kvtier: disk tier: %w", err))
+		}
+		c.Logger.Info("kvtier disk tier opened", zap.String("dir", c.DiskDir), zap.Int("records", m.diskRep.Records),
+			zap.Int("dropped", m.diskRep.DroppedTotal()), zap.Duration("reopen", m.diskRep.Duration), zap.Stringer("io", m.store.Mode()))
 	}
 	var diskMisses bool
 	if m.pinned != nil {
