@@ -82,8 +82,23 @@ var (
 	// ErrNotReady rejects a Commit for a sequence whose Ready has not
 	// completed (its blocks may still be loading).
 	ErrNotReady = actors.ErrNotReady
-	// ErrBadCommit rejects a Commit of more tokens than the sequence holds.
+	// ErrBadCommit rejects a Commit of more tokens than the sequence holds,
+	// or of a negative count other than AllTokens.
 	ErrBadCommit = blockpool.ErrBadCommit
+	// ErrUnknownSequence rejects a call naming a sequence the Manager does
+	// not hold (never allocated, or already freed): Commit, Append, Free.
+	ErrUnknownSequence = blockpool.ErrUnknownSequence
+	// ErrSequenceExists rejects an Allocate of a sequence id still held
+	// (not yet freed).
+	ErrSequenceExists = blockpool.ErrSequenceExists
+	// ErrEmptySequence rejects an Allocate with no tokens.
+	ErrEmptySequence = blockpool.ErrEmptySequence
+	// ErrTokenOutOfRange rejects a token id outside [0, Config.VocabSize)
+	// where VocabSize is set.
+	ErrTokenOutOfRange = blockpool.ErrTokenOutOfRange
+	// ErrBadArgument rejects a malformed argument, e.g. a batch naming one
+	// sequence twice or a negative lookahead.
+	ErrBadArgument = blockpool.ErrBadArgument
 	// ErrTierDown says a call needed the actor of a tier below the GPU (or
 	// of the index or the event publisher) that stopped for good: it kept
 	// failing, and protoactor stopped it. The tiers above answered what
@@ -683,7 +698,7 @@ func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, 
 // enqueued, with CommitBatch naming its fence (see the package doc). It fails
 // with ErrNotReady while the sequence's loads from lower tiers are in flight
 // (a finishing load publishes its blocks), ErrBadCommit past the sequence's
-// tokens. A Ready that waits only for the evicted contents of reused blocks
+// tokens or for a negative count other than AllTokens. A Ready that waits only for the evicted contents of reused blocks
 // to be copied out does not refuse commits: as with loads, the engine must
 // not write into its blocks before Ready completes, and no commit check can
 // see a write.
