@@ -49,6 +49,11 @@ type RemoteConfig struct {
 	ReadTimeout     time.Duration
 }
 
+// DefaultDiskWriteQuota is Config.DiskWriteQuota's default: disk writes in
+// flight. (actors.DefaultDiskWriteQuota, 64, is the disk actor's own
+// default, which New never uses: it always passes this one or the field.)
+const DefaultDiskWriteQuota = 256
+
 // Config configures a Manager. New validates it and never modifies it; zero
 // fields take the defaults documented on each.
 type Config struct {
@@ -106,8 +111,9 @@ type Config struct {
 	// DiskIngestion says when pinned blocks go to disk (default IngestEvict:
 	// the pinned tier's victims, drained ahead of need).
 	DiskIngestion Ingestion
-	// DiskWriteQuota bounds disk writes in flight (default 256); a drained
-	// victim over it is dropped, counted as denied.
+	// DiskWriteQuota bounds disk writes in flight (default
+	// DefaultDiskWriteQuota, 256); a drained victim over it is dropped,
+	// counted as denied.
 	DiskWriteQuota int
 	// DiskFS is the file system the disk tier uses (nil: the operating
 	// system's); tests and fault drills pass a *disk.FaultFS.
@@ -282,7 +288,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.PinnedPolicy = policy.LRU // it drains to the tier below: see the field's doc
 	}
 	evictionPolicy("PinnedPolicy", &c.PinnedPolicy)
-	count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
+	count("DiskWriteQuota", &c.DiskWriteQuota, DefaultDiskWriteQuota, "must be >= 1")
 	if e := c.Events; e != nil {
 		if e.Endpoint == "" {
 			bad("Events.Endpoint", e.Endpoint, "needs a ZMQ endpoint such as tcp://*:5557")
