@@ -61,8 +61,12 @@ type Config struct {
 	GPUBlocks int
 	// BlockTokens is the number of tokens per block (default 16).
 	BlockTokens int
-	// Model sets the bytes of a block (default gpu.TinySpec, 64 bytes a token:
-	// set the served model's spec, e.g. gpu.Llama3_8B).
+	// Model sets the bytes of a block. The zero value means gpu.TinySpec, a
+	// toy model of 64 bytes a token meant for tests, not any real model: a
+	// server must set the served model's spec (e.g. gpu.Llama3_8B), or the
+	// GPU arena and every lower tier hold blocks too small for its KV. New
+	// logs a warning (Logger) when Model is zero and a pinned, disk or
+	// remote tier is configured.
 	Model gpu.ModelSpec
 	// VocabSize, when > 0, rejects token ids outside [0, VocabSize).
 	VocabSize int

@@ -168,6 +168,10 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, &ConfigError{"Model", c.Model, err.Error()}
 	}
+	if cfg.Model == (gpu.ModelSpec{}) && (c.PinnedBytes > 0 || c.DiskDir != "" || c.Remote != nil) {
+		c.Logger.Warn("kvtier: Config.Model is unset: blocks are sized for the toy gpu.TinySpec (64 bytes a token), not the served model; set Model (e.g. gpu.Llama3_8B) so the pinned, disk and remote tiers hold real KV",
+			zap.Int("block_bytes", layout.BlockBytes()))
+	}
 	// Digests only for tiers below the GPU: every lower tier hangs under the
 	// pinned one.
 	pcfg := blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize, Digests: c.PinnedBytes > 0, Journal: c.Events != nil}
@@ -982,7 +986,10 @@ func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, 
 }
 
 // Delete drops the chain's cached blocks from every tier (blocks held by live
-// sequences stay on the GPU) and returns how many blocks were dropped.
+// sequences stay on the GPU) and returns how many copies it dropped, summed
+// over the tiers (the remote one included): a block cached on the GPU and
+// in pinned memory counts twice, so a 3-block chain on both returns 6, not
+// 3. On an error it returns the copies dropped until then.
 // DeleteChain names a LoRA adapter too. A context that ends before the GPU
 // actor took the delete changes nothing (ErrCanceled); once it took it, the
 // delete runs to its end on every tier, whatever the context: a delete
