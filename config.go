@@ -49,6 +49,11 @@ type RemoteConfig struct {
 	ReadTimeout     time.Duration
 }
 
+// DefaultDiskWriteQuota is Config.DiskWriteQuota's default: disk writes in
+// flight. (actors.DefaultDiskWriteQuota, 64, is the disk actor's own
+// default, which New never uses: it always passes this one or the field.)
+const DefaultDiskWriteQuota = 256
+
 // Config configures a Manager. New validates it and never modifies it; zero
 // fields take the defaults documented on each.
 type Config struct {
@@ -56,8 +61,12 @@ type Config struct {
 	GPUBlocks int
 	// BlockTokens is the number of tokens per block (default 16).
 	BlockTokens int
-	// Model sets the bytes of a block (default gpu.TinySpec, 64 bytes a token:
-	// set the served model's spec, e.g. gpu.Llama3_8B).
+	// Model sets the bytes of a block. The zero value means gpu.TinySpec, a
+	// toy model of 64 bytes a token meant for tests, not any real model: a
+	// server must set the served model's spec (e.g. gpu.Llama3_8B), or the
+	// GPU arena and every lower tier hold blocks too small for its KV. New
+	// logs a warning (Logger) when Model is zero and a pinned, disk or
+	// remote tier is configured.
 	Model gpu.ModelSpec
 	// VocabSize, when > 0, rejects token ids outside [0, VocabSize).
 	VocabSize int
@@ -106,8 +115,9 @@ type Config struct {
 	// DiskIngestion says when pinned blocks go to disk (default IngestEvict:
 	// the pinned tier's victims, drained ahead of need).
 	DiskIngestion Ingestion
-	// DiskWriteQuota bounds disk writes in flight (default 256); a drained
-	// victim over it is dropped, counted as denied.
+	// DiskWriteQuota bounds disk writes in flight (default
+	// DefaultDiskWriteQuota, 256); a drained victim over it is dropped,
+	// counted as denied.
 	DiskWriteQuota int
 	// DiskFS is the file system the disk tier uses (nil: the operating
 	// system's); tests and fault drills pass a *disk.FaultFS.
@@ -282,7 +292,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.PinnedPolicy = policy.LRU // it drains to the tier below: see the field's doc
 	}
 	evictionPolicy("PinnedPolicy", &c.PinnedPolicy)
-	count("DiskWriteQuota", &c.DiskWriteQuota, 256, "must be >= 1")
+	count("DiskWriteQuota", &c.DiskWriteQuota, DefaultDiskWriteQuota, "must be >= 1")
 	if e := c.Events; e != nil {
 		if e.Endpoint == "" {
 			bad("Events.Endpoint", e.Endpoint, "needs a ZMQ endpoint such as tcp://*:5557")

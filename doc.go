@@ -1,5 +1,6 @@
 // Package kvtier manages the KV cache of an LLM inference server across memory
-// tiers: GPU memory, pinned host memory and local disk.
+// tiers: GPU memory, pinned host memory, local disk and a Redis tier shared by
+// many nodes.
 //
 // A Manager is an embedded actor system: separate actors own the GPU block pool,
 // the pinned host pool, the disk tier and the prefix index and exchange
@@ -38,7 +39,16 @@
 // The caller writes a block's KV after Allocate (or Append) gives it the block
 // and after Ready completes, then calls Commit with the number of computed
 // tokens. Only committed blocks are hits for other sequences, written to lower
-// tiers, or swapped out; Free discards blocks never committed (an abort). A GPU
+// tiers, or swapped out; Free discards blocks never committed (an abort).
+//
+// A prompt that is a whole number of blocks and fully cached gets
+// ValidTokens = len(prompt), which leaves the engine no token to compute the
+// first output's logits from. To keep one, as vLLM caps a hit one token
+// short, allocate with AllocRequest.MaxHitTokens = len(prompt)-1: the hit is
+// rounded down to whole blocks, so the last block is fresh and recomputed
+// (for a one-token prompt pass -1, serving none: 0 means no cap).
+//
+// A GPU
 // hit is verified token by token along its whole prefix in its namespace
 // (salt, ModelID, LoRA, layout); every block below the GPU carries a SHA-256
 // digest of its namespace and whole prefix, verified before it is served.
@@ -68,7 +78,7 @@
 //	m, err := kvtier.New(kvtier.Config{GPUBlocks: 4096, BlockTokens: 16, PinnedBytes: 8 << 30})
 //	if err != nil { ... }
 //	defer m.Close(ctx)
-//	res, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 1, Tokens: prompt})
+//	res, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 1, Tokens: prompt, MaxHitTokens: len(prompt) - 1})
 //	<-res.Ready.Done() // then compute from res.Ready.Outcome().ValidTokens
 //	err = m.Commit(ctx, 1, kvtier.AllTokens) // the prompt's KV is written
 //	blocks, err := m.Append(ctx, 1, []int64{tok}) // decode: new block ids, if any

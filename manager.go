@@ -82,8 +82,23 @@ var (
 	// ErrNotReady rejects a Commit for a sequence whose Ready has not
 	// completed (its blocks may still be loading).
 	ErrNotReady = actors.ErrNotReady
-	// ErrBadCommit rejects a Commit of more tokens than the sequence holds.
+	// ErrBadCommit rejects a Commit of more tokens than the sequence holds,
+	// or of a negative count other than AllTokens.
 	ErrBadCommit = blockpool.ErrBadCommit
+	// ErrUnknownSequence rejects a call naming a sequence the Manager does
+	// not hold (never allocated, or already freed): Commit, Append, Free.
+	ErrUnknownSequence = blockpool.ErrUnknownSequence
+	// ErrSequenceExists rejects an Allocate of a sequence id still held
+	// (not yet freed).
+	ErrSequenceExists = blockpool.ErrSequenceExists
+	// ErrEmptySequence rejects an Allocate with no tokens.
+	ErrEmptySequence = blockpool.ErrEmptySequence
+	// ErrTokenOutOfRange rejects a token id outside [0, Config.VocabSize)
+	// where VocabSize is set.
+	ErrTokenOutOfRange = blockpool.ErrTokenOutOfRange
+	// ErrBadArgument rejects a malformed argument, e.g. a batch naming one
+	// sequence twice or a negative lookahead.
+	ErrBadArgument = blockpool.ErrBadArgument
 	// ErrTierDown says a call needed the actor of a tier below the GPU (or
 	// of the index or the event publisher) that stopped for good: it kept
 	// failing, and protoactor stopped it. The tiers above answered what
@@ -153,6 +168,10 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, &ConfigError{"Model", c.Model, err.Error()}
 	}
+	if cfg.Model == (gpu.ModelSpec{}) && (c.PinnedBytes > 0 || c.DiskDir != "" || c.Remote != nil) {
+		c.Logger.Warn("kvtier: Config.Model is unset: blocks are sized for the toy gpu.TinySpec (64 bytes a token), not the served model; set Model (e.g. gpu.Llama3_8B) so the pinned, disk and remote tiers hold real KV",
+			zap.Int("block_bytes", layout.BlockBytes()))
+	}
 	// Digests only for tiers below the GPU: every lower tier hangs under the
 	// pinned one.
 	pcfg := blockpool.Config{NumBlocks: c.GPUBlocks, BlockSize: c.BlockTokens, VocabSize: c.VocabSize, Digests: c.PinnedBytes > 0, Journal: c.Events != nil}
@@ -197,15 +216,6 @@ func New(cfg Config) (*Manager, error) {
 		if err != nil {
 			return fail(fmt.Errorf("%w: pinned tier: %w", ErrBadConfig, err))
 		}
-	}
-	if c.DiskDir != "" {
-		m.store, m.diskRep, err = disk.Open(disk.Config{Dir: c.DiskDir, CapacityBytes: c.DiskBytes, PayloadBytes: layout.BlockBytes(),
-			Fingerprint: fingerprint(c, layout), Policy: c.DiskPolicy, Sync: c.DiskSync, FS: c.DiskFS, Logger: c.Logger.Named("disk")})
-		if err != nil {
-			return fail(fmt.Errorf("kvtier: disk tier: %w", err))
-		}
-		c.Logger.Info("kvtier disk tier opened", zap.String("dir", c.DiskDir), zap.Int("records", m.diskRep.Records),
-			zap.Int("dropped", m.diskRep.DroppedTotal()), zap.Duration("reopen", m.diskRep.Duration), zap.Stringer("io", m.store.Mode()))
 	}
 	if m.system = c.System; m.system == nil {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -259,6 +269,17 @@ func New(cfg Config) (*Manager, error) {
 		}
 		m.remPID = root.Spawn(m.props(actors.NewRemoteActor(actors.RemoteConfig{Store: m.remote,
 			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe, Events: m.evPID})))
+	}
+	// The disk tier last of the parts that can fail: a failed Open removes
+	// the slot files it created, but a later failure would leave them.
+	if c.DiskDir != "" {
+		m.store, m.diskRep, err = disk.Open(disk.Config{Dir: c.DiskDir, CapacityBytes: c.DiskBytes, PayloadBytes: layout.BlockBytes(),
+			Fingerprint: fingerprint(c, layout), Policy: c.DiskPolicy, Sync: c.DiskSync, FS: c.DiskFS, Logger: c.Logger.Named("disk")})
+		if err != nil {
+			return fail(fmt.Errorf("kvtier: disk tier: %w", err))
+		}
+		c.Logger.Info("kvtier disk tier opened", zap.String("dir", c.DiskDir), zap.Int("records", m.diskRep.Records),
+			zap.Int("dropped", m.diskRep.DroppedTotal()), zap.Duration("reopen", m.diskRep.Duration), zap.Stringer("io", m.store.Mode()))
 	}
 	var diskMisses bool
 	if m.pinned != nil {
@@ -681,7 +702,7 @@ func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, 
 // enqueued, with CommitBatch naming its fence (see the package doc). It fails
 // with ErrNotReady while the sequence's loads from lower tiers are in flight
 // (a finishing load publishes its blocks), ErrBadCommit past the sequence's
-// tokens. A Ready that waits only for the evicted contents of reused blocks
+// tokens or for a negative count other than AllTokens. A Ready that waits only for the evicted contents of reused blocks
 // to be copied out does not refuse commits: as with loads, the engine must
 // not write into its blocks before Ready completes, and no commit check can
 // see a write.
@@ -965,7 +986,10 @@ func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, 
 }
 
 // Delete drops the chain's cached blocks from every tier (blocks held by live
-// sequences stay on the GPU) and returns how many blocks were dropped.
+// sequences stay on the GPU) and returns how many copies it dropped, summed
+// over the tiers (the remote one included): a block cached on the GPU and
+// in pinned memory counts twice, so a 3-block chain on both returns 6, not
+// 3. On an error it returns the copies dropped until then.
 // DeleteChain names a LoRA adapter too. A context that ends before the GPU
 // actor took the delete changes nothing (ErrCanceled); once it took it, the
 // delete runs to its end on every tier, whatever the context: a delete

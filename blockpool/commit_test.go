@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -81,6 +82,14 @@ func TestPartialCommit(t *testing.T) {
 	}
 	if _, err := p.Commit(1, 13, nil); !errors.Is(err, ErrBadCommit) {
 		t.Fatalf("commit past the end: %v", err)
+	}
+	if n, _ := p.Committed(1); n != 6 {
+		t.Fatalf("failed commit changed the count: %d", n)
+	}
+	// A negative count other than AllTokens says so, not "past the end".
+	_, err = p.Commit(1, -2, nil)
+	if !errors.Is(err, ErrBadCommit) || !strings.Contains(err.Error(), "negative token count") || strings.Contains(err.Error(), "past") {
+		t.Fatalf("commit of -2: %v", err)
 	}
 	if n, _ := p.Committed(1); n != 6 {
 		t.Fatalf("failed commit changed the count: %d", n)

@@ -25,8 +25,9 @@ var (
 	ErrUnknownReservation = errors.New("kvtier: unknown reservation")
 	// ErrBadArgument rejects a non-positive block count and similar arguments.
 	ErrBadArgument = errors.New("kvtier: bad argument")
-	// ErrBadCommit rejects a commit of more tokens than the sequence holds.
-	ErrBadCommit = errors.New("kvtier: commit past the sequence's tokens")
+	// ErrBadCommit rejects a commit count the sequence cannot take: more
+	// tokens than it holds, or negative other than AllTokens.
+	ErrBadCommit = errors.New("kvtier: bad commit token count")
 )
 
 // NoSpaceError says how many blocks an operation needed and how many were free.

@@ -464,7 +464,8 @@ const AllTokens = -1
 // block among them becomes committed: findable by later allocations, and a
 // candidate for offload. Commit appends the blocks it made findable to dst.
 // Commits below the sequence's committed count change nothing; more tokens
-// than the sequence holds is ErrBadCommit, and nothing changes.
+// than the sequence holds, or a negative count other than AllTokens, is
+// ErrBadCommit, and nothing changes.
 func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
 	s, ok := p.seqs[seq]
 	if !ok {
@@ -473,7 +474,10 @@ func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
 	if tokens == AllTokens {
 		tokens = s.numTokens
 	}
-	if tokens < 0 || tokens > s.numTokens {
+	if tokens < 0 {
+		return dst, fmt.Errorf("%w: negative token count %d (AllTokens is %d), sequence %d", ErrBadCommit, tokens, AllTokens, seq)
+	}
+	if tokens > s.numTokens {
 		return dst, fmt.Errorf("%w: commit of %d tokens, sequence %d holds %d", ErrBadCommit, tokens, seq, s.numTokens)
 	}
 	bs := p.cfg.BlockSize

@@ -13,9 +13,10 @@ type FaultOp int
 
 // The faultable operations.
 const (
-	FaultRead  FaultOp = iota + 1 // ReadAt and ReadvAt
-	FaultWrite                    // WriteAt and WritevAt
-	FaultSync                     // Sync
+	FaultRead     FaultOp = iota + 1 // ReadAt and ReadvAt
+	FaultWrite                       // WriteAt and WritevAt
+	FaultSync                        // Sync
+	FaultAllocate                    // Allocate (sizing a slot file at Open)
 )
 
 func (o FaultOp) String() string {
@@ -26,6 +27,8 @@ func (o FaultOp) String() string {
 		return "write"
 	case FaultSync:
 		return "sync"
+	case FaultAllocate:
+		return "allocate"
 	default:
 		return "FaultOp(?)"
 	}
@@ -41,7 +44,9 @@ type Fault struct {
 	Err error
 	// Partial passes the first Partial bytes of a hit read or write (of
 	// all its buffers, for ReadvAt and WritevAt: see there) through to the
-	// file before failing: a short read or a torn write.
+	// file before failing: a short read or a torn write. For Allocate it
+	// sizes the file to Partial bytes before failing, as a fallocate that
+	// ran out of space part way leaves it.
 	// Partial transfers that are not BlockSize multiples need buffered
 	// I/O (FaultFS.NoDirect).
 	Partial int
@@ -121,6 +126,15 @@ func (f *FaultFS) FreeBytes(dir string) (int64, error) {
 		return sr.FreeBytes(dir)
 	}
 	return 0, fmt.Errorf("kvtier: disk: %T reports no free space: %w", f.base(), unix.ENOTSUP)
+}
+
+// Remove implements Remover with the wrapped FS's Remove (an error if it
+// has none).
+func (f *FaultFS) Remove(name string) error {
+	if r, ok := f.base().(Remover); ok {
+		return r.Remove(name)
+	}
+	return fmt.Errorf("kvtier: disk: %T cannot remove files: %w", f.base(), unix.ENOTSUP)
 }
 
 // Lock implements FS.
@@ -312,6 +326,14 @@ func (ff *faultFile) Sync() error {
 }
 
 func (ff *faultFile) Allocate(size int64) error {
+	if ft := ff.fs.hit(FaultAllocate, ff.name, 0, int(size)); ft != nil {
+		if ft.Partial > 0 {
+			if err := ff.f.Allocate(int64(ft.Partial)); err != nil {
+				return err
+			}
+		}
+		return ft.Err
+	}
 	if err := ff.f.Allocate(size); err != nil || !ff.fs.NoFallocate {
 		return err
 	}

@@ -70,6 +70,13 @@ type SpaceReporter interface {
 	FreeBytes(dir string) (int64, error)
 }
 
+// Remover is an optional FS extension: Open removes through it the slot
+// files it created when it then fails (a failed Open leaves no
+// preallocated files behind). An FS without it leaves them.
+type Remover interface {
+	Remove(name string) error
+}
+
 // lockFileName is the file in the store directory that carries the flock
 // older versions of the store take. OSFS locks the directory itself and
 // this file as well, so an old and a new store never share a directory.
@@ -108,6 +115,10 @@ func (OSFS) OpenFile(name string, direct bool) (File, error) {
 	}
 	return osFile{f}, nil
 }
+
+// Remove implements Remover. It unlinks name itself, never the target of
+// a link planted in its place.
+func (OSFS) Remove(name string) error { return os.Remove(name) }
 
 // FreeBytes implements SpaceReporter with statfs: the blocks available to
 // unprivileged users.

@@ -24,7 +24,10 @@ const scanWorkers = 8
 // error matching ErrLocked if another Store holds the directory,
 // ErrInvalidConfig for a bad Config, ErrUnsafeFile for a planted link or a
 // foreign file (see OSFS) and ErrInsufficientSpace where the file system
-// cannot preallocate and has less free space than the slot files need. The caller MUST Close the Store.
+// cannot preallocate and has less free space than the slot files need. A
+// failed Open removes the slot files it created (through Remover, which
+// OSFS implements), e.g. after fallocate ran out of space part way; slot
+// files that held data before are left. The caller MUST Close the Store.
 func Open(cfg Config) (*Store, OpenReport, error) {
 	start := time.Now()
 	cfg, err := cfg.withDefaults()
@@ -39,16 +42,17 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		return nil, OpenReport{}, err
 	}
 	lay := newLayout(cfg.PayloadBytes, cfg.CapacityBytes, cfg.Files)
+	// The policy before the files: nothing after openSlotFiles may fail,
+	// or the files it created would stay behind.
+	pol, err := policy.New(cfg.Policy, lay.slots)
+	if err != nil {
+		_ = lock.Close()
+		return nil, OpenReport{}, fmt.Errorf("kvtier: disk: %w", err)
+	}
 	files, mode, err := openSlotFiles(cfg.FS, cfg.Dir, lay, cfg.NoDirectIO, cfg.Logger)
 	if err != nil {
 		_ = lock.Close()
 		return nil, OpenReport{}, err
-	}
-	pol, err := policy.New(cfg.Policy, lay.slots)
-	if err != nil {
-		_ = closeAll(files)
-		_ = lock.Close()
-		return nil, OpenReport{}, fmt.Errorf("kvtier: disk: %w", err)
 	}
 	s := &Store{
 		splitWriteMin: defaultSplitWriteMin,

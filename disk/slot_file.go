@@ -3,6 +3,7 @@ package disk
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	"go.uber.org/zap"
@@ -45,10 +46,22 @@ func slotFileName(dir string, i int) string {
 // openSlotFiles opens (creating as needed) and sizes the slot files. It
 // tries O_DIRECT unless noDirect, probing with an aligned read and
 // write-back of file 0's first block, and falls back to buffered I/O where
-// the file system refuses it.
+// the file system refuses it. If it fails, it removes (where fsys is a
+// Remover) the slot files this call created, so a failed Open leaves no
+// preallocated files; files that existed with data are left as they are.
 func openSlotFiles(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger) ([]File, IOMode, error) {
+	created := make(map[string]bool)
+	files, mode, err := openSlotFilesOnce(fsys, dir, l, noDirect, log, created)
+	if err != nil {
+		removeCreated(fsys, created, log)
+		return nil, 0, err
+	}
+	return files, mode, nil
+}
+
+func openSlotFilesOnce(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger, created map[string]bool) ([]File, IOMode, error) {
 	if !noDirect {
-		files, err := openAll(fsys, dir, l, true /* direct */, log)
+		files, err := openAll(fsys, dir, l, true /* direct */, log, created)
 		if err == nil {
 			if err = probeDirect(files[0]); err == nil {
 				return files, IODirect, nil
@@ -59,18 +72,37 @@ func openSlotFiles(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger
 			return nil, 0, err
 		}
 	}
-	files, err := openAll(fsys, dir, l, false /* direct */, log)
+	files, err := openAll(fsys, dir, l, false /* direct */, log, created)
 	if err != nil {
 		return nil, 0, err
 	}
 	return files, IOBuffered, nil
 }
 
+// removeCreated removes the slot files named in created. A file Open
+// found empty counts as created: it held no records.
+func removeCreated(fsys FS, created map[string]bool, log *zap.Logger) {
+	r, ok := fsys.(Remover)
+	if !ok {
+		if len(created) > 0 {
+			log.Warn("kvtier: disk: cannot remove the slot files a failed open created: the file system has no Remove",
+				zap.Int("files", len(created)))
+		}
+		return
+	}
+	for name := range created {
+		if err := r.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("kvtier: disk: removing a slot file a failed open created", zap.String("file", name), zap.Error(err))
+		}
+	}
+}
+
 // openAll opens and sizes every slot file. Where the file system cannot
 // reserve blocks it checks that the free space covers the holes left, and
 // refuses (ErrInsufficientSpace) otherwise: a sparse file larger than the
-// free space would fail writes with ENOSPC later.
-func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger) ([]File, error) {
+// free space would fail writes with ENOSPC later. It adds to created the
+// name of every file it found empty (it created it, or it held nothing).
+func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger, created map[string]bool) ([]File, error) {
 	files := make([]File, 0, l.files)
 	var holes int64
 	for i := range l.files {
@@ -81,6 +113,12 @@ func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger) ([]Fil
 			return nil, fmt.Errorf("kvtier: disk: open %q (direct=%t): %w", name, direct, err)
 		}
 		files = append(files, f)
+		if size, err := f.Size(); err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("kvtier: disk: size of %q: %w", name, err)
+		} else if size == 0 {
+			created[name] = true
+		}
 		err = f.Allocate(int64(l.fileSlots(i)) * l.slotBytes)
 		var sparse *SparseError
 		if errors.As(err, &sparse) {

@@ -132,7 +132,10 @@ type AllocRequest struct {
 	// (GPU hits plus loads), rounded down to whole blocks; < 0 serves none.
 	// Blocks past the cap are fresh, for the caller to compute. A
 	// tensor-parallel group uses it so that every rank starts from the
-	// hit the group agreed on.
+	// hit the group agreed on. len(Tokens)-1 keeps at least one prompt
+	// token to compute (for the first output's logits) when the whole
+	// prompt is cached, as vLLM does; for a one-token prompt that is 0, no
+	// cap: pass -1.
 	MaxHitTokens int
 	// LoadDeadline, when set, is the instant loads from lower tiers must
 	// finish by, in place of the Manager's ReadDeadlineBase/PerToken

@@ -189,7 +189,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.writeQuota, "write-quota", 256, "GPU -> pinned writes in flight before more are denied")
 	fs.BoolVar(&o.serialOffloads, "serial-offloads", false, "one GPU -> pinned offload in flight at a time (kvtier.Config.SerialOffloads): with -sync, runs whose pinned tier is ARC repeat exactly on full traces too")
 	fs.IntVar(&o.offloadAhead, "offload-ahead", 64, "free GPU blocks, next to be evicted, written to pinned memory ahead of need (kvtier.Config.OffloadAhead)")
-	fs.IntVar(&o.diskQuota, "disk-write-quota", 4096, "pinned -> disk writes in flight before more are denied (the Manager's default is 64; a quota the demo never reaches keeps runs repeatable)")
+	fs.IntVar(&o.diskQuota, "disk-write-quota", 4096, fmt.Sprintf("pinned -> disk writes in flight before more are denied (the Manager's default, kvtier.Config.DiskWriteQuota, is %d; a quota the demo never reaches keeps runs repeatable)", kvtier.DefaultDiskWriteQuota))
 	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so that runs repeat: exactly on the embedded sample, within a few tenths of a point on full traces, where copies inside one call still race (package schedcache, Determinism)")
 
 	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")

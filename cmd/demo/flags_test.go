@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kvtier/kvtier"
 	"github.com/kvtier/kvtier/trace"
 )
 
@@ -125,5 +127,22 @@ func TestLimitedSampleName(t *testing.T) {
 	}
 	if _, name, err := loadTrace(options{tracePath: path, limit: len(reqs) + 1}); err != nil || name != path {
 		t.Errorf("-limit above a file's %d requests: %q (%v)", len(reqs), name, err)
+	}
+}
+
+// TestDiskWriteQuotaHelpNamesManagerDefault: -h states the Manager's real
+// default (it said 64, the disk actor's unused constant; New uses 256).
+func TestDiskWriteQuotaHelpNamesManagerDefault(t *testing.T) {
+	var stderr bytes.Buffer
+	_, _ = parseFlags([]string{"-h"}, &stderr)
+	help := stderr.String()
+	i := strings.Index(help, "-disk-write-quota")
+	if i < 0 {
+		t.Fatalf("-h has no -disk-write-quota:\n%s", help)
+	}
+	line := help[i:]
+	line = line[:strings.Index(line, "(default 4096)")]
+	if want := fmt.Sprintf("is %d;", kvtier.DefaultDiskWriteQuota); !strings.Contains(line, want) || strings.Contains(line, "64") {
+		t.Fatalf("-disk-write-quota help %q does not state the Manager's default %d", line, kvtier.DefaultDiskWriteQuota)
 	}
 }
