@@ -161,22 +161,6 @@ type Config struct {
 
 	// Loads from lower tiers must finish within ReadDeadlineBase +
 	// tokens*ReadDeadlinePerToken (defaults 50ms and 20µs); negative disables.
-	// A load past it is a miss: its sequence gets fresh blocks to recompute
-	// into, and Ready completes then — or, when a fresh block was taken from
-	// a cached one with no copy below (IngestEvict), once that copy is
-	// written down, since the engine will overwrite it: on a busy pinned
-	// tier that drains to disk this can be well past the deadline (a probe
-	// of 64 Llama-3-8B blocks: 120–200 ms against a 70 ms deadline). A load
-	// is late or not as a whole (the
-	// blocks of it that did land are dropped too). The per-token budget asks
-	// for (bytes a token)/ReadDeadlinePerToken from the tier: for Llama-3-8B
-	// (128 KiB a token) 20µs is about 6.5 GB/s, NVMe-class, and on slower
-	// storage every disk load of a real model is late: raise
-	// ReadDeadlinePerToken to about the model's recompute time a token, or
-	// disable the deadline. When too few GPU blocks are free to hand out
-	// fresh ones (e.g. all pinned by write-downs in flight), the load waits
-	// past its deadline until they are, or until it lands; the GPU tier's
-	// stats count those in Extra["late_deferred"].
 	ReadDeadlineBase     time.Duration
 	ReadDeadlinePerToken time.Duration
 	// Clock is the time the load deadlines above are set and judged by

@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,10 +27,6 @@ type fetchOp struct {
 	keep     int
 	timed    bool // a deadline timer is armed
 	deadline time.Time
-	// waitingLate: the deadline passed while the pool had too few free
-	// blocks to give the sequence fresh ones; fetchLate runs again once
-	// blocks come back (retryLate), or the load lands first.
-	waitingLate bool
 }
 
 // pastDeadline says whether op's deadline has passed on the tier's clock.
@@ -150,17 +145,8 @@ func (t *Tier) fetchLate(id uint64) {
 		return
 	}
 	if t.pool.NumFree() < len(op.blocks) {
-		// No blocks to swap in yet (e.g. the free ones are pinned by write
-		// downs in flight): wait for them rather than fail; the load may
-		// also land first.
-		if !op.waitingLate {
-			op.waitingLate = true
-			t.lateWaiting = append(t.lateWaiting, id)
-			t.lateDeferred++
-		}
-		return
+		return // no blocks to swap in: the load finishes late rather than fail
 	}
-	op.waitingLate = false
 	op.late = true
 	table, err := t.pool.Table(nil, op.w.seq)
 	var fresh []blockpool.BlockID
@@ -184,34 +170,9 @@ func (t *Tier) fetchLate(id uint64) {
 	op.w.done(t)
 }
 
-// retryLate turns into misses the loads whose deadline passed while too
-// few blocks were free, now that enough are; the others wait on, and those
-// that landed meanwhile are dropped from the list.
-func (t *Tier) retryLate() {
-	keep := t.lateWaiting[:0]
-	for _, id := range t.lateWaiting {
-		op, ok := t.fetches[id]
-		switch {
-		case !ok || !op.waitingLate:
-		case len(op.blocks) <= t.pool.NumFree():
-			op.waitingLate = false
-			t.fetchLate(id)
-		default:
-			keep = append(keep, id)
-		}
-	}
-	clear(t.lateWaiting[len(keep):])
-	t.lateWaiting = keep
-}
-
 func (t *Tier) endFetch(id uint64, op *fetchOp) {
 	if op.timed {
 		t.out.CancelTimers = append(t.out.CancelTimers, id)
-	}
-	if op.waitingLate { // it landed before blocks came back
-		if i := slices.Index(t.lateWaiting, id); i >= 0 {
-			t.lateWaiting = slices.Delete(t.lateWaiting, i, i+1)
-		}
 	}
 	delete(t.fetches, id)
 	t.maybeFlushed()

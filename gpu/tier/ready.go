@@ -72,11 +72,6 @@ type StoppedWait struct {
 
 // Ready returns the work the events so far asked for and clears it.
 func (t *Tier) Ready() Ready {
-	if t.lateRetryable() {
-		// An event gave blocks back: a load past its deadline that waited
-		// for them is turned into a miss now.
-		t.retryLate()
-	}
 	r := t.out
 	// Replies' memory alternates between two slices: the one handed out
 	// two calls ago has been carried out (and is cleared of its answers).
@@ -104,19 +99,7 @@ func (t *Tier) Ready() Ready {
 // HasReady reports whether Ready holds work.
 func (t *Tier) HasReady() bool {
 	o := &t.out
-	return t.pool.JournalPending() || o.ResidencyAfter != nil || len(o.Copies)+len(o.ToPinned)+len(o.ToIndex)+len(o.Timers)+len(o.CancelTimers)+len(o.Replies)+len(o.Stopped) > 0 ||
-		t.lateRetryable()
-}
-
-// lateRetryable says whether a load waiting past its deadline would find
-// enough free blocks now.
-func (t *Tier) lateRetryable() bool {
-	for _, id := range t.lateWaiting {
-		if op, ok := t.fetches[id]; ok && op.waitingLate && len(op.blocks) <= t.pool.NumFree() {
-			return true
-		}
-	}
-	return false
+	return t.pool.JournalPending() || o.ResidencyAfter != nil || len(o.Copies)+len(o.ToPinned)+len(o.ToIndex)+len(o.Timers)+len(o.CancelTimers)+len(o.Replies)+len(o.Stopped) > 0
 }
 
 // SetNow advances the Tier's clock; deadlines are computed from it. The

@@ -99,11 +99,7 @@ type Tier struct {
 	nextID  uint64
 	lookups map[uint64]*pendingAlloc
 	fetches map[uint64]*fetchOp
-	// lateWaiting are loads past their deadline waiting for free blocks
-	// (fetchLate); lateDeferred counts how many ever waited.
-	lateWaiting  []uint64
-	lateDeferred uint64
-	offload      map[uint64]*offloadOp
+	offload map[uint64]*offloadOp
 	// serialQueue holds offloads waiting for the one in flight
 	// (Config.SerialOffloads), each with the id it was given when started.
 	serialQueue []queuedOffload
@@ -322,7 +318,6 @@ func (t *Tier) stop(err error) {
 		}
 	}
 	t.fetches = map[uint64]*fetchOp{}
-	t.lateWaiting = nil
 	for id, op := range t.offload {
 		for _, w := range op.waiters {
 			waits[w] = append(waits[w], CopyID{ID: id})
@@ -363,8 +358,7 @@ func (t *Tier) Stats() messages.TierStats {
 			s.InFlight++
 		}
 	}
-	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived),
-		"late_deferred": float64(t.lateDeferred)}
+	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived)}
 	s.Tokens = make(map[string]messages.TokenCounts, len(t.tokens))
 	for ns, c := range t.tokens {
 		s.Tokens[ns] = *c
