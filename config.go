@@ -161,6 +161,19 @@ type Config struct {
 
 	// Loads from lower tiers must finish within ReadDeadlineBase +
 	// tokens*ReadDeadlinePerToken (defaults 50ms and 20µs); negative disables.
+	// At the deadline a late load becomes a miss and the allocation's Ready
+	// completes, its ValidTokens covering what arrived; the sequence
+	// recomputes the rest into the blocks it was given, or into fresh ones
+	// when the copy up into them is already under way. In that last case,
+	// with too few free GPU blocks to swap in, the load finishes late
+	// instead, as hits (TierStats.Overdue, kvtier_tier_overdue_blocks_total).
+	//
+	// The per-token default asks of the whole path (disk or remote, then
+	// pinned, then GPU) at least bytes-per-token / 20µs: for Llama-3-8B in
+	// fp16 (128 KiB a token) about 6.5 GB/s, what only NVMe-class storage
+	// reads. On slower storage most disk loads would miss it and be
+	// recomputed: raise ReadDeadlinePerToken to (bytes per token) / (read
+	// bandwidth), or disable the deadline (ReadDeadlineBase < 0).
 	ReadDeadlineBase     time.Duration
 	ReadDeadlinePerToken time.Duration
 	// Clock is the time the load deadlines above are set and judged by

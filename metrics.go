@@ -48,6 +48,7 @@ var tierMetrics = []metricDef{
 	{"kvtier_events_published_batches_total", "KV-event batches numbered and published (Config.Events).", prometheus.CounterValue, nil},
 	{"kvtier_events_dropped_batches_total", "KV-event batches dropped because the send queue was full: sequence gaps subscribers see (still replayable).", prometheus.CounterValue, nil},
 	{"kvtier_events_resident_blocks", "Blocks each medium holds as the KV-event stream says (GPU, CPU, STORAGE, REMOTE).", prometheus.GaugeValue, []string{"medium"}},
+	{"kvtier_tier_overdue_blocks_total", "GPU: blocks of loads past their read deadline that finished late, as hits, instead of becoming misses at it: their copy up was under way and too few GPU blocks were free to swap in.", prometheus.CounterValue, []string{"tier"}},
 }
 
 // Link metrics, observed as transfers finish.
@@ -171,6 +172,9 @@ func (x *metricsSet) Collect(ch chan<- prometheus.Metric) {
 		emit(11, float64(ts.Timeouts), t, "late")
 		emit(11, float64(ts.Mismatches), t, "mismatch")
 		emit(12, float64(ts.DoubleGetSkips), t)
+		if ts.Tier == messages.GPU {
+			emit(18, float64(ts.Overdue), t)
+		}
 	}
 	if ev := st.Events; ev != nil {
 		emit(15, float64(ev.Published))

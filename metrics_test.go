@@ -144,6 +144,9 @@ func TestMetricsScrapeMatchesStats(t *testing.T) {
 			}
 		}
 	}
+	if got := value(t, fams, "kvtier_tier_overdue_blocks_total", "tier", "gpu"); got != float64(st.Tier(GPU).Overdue) {
+		t.Errorf("kvtier_tier_overdue_blocks_total{tier=gpu} = %v, Stats says %d", got, st.Tier(GPU).Overdue)
+	}
 	if st.Tier(GPU).Hits == 0 || st.Tier(GPU).Onboarded == 0 {
 		t.Fatalf("the workload did not hit and load: %v", st.Tier(GPU))
 	}

@@ -387,7 +387,11 @@ type TierStats struct {
 	Failed         uint64 // copies or I/O that failed (became misses)
 	DoubleGetSkips uint64 // lower-tier hits not fetched: below the double-get thresholds
 	Mismatches     uint64 // blocks found under their hash whose digest differed (never served)
-	InFlight       int
+	// Overdue (the GPU tier): blocks of loads past their deadline that
+	// finished late, as hits, instead of becoming misses at it: their copy
+	// up was under way and too few GPU blocks were free to swap in.
+	Overdue  uint64
+	InFlight int
 	// Down says the tier's actor stopped for good after repeated failures
 	// (the other fields are then zero): its blocks are no longer served.
 	Down  bool               `json:",omitempty"`

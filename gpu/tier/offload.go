@@ -61,6 +61,13 @@ func (t *Tier) offloadEvicted(w *waiter) *offloadOp {
 	return op
 }
 
+// dropEvicted forgets the contents of blocks just evicted, writing none of
+// them down: for fresh blocks the caller writes into at once.
+func (t *Tier) dropEvicted() {
+	t.evicted = t.pool.DrainEvicted(t.evicted[:0])
+	t.stats.Evictions += uint64(len(t.evicted))
+}
+
 // offloadResident writes down blocks still in the pool (free cached or held),
 // pinning them for the copy.
 func (t *Tier) offloadResident(ids []blockpool.BlockID) {

@@ -20,6 +20,7 @@ type fetchOp struct {
 	digests []prefixhash.Digest
 	slots   []int
 	late    bool
+	granted bool // the bytes are below in pinned memory and the copy up is under way
 	copied  bool
 	// deleted: a Delete of the chain came while the load was in flight;
 	// only the first keep blocks are published, the rest are a miss.
@@ -53,7 +54,7 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 		}
 		return
 	}
-	op.slots = g.Slots
+	op.slots, op.granted = g.Slots, true
 	if n := len(g.Slots); n < len(op.blocks) {
 		t.missFrom(op, n, g.Short)
 	}
@@ -137,15 +138,31 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 	op.w.done(t)
 }
 
-// fetchLate turns a load that missed its deadline into a miss: the sequence gets
-// fresh blocks to recompute into while the copy finishes into the old ones.
+// fetchLate turns a load that missed its deadline into a miss, and completes
+// its allocation's Ready now rather than when the bytes come.
+//
+// Before the grant no copy writes the load's blocks, and none will (a grant
+// that comes later is given back): the sequence keeps them, to recompute
+// into. Once the copy up is under way the blocks are the copy's until it
+// ends, so the sequence gets fresh blocks instead, while the copy finishes
+// into the old ones; with too few free blocks for that, the load finishes
+// late, as hits, and its blocks count in TierStats.Overdue.
 func (t *Tier) fetchLate(id uint64) {
 	op, ok := t.fetches[id]
 	if !ok || op.copied || op.late {
 		return
 	}
+	if !op.granted {
+		op.late = true
+		t.missFrom(op, 0, messages.MissLate)
+		op.w.done(t)
+		return
+	}
 	if t.pool.NumFree() < len(op.blocks) {
-		return // no blocks to swap in: the load finishes late rather than fail
+		t.stats.Overdue += uint64(len(op.blocks))
+		t.cfg.Log.Debug("gpu tier: a load past its deadline finishes late: too few free blocks to swap in",
+			zap.Uint64("id", id), zap.Int("blocks", len(op.blocks)), zap.Int("free", t.pool.NumFree()))
+		return
 	}
 	op.late = true
 	table, err := t.pool.Table(nil, op.w.seq)
@@ -163,9 +180,11 @@ func (t *Tier) fetchLate(id uint64) {
 	}
 	op.w.out.Late += len(op.blocks)
 	t.stats.Timeouts += uint64(len(op.blocks))
-	// The fresh blocks may have evicted cached contents: those leave before the
-	// caller is told to write (read while their flags still say what is below).
-	t.offloadEvicted(op.w)
+	// The fresh blocks may have evicted cached contents. Writing them down
+	// first would hold Ready past the deadline (their copy down queues
+	// behind the late copy up on the stream), so they are dropped instead:
+	// a cache may lose what it holds, never serve late.
+	t.dropEvicted()
 	t.resetBlocks(fresh)
 	op.w.done(t)
 }
