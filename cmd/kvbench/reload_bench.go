@@ -158,54 +158,55 @@ func runReload(quick bool, parent string) (_ *ReloadResult, err error) {
 		}
 		return 0, fmt.Errorf("%w: %v after %d blocks of other chains", errNotBelow, tier, 16*tierBlocks)
 	}
+	// place writes a new chain and pushes it down to tier.
+	place := func(tier kvtier.Tier) ([]int64, int, error) {
+		tokens := newChain(chain)
+		if _, _, err := write(tokens); err != nil {
+			return nil, 0, err
+		}
+		n, err := pushDown(tokens, tier)
+		return tokens, n, err
+	}
+	gb := float64(chain*bb) / 1e9
+	// reload allocates tokens again and returns the rate at which they came
+	// up, all of them from tier.
+	reload := func(tokens []int64, tier kvtier.Tier) (float64, error) {
+		d, r, err := write(tokens)
+		if err != nil {
+			return 0, err
+		}
+		if got := r.Tokens.Of(tier); got != len(tokens) || r.Ready.Outcome().ValidTokens != len(tokens) {
+			return 0, fmt.Errorf("%w: %v: found %v, %d valid of %d", errNotBelow, tier, r.Tokens, r.Ready.Outcome().ValidTokens, len(tokens))
+		}
+		return gb / d.Seconds(), nil
+	}
 	res := &ReloadResult{BlockBytes: bb, Blocks: chain, Rounds: rounds}
 	var pinned, onDisk, floods, ratios []float64
-	gb := float64(chain*bb) / 1e9
 	for round := -1; round < rounds; round++ { // round -1 faults pages in, untimed
-		toDisk := newChain(chain)
-		if _, _, err := write(toDisk); err != nil {
-			return nil, err
-		}
-		n1, err := pushDown(toDisk, kvtier.Disk)
+		toDisk, n1, err := place(kvtier.Disk)
 		if err != nil {
 			return nil, err
 		}
-		toPinned := newChain(chain)
-		if _, _, err := write(toPinned); err != nil {
-			return nil, err
-		}
-		n2, err := pushDown(toPinned, kvtier.Pinned)
+		toPinned, n2, err := place(kvtier.Pinned)
 		if err != nil {
 			return nil, err
 		}
 		floods = append(floods, float64(n1+n2))
-		reload := func(tokens []int64, tier kvtier.Tier) (float64, error) {
-			d, r, err := write(tokens)
-			if err != nil {
-				return 0, err
-			}
-			if got := r.Tokens.Of(tier); got != len(tokens) || r.Ready.Outcome().ValidTokens != len(tokens) {
-				return 0, fmt.Errorf("%w: %v: found %v, %d valid of %d", errNotBelow, tier, r.Tokens, r.Ready.Outcome().ValidTokens, len(tokens))
-			}
-			return gb / d.Seconds(), nil
-		}
 		// Pinned first: the disk reload stages through pinned slots, which
 		// could push the pinned chain down before it is read.
-		for _, tier := range []kvtier.Tier{kvtier.Pinned, kvtier.Disk} {
-			chainOf := map[kvtier.Tier][]int64{kvtier.Pinned: toPinned, kvtier.Disk: toDisk}[tier]
-			rate, err := reload(chainOf, tier)
-			if err != nil {
-				return nil, err
-			}
-			if round < 0 {
-				continue
-			}
-			if tier == kvtier.Pinned {
-				pinned = append(pinned, rate)
-				ratios = append(ratios, rate/(gb/memmove().Seconds()))
-			} else {
-				onDisk = append(onDisk, rate)
-			}
+		pinnedRate, err := reload(toPinned, kvtier.Pinned)
+		if err != nil {
+			return nil, err
+		}
+		copyRate := gb / memmove().Seconds() // right after, as the doc says
+		diskRate, err := reload(toDisk, kvtier.Disk)
+		if err != nil {
+			return nil, err
+		}
+		if round >= 0 {
+			pinned = append(pinned, pinnedRate)
+			ratios = append(ratios, pinnedRate/copyRate)
+			onDisk = append(onDisk, diskRate)
 		}
 	}
 	res.PinnedGBps, res.DiskGBps = median(pinned), median(onDisk)

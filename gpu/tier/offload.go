@@ -31,11 +31,10 @@ type offloadOp struct {
 // w (the allocation that reuses them) waits for the copy.
 // It returns the offload, or nil when nothing needs copying.
 func (t *Tier) offloadEvicted(w *waiter) *offloadOp {
-	t.evicted = t.pool.DrainEvicted(t.evicted[:0])
+	t.dropEvicted()
 	if len(t.evicted) == 0 {
 		return nil
 	}
-	t.stats.Evictions += uint64(len(t.evicted))
 	if !t.lower() || t.cfg.Ingestion != IngestEvict {
 		return nil
 	}
@@ -61,8 +60,9 @@ func (t *Tier) offloadEvicted(w *waiter) *offloadOp {
 	return op
 }
 
-// dropEvicted forgets the contents of blocks just evicted, writing none of
-// them down: for fresh blocks the caller writes into at once.
+// dropEvicted takes the blocks just evicted into t.evicted and counts them,
+// writing none of them down: alone, it forgets their contents, for fresh
+// blocks the caller writes into at once; offloadEvicted writes them down.
 func (t *Tier) dropEvicted() {
 	t.evicted = t.pool.DrainEvicted(t.evicted[:0])
 	t.stats.Evictions += uint64(len(t.evicted))
