@@ -1,6 +1,9 @@
 package events
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // DecodeBatch decodes a payload in either format, and the batch itself as
 // the positional array [ts, events, dp_rank] (older vLLM, and what
@@ -140,10 +143,15 @@ const (
 	fLoRAID
 	fMedium
 	fLoRAName
+	fExtraKeys
+	fGroup
+	fSpecKind
+	fSlidingWindow
 	numFields
 )
 
-var fieldNames = [numFields]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}
+var fieldNames = [numFields]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+	"extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
 
 // storedRequired is how many of BlockStored's fields, in order, every
 // vLLM release sends: block_hashes to lora_id. The ones after came later
@@ -153,8 +161,8 @@ const storedRequired = fMedium
 
 // The positional (array-form) fields of each kind after its tag.
 var (
-	storedOrder  = []int{fHashes, fParent, fTokens, fBlockSize, fLoRAID, fMedium, fLoRAName}
-	removedOrder = []int{fHashes, fMedium}
+	storedOrder  = []int{fHashes, fParent, fTokens, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroup, fSpecKind, fSlidingWindow}
+	removedOrder = []int{fHashes, fMedium, fGroup}
 )
 
 func fieldOf(name []byte) int {
@@ -188,7 +196,7 @@ func (d *decoder) event(depth int) (Event, error) {
 		return Event{}, err
 	}
 	var e Event
-	var have uint8
+	var have uint16
 	var tag []byte
 	switch {
 	case isMapHeader(c):
@@ -271,7 +279,7 @@ func (d *decoder) event(depth int) (Event, error) {
 		if have&(1<<fHashes) == 0 {
 			return e, fmt.Errorf("%w: BlockRemoved without \"block_hashes\"", ErrDecode)
 		}
-		return Event{Kind: BlockRemoved, Hashes: e.Hashes, Medium: e.Medium}, nil
+		return Event{Kind: BlockRemoved, Hashes: e.Hashes, Medium: e.Medium, Group: e.Group}, nil
 	case AllBlocksCleared:
 		return Event{Kind: AllBlocksCleared}, nil
 	}
@@ -309,6 +317,19 @@ func (d *decoder) field(e *Event, f, depth int) error {
 			m, err = d.str("medium")
 			e.Medium = mediumOf(m)
 		}
+	case fExtraKeys:
+		err = d.skip(depth) // per-block hash inputs; kvtier's hashes say what they cover
+	case fGroup:
+		e.Group, err = d.optInt("group_idx")
+	case fSpecKind:
+		e.SpecKind = ""
+		if !d.isNil() {
+			var k []byte
+			k, err = d.str("kv_cache_spec_kind")
+			e.SpecKind = string(k)
+		}
+	case fSlidingWindow:
+		e.SlidingWindow, err = d.optInt("kv_cache_spec_sliding_window")
 	case fLoRAName:
 		e.LoRAName = ""
 		if c, perr := d.peek(); perr == nil && isString(c) {
@@ -320,6 +341,25 @@ func (d *decoder) field(e *Event, f, depth int) error {
 		}
 	}
 	return err
+}
+
+// optInt decodes an int field vLLM may send as nil (its default): nil is 0.
+// A value outside [0, MaxInt32] is refused: these are indexes and sizes.
+func (d *decoder) optInt(what string) (int, error) {
+	if d.isNil() {
+		return 0, nil
+	}
+	v, u64, err := d.integer(what)
+	if err != nil {
+		return 0, err
+	}
+	if u64 {
+		return 0, fmt.Errorf("%w: %s is %d, want 0..%d", ErrDecode, what, uint64(v), math.MaxInt32)
+	}
+	if v < 0 || v > math.MaxInt32 {
+		return 0, fmt.Errorf("%w: %s is %d, want 0..%d", ErrDecode, what, v, math.MaxInt32)
+	}
+	return int(v), nil
 }
 
 // mediumOf is m as a Medium, without a copy for the known ones.

@@ -24,6 +24,14 @@
 // GPU, CPU (pinned host memory), STORAGE (the local disk, as vLLM's
 // file-system tier names itself) and REMOTE (the shared Redis tier).
 //
+// vLLM's events for hybrid models (several KV cache groups: full
+// attention, sliding window) also carry group_idx, and a BlockStored its
+// group's kv_cache_spec_kind and kv_cache_spec_sliding_window (left out at
+// their defaults, extra_keys skipped): they decode into Event.Group,
+// SpecKind and SlidingWindow, and a View keeps each group's hashes apart,
+// so that a sliding-window group dropping old blocks does not hide the
+// full-attention group's copies. kvtier's own tiers have one group (0).
+//
 // What is published: every change of what a tier serves hits from. A
 // block becomes GPU-resident when the engine commits it (never before its
 // KV is computed), and lower-tier resident when its copy there is verified

@@ -83,6 +83,19 @@ type Event struct {
 	// LoRAName is the adapter's name; "" encodes as nil.
 	LoRAName string
 	Medium   Medium
+	// Group is vLLM's group_idx: which KV cache group of a hybrid model
+	// (full attention, sliding window, ...) stored or removed the blocks.
+	// A model with one group, and every kvtier publisher, uses 0, which is
+	// also what a missing or nil group_idx decodes to. A View keeps each
+	// group's blocks apart, so that one group removing a hash does not hide
+	// another's copy.
+	Group int
+	// SpecKind and SlidingWindow are a BlockStored's kv_cache_spec_kind
+	// (e.g. "full_attention", "sliding_window") and
+	// kv_cache_spec_sliding_window, for consumers that classify groups;
+	// "" and 0 when not sent.
+	SpecKind      string
+	SlidingWindow int
 }
 
 // Batch is what one ZMQ message carries: events stamped with the time they
@@ -137,14 +150,25 @@ func (f Format) AppendBatch(dst []byte, b *Batch) []byte {
 	return appendInt(dst, int64(b.DPRank))
 }
 
+// groupFields says whether a BlockStored carries the fields vLLM sends for
+// hybrid models (group_idx and the group's spec), which it omits when unset.
+func groupFields(e *Event) bool { return e.Group != 0 || e.SpecKind != "" || e.SlidingWindow != 0 }
+
 func (f Format) appendEvent(b []byte, e *Event) []byte {
 	switch e.Kind {
 	case BlockStored:
+		n := 8
+		if groupFields(e) {
+			n += 3 // group_idx and the spec
+			if f == FormatArray {
+				n++ // extra_keys's place
+			}
+		}
 		if f == FormatArray {
-			b = appendArrayHeader(b, 8)
+			b = appendArrayHeader(b, n)
 			b = appendString(b, "BlockStored")
 		} else {
-			b = appendMapHeader(b, 8)
+			b = appendMapHeader(b, n)
 			b = appendString(b, "type")
 			b = appendString(b, "BlockStored")
 			b = appendString(b, "block_hashes")
@@ -181,23 +205,62 @@ func (f Format) appendEvent(b []byte, e *Event) []byte {
 			b = appendString(b, "lora_name")
 		}
 		if e.LoRAName == "" {
+			b = appendNil(b)
+		} else {
+			b = appendString(b, e.LoRAName)
+		}
+		if !groupFields(e) {
+			return b
+		}
+		// vLLM omits these defaults; the array form then needs extra_keys
+		// (nil) before them to keep its positions.
+		if f == FormatMap {
+			b = appendString(b, "group_idx")
+		} else {
+			b = appendNil(b) // extra_keys
+		}
+		b = appendInt(b, int64(e.Group))
+		if f == FormatMap {
+			b = appendString(b, "kv_cache_spec_kind")
+		}
+		if e.SpecKind == "" {
+			b = appendNil(b)
+		} else {
+			b = appendString(b, e.SpecKind)
+		}
+		if f == FormatMap {
+			b = appendString(b, "kv_cache_spec_sliding_window")
+		}
+		if e.SlidingWindow == 0 {
 			return appendNil(b)
 		}
-		return appendString(b, e.LoRAName)
+		return appendInt(b, int64(e.SlidingWindow))
 	case BlockRemoved:
+		n := 3
+		if e.Group != 0 {
+			n++
+		}
 		if f == FormatArray {
-			b = appendArrayHeader(b, 3)
+			b = appendArrayHeader(b, n)
 			b = appendString(b, "BlockRemoved")
 			b = appendHashes(b, e.Hashes)
-			return appendMedium(b, e.Medium)
+			b = appendMedium(b, e.Medium)
+		} else {
+			b = appendMapHeader(b, n)
+			b = appendString(b, "type")
+			b = appendString(b, "BlockRemoved")
+			b = appendString(b, "block_hashes")
+			b = appendHashes(b, e.Hashes)
+			b = appendString(b, "medium")
+			b = appendMedium(b, e.Medium)
+			if n > 3 {
+				b = appendString(b, "group_idx")
+			}
 		}
-		b = appendMapHeader(b, 3)
-		b = appendString(b, "type")
-		b = appendString(b, "BlockRemoved")
-		b = appendString(b, "block_hashes")
-		b = appendHashes(b, e.Hashes)
-		b = appendString(b, "medium")
-		return appendMedium(b, e.Medium)
+		if n > 3 {
+			b = appendInt(b, int64(e.Group))
+		}
+		return b
 	default:
 		if f == FormatArray {
 			return appendString(appendArrayHeader(b, 1), "AllBlocksCleared")

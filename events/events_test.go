@@ -50,6 +50,83 @@ func TestWireBytes(t *testing.T) {
 	}
 }
 
+// TestGroupWireBytes: a hybrid model's events carry group_idx (and a
+// BlockStored its group's spec) as vLLM writes them: by name in the map
+// format, and in the array format at their positions after extra_keys,
+// which is nil; events of group 0 with no spec leave them out, as vLLM's
+// omit_defaults does.
+func TestGroupWireBytes(t *testing.T) {
+	b := Batch{TS: 1.5, Events: []Event{
+		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: []int64{}, BlockSize: 2, Medium: MediumGPU, Group: 1, SpecKind: "sliding_window", SlidingWindow: 128},
+		{Kind: BlockRemoved, Hashes: []uint64{1}, Medium: MediumGPU, Group: 1},
+	}}
+	head := "93" + "cb3ff8000000000000" + "92"
+	common := "91" + "cf0000000000000001" + "c0" + "90" + "02" + "c0" + str("GPU") + "c0"
+	storedArr := "9c" + str("BlockStored") + common + "c0" + "01" + str("sliding_window") + "cc80"
+	removedArr := "94" + str("BlockRemoved") + "91" + "cf0000000000000001" + str("GPU") + "01"
+	if got, want := hex.EncodeToString(FormatArray.AppendBatch(nil, &b)), head+storedArr+removedArr+"00"; got != want {
+		t.Fatalf("array format:\n got %s\nwant %s", got, want)
+	}
+	storedMap := "8b" + str("type") + str("BlockStored") + str("block_hashes") + "91" + "cf0000000000000001" +
+		str("parent_block_hash") + "c0" + str("token_ids") + "90" + str("block_size") + "02" +
+		str("lora_id") + "c0" + str("medium") + str("GPU") + str("lora_name") + "c0" +
+		str("group_idx") + "01" + str("kv_cache_spec_kind") + str("sliding_window") + str("kv_cache_spec_sliding_window") + "cc80"
+	removedMap := "84" + str("type") + str("BlockRemoved") + str("block_hashes") + "91" + "cf0000000000000001" +
+		str("medium") + str("GPU") + str("group_idx") + "01"
+	if got, want := hex.EncodeToString(FormatMap.AppendBatch(nil, &b)), head+storedMap+removedMap+"00"; got != want {
+		t.Fatalf("map format:\n got %s\nwant %s", got, want)
+	}
+	for name, h := range map[string]string{
+		"negative group":   "94" + str("BlockRemoved") + "91" + "01" + "c0" + "ff",
+		"group as string":  "94" + str("BlockRemoved") + "91" + "01" + "c0" + str("1"),
+		"window as a uint": "9c" + str("BlockStored") + common + "c0" + "01" + "c0" + "cfffffffffffffffff",
+	} {
+		p, _ := hex.DecodeString("93" + "cb3ff8000000000000" + "91" + h + "00")
+		if _, err := DecodeBatch(p); !errors.Is(err, ErrDecode) {
+			t.Errorf("%s: err %v, want ErrDecode", name, err)
+		}
+	}
+}
+
+// TestViewKeepsGroupsApart: in a hybrid model each KV cache group stores
+// and removes the same chain's hashes on its own (vLLM sends group_idx);
+// a sliding-window group dropping a block it no longer needs does not hide
+// the full-attention group's copy, and AllBlocksCleared clears every group.
+func TestViewKeepsGroupsApart(t *testing.T) {
+	v := NewView()
+	apply := func(seq uint64, evs ...Event) {
+		t.Helper()
+		if err := v.Apply(seq, FormatMap.AppendBatch(nil, &Batch{TS: float64(seq), Events: evs})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(g int, kind string, hs ...uint64) Event {
+		return Event{Kind: BlockStored, Hashes: hs, Tokens: []int64{}, BlockSize: 16, Medium: MediumGPU, Group: g, SpecKind: kind}
+	}
+	apply(0, stored(0, "full_attention", 1, 2, 3), stored(1, "sliding_window", 1, 2, 3))
+	apply(1, Event{Kind: BlockRemoved, Hashes: []uint64{1, 2}, Medium: MediumGPU, Group: 1})
+	if got := v.Residency()[MediumGPU]; !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("after the sliding-window group dropped 1 and 2 the GPU holds %v, want [1 2 3]", got)
+	}
+	if got := v.GroupResidency(1)[MediumGPU]; !slices.Equal(got, []uint64{3}) {
+		t.Fatalf("group 1 holds %v, want [3]", got)
+	}
+	if got := v.GroupResidency(0)[MediumGPU]; !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("group 0 holds %v, want [1 2 3]", got)
+	}
+	apply(2, Event{Kind: BlockRemoved, Hashes: []uint64{1, 2, 3}, Medium: MediumGPU})
+	if got := v.Residency()[MediumGPU]; !slices.Equal(got, []uint64{3}) {
+		t.Fatalf("after group 0 removed all three the GPU holds %v, want [3]", got)
+	}
+	if got := v.GroupResidency(0); len(got) != 0 {
+		t.Fatalf("group 0 holds %v, want nothing", got)
+	}
+	apply(3, Event{Kind: AllBlocksCleared})
+	if got := v.Residency(); len(got) != 0 {
+		t.Fatalf("after AllBlocksCleared the view holds %v", got)
+	}
+}
+
 func TestRoundTripBothFormats(t *testing.T) {
 	toks := make([]int64, 32)
 	for i := range toks {
@@ -58,6 +135,9 @@ func TestRoundTripBothFormats(t *testing.T) {
 	b := Batch{TS: 1700000000.25, DPRank: 0, Events: []Event{
 		{Kind: BlockStored, Hashes: []uint64{7, 1 << 63}, Parent: 3, HasParent: true, Tokens: append(toks, 1<<40), BlockSize: 16, LoRAName: "sql-adapter", Medium: MediumStorage},
 		{Kind: BlockRemoved, Hashes: []uint64{9}, Medium: MediumRemote},
+		{Kind: BlockStored, Hashes: []uint64{11}, Tokens: []int64{}, BlockSize: 16, Medium: MediumGPU, Group: 1, SpecKind: "sliding_window", SlidingWindow: 4096},
+		{Kind: BlockStored, Hashes: []uint64{12}, Tokens: []int64{}, BlockSize: 16, Medium: MediumGPU, SpecKind: "full_attention"},
+		{Kind: BlockRemoved, Hashes: []uint64{11}, Medium: MediumGPU, Group: 1},
 		{Kind: AllBlocksCleared},
 	}}
 	for _, f := range []Format{FormatMap, FormatArray} {
@@ -315,23 +395,25 @@ func TestViewFollowsRestartedPublisher(t *testing.T) {
 // array_like (vllm/distributed/kv_events.py: EventBatch and KVCacheEvent
 // without array_like, omit_defaults, events tagged "type"), written out by
 // hand: {"ts", "events", "data_parallel_rank"} in vLLM's field order,
-// events with the fields vLLM added since (extra_keys, group_idx,
-// kv_cache_spec_kind) skipped. The rank may be left out (None), the keys
+// events with the fields vLLM added since (extra_keys skipped; group_idx,
+// kv_cache_spec_kind and kv_cache_spec_sliding_window kept). The rank may be left out (None), the keys
 // come in any order, and a map without ts or events, or with a key twice,
 // is an error.
 func TestDecodeMapBatch(t *testing.T) {
-	stored := "8b" + str("type") + str("BlockStored") + str("block_hashes") + "91" + "cf0000000000000001" +
+	stored := "8c" + str("type") + str("BlockStored") + str("block_hashes") + "91" + "cf0000000000000001" +
 		str("parent_block_hash") + "c0" + str("token_ids") + "92" + "01" + "ccc8" + str("block_size") + "02" +
 		str("lora_id") + "c0" + str("medium") + str("GPU") + str("lora_name") + "c0" +
-		str("extra_keys") + "91c0" + str("group_idx") + "00" + str("kv_cache_spec_kind") + str("full_attention")
+		str("extra_keys") + "91c0" + str("group_idx") + "01" + str("kv_cache_spec_kind") + str("sliding_window") +
+		str("kv_cache_spec_sliding_window") + "cd1000"
 	removed := "84" + str("type") + str("BlockRemoved") + str("block_hashes") + "91" + "cffedcba9876543210" +
-		str("medium") + str("CPU") + str("group_idx") + "00"
+		str("medium") + str("CPU") + str("group_idx") + "01"
 	cleared := "81" + str("type") + str("AllBlocksCleared")
 	events := "93" + stored + removed + cleared
 	ts := "cb3ff8000000000000" // 1.5
 	want := Batch{TS: 1.5, DPRank: 2, Events: []Event{
-		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: []int64{1, 200}, BlockSize: 2, Medium: MediumGPU},
-		{Kind: BlockRemoved, Hashes: []uint64{0xfedcba9876543210}, Medium: MediumCPU},
+		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: []int64{1, 200}, BlockSize: 2, Medium: MediumGPU,
+			Group: 1, SpecKind: "sliding_window", SlidingWindow: 4096},
+		{Kind: BlockRemoved, Hashes: []uint64{0xfedcba9876543210}, Medium: MediumCPU, Group: 1},
 		{Kind: AllBlocksCleared},
 	}}
 	noRank := want

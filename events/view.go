@@ -16,11 +16,17 @@ type View struct {
 	seq    uint64
 	ts     float64 // the last batch applied's timestamp
 	hasSeq bool
-	held   map[Medium]map[uint64]struct{}
+	held   map[place]map[uint64]struct{}
+}
+
+// place is where a hash is held: a medium, in one KV cache group.
+type place struct {
+	m     Medium
+	group int
 }
 
 // NewView returns an empty view that has applied nothing.
-func NewView() *View { return &View{held: map[Medium]map[uint64]struct{}{}} }
+func NewView() *View { return &View{held: map[place]map[uint64]struct{}{}} }
 
 // Seq returns the last sequence number applied; false before any.
 func (v *View) Seq() (uint64, bool) { return v.seq, v.hasSeq }
@@ -75,45 +81,83 @@ func (v *View) Reset(seq uint64, payload []byte) error {
 
 // reset replaces the view with the decoded batch b, numbered seq.
 func (v *View) reset(seq uint64, b *Batch) {
-	held := map[Medium]map[uint64]struct{}{}
+	held := map[place]map[uint64]struct{}{}
 	applyEvents(held, b.Events)
 	v.held, v.seq, v.ts, v.hasSeq = held, seq, b.TS, true
 }
 
 // applyEvents applies decoded events to held.
-func applyEvents(held map[Medium]map[uint64]struct{}, evs []Event) {
+func applyEvents(held map[place]map[uint64]struct{}, evs []Event) {
 	for _, e := range evs {
+		at := place{e.Medium, e.Group}
 		switch e.Kind {
 		case AllBlocksCleared:
 			clear(held)
 		case BlockStored:
-			s := held[e.Medium]
+			s := held[at]
 			if s == nil {
 				s = map[uint64]struct{}{}
-				held[e.Medium] = s
+				held[at] = s
 			}
 			for _, h := range e.Hashes {
 				s[h] = struct{}{}
 			}
 		case BlockRemoved:
+			s := held[at]
 			for _, h := range e.Hashes {
-				delete(held[e.Medium], h)
+				delete(s, h)
+			}
+			if s != nil && len(s) == 0 {
+				delete(held, at)
 			}
 		}
 	}
 }
 
-// Residency returns the hashes each medium holds, sorted; mediums holding
-// none are left out.
+// Residency returns the hashes each medium holds in any KV cache group,
+// sorted; mediums holding none are left out. For a hybrid model a hash a
+// sliding-window group has dropped is still held while the full-attention
+// group holds it (GroupResidency tells the groups apart).
 func (v *View) Residency() map[Medium][]uint64 {
-	out := map[Medium][]uint64{}
-	for m, s := range v.held {
+	sets := map[Medium]map[uint64]struct{}{}
+	for at, s := range v.held {
+		u := sets[at.m]
+		if u == nil {
+			u = make(map[uint64]struct{}, len(s))
+			sets[at.m] = u
+		}
 		for h := range s {
-			out[m] = append(out[m], h)
+			u[h] = struct{}{}
 		}
-		if hs := out[m]; len(hs) > 0 {
-			slices.Sort(hs)
+	}
+	return sortedSets(sets)
+}
+
+// GroupResidency returns the hashes each medium holds in KV cache group g
+// (vLLM's group_idx; 0 for a model with one group), sorted; mediums holding
+// none are left out.
+func (v *View) GroupResidency(g int) map[Medium][]uint64 {
+	sets := map[Medium]map[uint64]struct{}{}
+	for at, s := range v.held {
+		if at.group == g {
+			sets[at.m] = s
 		}
+	}
+	return sortedSets(sets)
+}
+
+func sortedSets(sets map[Medium]map[uint64]struct{}) map[Medium][]uint64 {
+	out := map[Medium][]uint64{}
+	for m, s := range sets {
+		if len(s) == 0 {
+			continue
+		}
+		hs := make([]uint64, 0, len(s))
+		for h := range s {
+			hs = append(hs, h)
+		}
+		slices.Sort(hs)
+		out[m] = hs
 	}
 	return out
 }
