@@ -27,7 +27,9 @@ const scanWorkers = 8
 // cannot preallocate and has less free space than the slot files need. A
 // failed Open removes the slot files it created (through Remover, which
 // OSFS implements), e.g. after fallocate ran out of space part way; slot
-// files that held data before are left. The caller MUST Close the Store.
+// files that held data before are left with their records and their old
+// length (one it grew is cut back; a smaller capacity cuts files only
+// once everything else has succeeded). The caller MUST Close the Store.
 func Open(cfg Config) (*Store, OpenReport, error) {
 	start := time.Now()
 	cfg, err := cfg.withDefaults()

@@ -73,3 +73,96 @@ func TestFailedOpenKeepsExistingStore(t *testing.T) {
 	mustReadExact(t, s, 1)
 	mustClose(t, s)
 }
+
+// fileSize returns the length of the file name.
+func fileSize(t *testing.T, name string) int64 {
+	t.Helper()
+	fi, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// A store reopened with a larger capacity that the disk cannot hold (the
+// second file's fallocate fails after the first file grew) is left at its
+// old size: a failed Open gives back the space it took, and the records
+// are all still there.
+func TestFailedOpenRestoresGrownFiles(t *testing.T) {
+	cfg := testConfig(t, 8)
+	cfg.Files = 2
+	s, _ := mustOpen(t, cfg)
+	for h := uint64(1); h <= 8; h++ {
+		mustWrite(t, s, h)
+	}
+	mustClose(t, s)
+	before := []int64{fileSize(t, slotFileName(cfg.Dir, 0)), fileSize(t, slotFileName(cfg.Dir, 1))}
+
+	big := cfg
+	big.CapacityBytes *= 4
+	ffs := &FaultFS{}
+	ffs.Inject(Fault{Op: FaultAllocate, Err: unix.ENOSPC,
+		Match: func(name string, _ int64, _ int) bool { return filepath.Base(name) == "slots-001.kv" }})
+	big.FS = ffs
+	_, _, err := Open(big)
+	wantErr(t, err, unix.ENOSPC)
+	for i, want := range before {
+		if got := fileSize(t, slotFileName(cfg.Dir, i)); got != want {
+			t.Errorf("after the failed Open slot file %d is %d bytes, was %d", i, got, want)
+		}
+	}
+	s, rep := mustOpen(t, cfg)
+	if rep.Records != 8 {
+		t.Fatalf("reopened with %d records, want 8", rep.Records)
+	}
+	for h := uint64(1); h <= 8; h++ {
+		mustReadExact(t, s, h)
+	}
+	mustClose(t, s)
+}
+
+// A store reopened with a smaller capacity over more files, where a new
+// file cannot be allocated, fails without having cut the old file: Open
+// shrinks files only once everything else has succeeded.
+func TestFailedOpenShrinksNothing(t *testing.T) {
+	cfg := testConfig(t, 8)
+	cfg.Files = 1
+	s, _ := mustOpen(t, cfg)
+	for h := uint64(1); h <= 8; h++ {
+		mustWrite(t, s, h)
+	}
+	mustClose(t, s)
+	size := fileSize(t, slotFileName(cfg.Dir, 0))
+
+	small := cfg
+	small.CapacityBytes /= 2
+	small.Files = 2
+	ffs := &FaultFS{}
+	ffs.Inject(Fault{Op: FaultAllocate, Err: unix.ENOSPC,
+		Match: func(name string, _ int64, _ int) bool { return filepath.Base(name) == "slots-001.kv" }})
+	small.FS = ffs
+	_, _, err := Open(small)
+	wantErr(t, err, unix.ENOSPC)
+	if got := fileSize(t, slotFileName(cfg.Dir, 0)); got != size {
+		t.Fatalf("after the failed Open slot file 0 is %d bytes, was %d", got, size)
+	}
+	if left := slotFiles(t, cfg.Dir); len(left) != 1 {
+		t.Fatalf("failed Open left %v, want only slot file 0", left)
+	}
+	s, rep := mustOpen(t, cfg)
+	if rep.Records != 8 {
+		t.Fatalf("reopened with %d records, want 8", rep.Records)
+	}
+	for h := uint64(1); h <= 8; h++ {
+		mustReadExact(t, s, h)
+	}
+	mustClose(t, s)
+
+	// And the smaller store opens once the space is there, cut to its size.
+	small.FS = nil
+	s, _ = mustOpen(t, small)
+	mustClose(t, s)
+	if got, want := fileSize(t, slotFileName(cfg.Dir, 0)), size/4; got != want {
+		t.Fatalf("the smaller store's slot file 0 is %d bytes, want %d", got, want)
+	}
+}

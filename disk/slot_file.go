@@ -50,18 +50,51 @@ func slotFileName(dir string, i int) string {
 // Remover) the slot files this call created, so a failed Open leaves no
 // preallocated files; files that existed with data are left as they are.
 func openSlotFiles(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger) ([]File, IOMode, error) {
-	created := make(map[string]bool)
-	files, mode, err := openSlotFilesOnce(fsys, dir, l, noDirect, log, created)
+	o := &opening{created: make(map[string]bool), sizes: make(map[string]int64)}
+	files, mode, err := openSlotFilesOnce(fsys, dir, l, noDirect, log, o)
 	if err != nil {
-		removeCreated(fsys, created, log)
+		restoreSizes(fsys, o, log)
+		removeCreated(fsys, o.created, log)
 		return nil, 0, err
 	}
 	return files, mode, nil
 }
 
-func openSlotFilesOnce(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger, created map[string]bool) ([]File, IOMode, error) {
+// opening is what a failed Open needs to undo: the slot files it found
+// empty (created), and the size each slot file had when Open first saw it.
+type opening struct {
+	created map[string]bool
+	sizes   map[string]int64
+}
+
+// restoreSizes gives the slot files that held data and that a failed Open
+// grew their old length back, so that a store reopened with a capacity the
+// disk cannot hold is left as it was. (Open shrinks files last, once
+// everything else has succeeded, so a failed Open has shrunk none.)
+func restoreSizes(fsys FS, o *opening, log *zap.Logger) {
+	for name, size := range o.sizes {
+		if size == 0 || o.created[name] {
+			continue
+		}
+		f, err := fsys.OpenFile(name, false)
+		if err != nil {
+			log.Warn("kvtier: disk: reopening a slot file a failed open grew", zap.String("file", name), zap.Error(err))
+			continue
+		}
+		if cur, err := f.Size(); err == nil && cur > size {
+			var sparse *SparseError
+			if err := f.Allocate(size); err != nil && !errors.As(err, &sparse) {
+				log.Warn("kvtier: disk: shrinking a slot file a failed open grew back to its size",
+					zap.String("file", name), zap.Int64("size", size), zap.Int64("grown", cur), zap.Error(err))
+			}
+		}
+		_ = f.Close()
+	}
+}
+
+func openSlotFilesOnce(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger, o *opening) ([]File, IOMode, error) {
 	if !noDirect {
-		files, err := openAll(fsys, dir, l, true /* direct */, log, created)
+		files, err := openAll(fsys, dir, l, true /* direct */, log, o)
 		if err == nil {
 			if err = probeDirect(files[0]); err == nil {
 				return files, IODirect, nil
@@ -72,7 +105,7 @@ func openSlotFilesOnce(fsys FS, dir string, l layout, noDirect bool, log *zap.Lo
 			return nil, 0, err
 		}
 	}
-	files, err := openAll(fsys, dir, l, false /* direct */, log, created)
+	files, err := openAll(fsys, dir, l, false /* direct */, log, o)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -100,11 +133,14 @@ func removeCreated(fsys FS, created map[string]bool, log *zap.Logger) {
 // openAll opens and sizes every slot file. Where the file system cannot
 // reserve blocks it checks that the free space covers the holes left, and
 // refuses (ErrInsufficientSpace) otherwise: a sparse file larger than the
-// free space would fail writes with ENOSPC later. It adds to created the
-// name of every file it found empty (it created it, or it held nothing).
-func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger, created map[string]bool) ([]File, error) {
+// free space would fail writes with ENOSPC later. It records in o the name
+// of every file it found empty (it created it, or it held nothing) and
+// each file's size when first seen. Files that must shrink (a smaller
+// capacity) are cut last, once every other step has succeeded: a failed
+// Open must not have destroyed records.
+func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger, o *opening) ([]File, error) {
 	files := make([]File, 0, l.files)
-	var holes int64
+	cur := make([]int64, 0, l.files)
 	for i := range l.files {
 		name := slotFileName(dir, i)
 		f, err := fsys.OpenFile(name, direct)
@@ -113,45 +149,79 @@ func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger, create
 			return nil, fmt.Errorf("kvtier: disk: open %q (direct=%t): %w", name, direct, err)
 		}
 		files = append(files, f)
-		if size, err := f.Size(); err != nil {
+		size, err := f.Size()
+		if err != nil {
 			closeAll(files)
 			return nil, fmt.Errorf("kvtier: disk: size of %q: %w", name, err)
-		} else if size == 0 {
-			created[name] = true
 		}
-		err = f.Allocate(int64(l.fileSlots(i)) * l.slotBytes)
+		if _, seen := o.sizes[name]; !seen {
+			o.sizes[name] = size
+		}
+		if size == 0 {
+			o.created[name] = true
+		}
+		cur = append(cur, size)
+	}
+	var holes int64
+	allocate := func(i int) error {
+		name := slotFileName(dir, i)
+		err := files[i].Allocate(int64(l.fileSlots(i)) * l.slotBytes)
 		var sparse *SparseError
 		if errors.As(err, &sparse) {
 			holes += sparse.Holes
-			continue
+			return nil
 		}
 		if err != nil {
-			closeAll(files)
-			return nil, fmt.Errorf("kvtier: disk: allocate %q: %w", name, err)
+			return fmt.Errorf("kvtier: disk: allocate %q: %w", name, err)
+		}
+		return nil
+	}
+	for i := range files {
+		if cur[i] <= int64(l.fileSlots(i))*l.slotBytes {
+			if err := allocate(i); err != nil {
+				closeAll(files)
+				return nil, err
+			}
 		}
 	}
-	if holes == 0 {
-		return files, nil
+	if holes > 0 {
+		if err := checkHoles(fsys, dir, holes, log); err != nil {
+			closeAll(files)
+			return nil, err
+		}
 	}
+	for i := range files {
+		if cur[i] > int64(l.fileSlots(i))*l.slotBytes {
+			if err := allocate(i); err != nil {
+				closeAll(files)
+				return nil, err
+			}
+		}
+	}
+	return files, nil
+}
+
+// checkHoles refuses (ErrInsufficientSpace) holes the file system's free
+// space does not cover, and warns of those it does: writes into them may
+// still fail with ENOSPC if others fill the file system.
+func checkHoles(fsys FS, dir string, holes int64, log *zap.Logger) error {
 	sr, ok := fsys.(SpaceReporter)
 	if !ok {
 		log.Warn("kvtier: disk: file system cannot reserve space and reports no free space; writes may fail with ENOSPC",
 			zap.String("dir", dir), zap.Int64("holes", holes))
-		return files, nil
+		return nil
 	}
 	free, err := sr.FreeBytes(dir)
 	if err != nil {
-		closeAll(files)
-		return nil, fmt.Errorf("kvtier: disk: free space of %q: %w", dir, err)
+		return fmt.Errorf("kvtier: disk: free space of %q: %w", dir, err)
 	}
 	if free < holes {
-		closeAll(files)
-		return nil, fmt.Errorf("%w: the file system under %q cannot preallocate and has %d bytes free, the slot files need %d more",
+		return fmt.Errorf("%w: the file system under %q cannot preallocate and has %d bytes free, the slot files need %d more",
 			ErrInsufficientSpace, dir, free, holes)
 	}
 	log.Warn("kvtier: disk: file system cannot reserve space; slot files are sparse and writes may fail with ENOSPC if others fill it",
 		zap.String("dir", dir), zap.Int64("holes", holes), zap.Int64("free", free))
-	return files, nil
+	return nil
 }
 
 // probeDirect checks that aligned O_DIRECT transfers work by reading the
