@@ -167,6 +167,9 @@ type Config struct {
 	// when the copy up into them is already under way. In that last case,
 	// with too few free GPU blocks to swap in, the load finishes late
 	// instead, as hits (TierStats.Overdue, kvtier_tier_overdue_blocks_total).
+	// A LoadDeadline already past at Allocate is a miss at once, and a load
+	// whose sequence was freed before its deadline ends late without fresh
+	// blocks.
 	//
 	// The per-token default asks of the whole path (disk or remote, then
 	// pinned, then GPU) at least bytes-per-token / 20µs: for Llama-3-8B in
@@ -179,8 +182,10 @@ type Config struct {
 	// Clock is the time the load deadlines above are set and judged by
 	// (default time.Now): a simulator on a logical clock passes its own, and
 	// the deadlines follow it. Timers still wait in wall time, for the
-	// difference the clock gives; the remote tier's network timeouts are
-	// wall time.
+	// difference the clock gives; one that fires while the clock is still
+	// short of the deadline waits again (at least 5 ms of wall time), so a
+	// load is late only once the clock says so. The remote tier's network
+	// timeouts are wall time.
 	Clock Clock
 
 	// Device is the GPU (default gpu.Default(): host memory, or CUDA under the

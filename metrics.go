@@ -48,7 +48,7 @@ var tierMetrics = []metricDef{
 	{"kvtier_events_published_batches_total", "KV-event batches numbered and published (Config.Events).", prometheus.CounterValue, nil},
 	{"kvtier_events_dropped_batches_total", "KV-event batches dropped because the send queue was full: sequence gaps subscribers see (still replayable).", prometheus.CounterValue, nil},
 	{"kvtier_events_resident_blocks", "Blocks each medium holds as the KV-event stream says (GPU, CPU, STORAGE, REMOTE).", prometheus.GaugeValue, []string{"medium"}},
-	{"kvtier_tier_overdue_blocks_total", "GPU: blocks of loads past their read deadline that finished late, as hits, instead of becoming misses at it: their copy up was under way and too few GPU blocks were free to swap in.", prometheus.CounterValue, []string{"tier"}},
+	{"kvtier_tier_overdue_blocks_total", "GPU: blocks of loads past their read deadline that finish late (as hits, or failed if the copy fails) instead of becoming misses at it: their copy up was under way and too few GPU blocks were free to swap in. Counted at the deadline.", prometheus.CounterValue, []string{"tier"}},
 }
 
 // Link metrics, observed as transfers finish.

@@ -294,7 +294,11 @@ func (a *GPUActor) execute(ctx actor.Context) {
 	}
 	for _, tm := range r.Timers {
 		id := tm.ID
-		a.timers[id] = time.AfterFunc(tm.At.Sub(a.clock()), func() { sys.Root.Send(self, &fetchTimeout{id: id}) })
+		d := tm.At.Sub(a.clock())
+		if tm.Again {
+			d = max(d, tier.MinRearm)
+		}
+		a.timers[id] = time.AfterFunc(d, func() { sys.Root.Send(self, &fetchTimeout{id: id}) })
 	}
 	for _, reply := range r.Replies {
 		reply.Reply()

@@ -383,13 +383,14 @@ type TierStats struct {
 	// pinned); for the bottom tiers, blocks they served upwards.
 	Onboarded      uint64
 	Denied         uint64 // writes skipped by the in-flight quota or lack of space
-	Timeouts       uint64 // reads that missed their deadline (became misses)
+	Timeouts       uint64 // blocks of reads that missed their deadline (became misses)
 	Failed         uint64 // copies or I/O that failed (became misses)
 	DoubleGetSkips uint64 // lower-tier hits not fetched: below the double-get thresholds
 	Mismatches     uint64 // blocks found under their hash whose digest differed (never served)
 	// Overdue (the GPU tier): blocks of loads past their deadline that
-	// finished late, as hits, instead of becoming misses at it: their copy
-	// up was under way and too few GPU blocks were free to swap in.
+	// could not become misses at it (their copy up was under way and too
+	// few GPU blocks were free to swap in) and so finish late, counted at
+	// the deadline: as hits, or as Failed if the copy then fails.
 	Overdue  uint64
 	InFlight int
 	// Down says the tier's actor stopped for good after repeated failures

@@ -202,19 +202,35 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		if !r.LoadDeadline.IsZero() {
 			deadline = r.LoadDeadline
 			op.timed, op.deadline = true, deadline
-			t.timer(id, deadline)
 		} else if t.cfg.ReadPerToken > 0 || t.cfg.ReadBase > 0 {
 			d := t.cfg.ReadBase + time.Duration(tokens)*t.cfg.ReadPerToken
 			deadline = t.now.Add(d)
 			op.timed, op.deadline = true, deadline
-			t.timer(id, deadline)
 		}
-		req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: deadline}
-		if evictOp != nil {
-			// The loads land in blocks whose old bytes are still being copied out.
-			evictOp.then = append(evictOp.then, func() { t.sendFetch(req) })
+		if t.pastDeadline(op) {
+			// Already late (a LoadDeadline in the past): a miss now, and
+			// nothing asked of the tiers below.
+			op.timed = false
+			t.fetchLate(id)
+			t.endFetch(id, op)
 		} else {
-			t.sendFetch(req)
+			if op.timed {
+				t.timer(id, deadline)
+			}
+			req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: deadline}
+			if evictOp != nil {
+				// The loads land in blocks whose old bytes are still being
+				// copied out; a load late by then asks nothing below.
+				evictOp.then = append(evictOp.then, func() {
+					if op.late {
+						t.endFetch(id, op)
+						return
+					}
+					t.sendFetch(req)
+				})
+			} else {
+				t.sendFetch(req)
+			}
 		}
 	}
 	t.countTokens(r.Salt, len(r.Tokens), out)

@@ -28,6 +28,9 @@ type fetchOp struct {
 	keep     int
 	timed    bool // a deadline timer is armed
 	deadline time.Time
+	// overdue: past its deadline during the copy with too few free blocks
+	// to swap in; it finishes late (counted in TierStats.Overdue).
+	overdue bool
 }
 
 // pastDeadline says whether op's deadline has passed on the tier's clock.
@@ -146,10 +149,14 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 // into. Once the copy up is under way the blocks are the copy's until it
 // ends, so the sequence gets fresh blocks instead, while the copy finishes
 // into the old ones; with too few free blocks for that, the load finishes
-// late, as hits, and its blocks count in TierStats.Overdue.
+// late (as hits, or failed if the copy fails), and its blocks count in
+// TierStats.Overdue at once.
+// A load whose sequence no longer holds its blocks (freed, or its id taken
+// by a new allocation) is late with no fresh blocks and no table: they
+// would be someone else's.
 func (t *Tier) fetchLate(id uint64) {
 	op, ok := t.fetches[id]
-	if !ok || op.copied || op.late {
+	if !ok || op.copied || op.late || op.overdue {
 		return
 	}
 	if !op.granted {
@@ -158,26 +165,40 @@ func (t *Tier) fetchLate(id uint64) {
 		op.w.done(t)
 		return
 	}
-	if t.pool.NumFree() < len(op.blocks) {
+	table, err := t.pool.Table(nil, op.w.seq)
+	var held []int // indexes into op.blocks of the blocks the sequence still holds
+	if err == nil {
+		for i, old := range op.blocks {
+			if op.first+i < len(table) && table[op.first+i] == old {
+				held = append(held, i)
+			}
+		}
+	}
+	if len(held) == 0 {
+		// Nobody waits on these blocks: Ready completes late, and the copy
+		// lands into blocks that go back uncached.
+		op.late = true
+		op.w.out.Late += len(op.blocks)
+		t.stats.Timeouts += uint64(len(op.blocks))
+		op.w.done(t)
+		return
+	}
+	if t.pool.NumFree() < len(held) {
+		op.overdue = true
 		t.stats.Overdue += uint64(len(op.blocks))
 		t.cfg.Log.Debug("gpu tier: a load past its deadline finishes late: too few free blocks to swap in",
 			zap.Uint64("id", id), zap.Int("blocks", len(op.blocks)), zap.Int("free", t.pool.NumFree()))
 		return
 	}
 	op.late = true
-	table, err := t.pool.Table(nil, op.w.seq)
 	var fresh []blockpool.BlockID
-	if err == nil {
-		for i, old := range op.blocks {
-			if op.first+i < len(table) && table[op.first+i] == old {
-				if id, err := t.pool.Detach(op.w.seq, op.first+i); err == nil {
-					table[op.first+i] = id
-					fresh = append(fresh, id)
-				}
-			}
+	for _, i := range held {
+		if nid, err := t.pool.Detach(op.w.seq, op.first+i); err == nil {
+			table[op.first+i] = nid
+			fresh = append(fresh, nid)
 		}
-		op.w.out.Blocks = table
 	}
+	op.w.out.Blocks = table
 	op.w.out.Late += len(op.blocks)
 	t.stats.Timeouts += uint64(len(op.blocks))
 	// The fresh blocks may have evicted cached contents. Writing them down
@@ -187,6 +208,18 @@ func (t *Tier) fetchLate(id uint64) {
 	t.dropEvicted()
 	t.resetBlocks(fresh)
 	op.w.done(t)
+}
+
+// Deadline reports that the timer of load id fired. The timer waits in
+// wall time; on a Config.Clock that runs slower, the tier's clock may still
+// be short of the deadline, and the load is judged by the tier's clock: the
+// timer is armed again for what is left.
+func (t *Tier) deadline(id uint64) {
+	if op, ok := t.fetches[id]; ok && op.timed && t.now.Before(op.deadline) {
+		t.out.Timers = append(t.out.Timers, Timer{ID: id, At: op.deadline, Again: true})
+		return
+	}
+	t.fetchLate(id)
 }
 
 func (t *Tier) endFetch(id uint64, op *fetchOp) {

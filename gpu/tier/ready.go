@@ -61,7 +61,14 @@ type CopyID struct {
 type Timer struct {
 	ID uint64
 	At time.Time
+	// Again: the timer fired before the tier's clock reached At (a
+	// Config.Clock slower than the wall clock); the executor waits at least
+	// MinRearm before it fires again, so a stalled clock is not polled hot.
+	Again bool
 }
+
+// MinRearm is the least wall time an executor waits on a Timer armed Again.
+const MinRearm = 5 * time.Millisecond
 
 // StoppedWait is a caller answered after Stop once the copies it waits on
 // have left the stream: Complete runs then, off the state machine.
@@ -181,7 +188,7 @@ func (t *Tier) CopyDone(c CopyID, err error) {
 }
 
 // Deadline reports that the timer of a load fired.
-func (t *Tier) Deadline(id uint64) { t.fetchLate(id) }
+func (t *Tier) Deadline(id uint64) { t.deadline(id) }
 
 // CachedHashes returns the hashes of the blocks the GPU serves hits from.
 func (t *Tier) CachedHashes() []uint64 {
