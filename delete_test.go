@@ -104,7 +104,7 @@ func TestDeleteDuringLoad(t *testing.T) {
 // (Evicted) for the caller and are never published on the GPU.
 func TestDeleteDuringOnboard(t *testing.T) {
 	ctx := context.Background()
-	dev, release := slowDevice(t)
+	dev, release, _ := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev})
 	a := toks(3, 3*bt)
 	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})

@@ -328,10 +328,12 @@ func TestDoubleGet(t *testing.T) {
 }
 
 // slowDevice blocks host-to-device copies until release is closed.
-func slowDevice(t *testing.T) (gpu.Device, chan struct{}) {
+func slowDevice(t *testing.T) (gpu.Device, chan struct{}, Clock) {
 	release := make(chan struct{})
+	clk := &copyStartClock{at: time.Unix(1e9, 0)}
 	dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, ops []gpu.CopyOp) error {
 		if dir == gpu.H2D {
+			clk.started()
 			<-release
 		}
 		return nil
@@ -340,16 +342,40 @@ func slowDevice(t *testing.T) (gpu.Device, chan struct{}) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	return dev, release
+	return dev, release, clk
+}
+
+// copyStartClock reads a fixed instant until a host-to-GPU copy of its
+// slowDevice has started, then runs with the wall clock from an hour later:
+// as Config.Clock, the deadline of a load allocated before any copy passes
+// only once a copy is under way, however late the pinned tier's grant
+// comes on a loaded machine (a 1 ms budget on the wall clock sometimes ran
+// out before the grant under -race in CI); later loads get the wall
+// clock's budget.
+type copyStartClock struct {
+	at    time.Time
+	start atomic.Pointer[time.Time]
+}
+
+func (c *copyStartClock) Now() time.Time {
+	if s := c.start.Load(); s != nil {
+		return c.at.Add(time.Hour + time.Since(*s))
+	}
+	return c.at
+}
+
+func (c *copyStartClock) started() {
+	now := time.Now()
+	c.start.CompareAndSwap(nil, &now)
 }
 
 // TestReadDeadline: a load slower than its deadline becomes a miss with fresh
 // blocks to recompute into, counted, not an error.
 func TestReadDeadline(t *testing.T) {
 	ctx := context.Background()
-	dev, release := slowDevice(t)
+	dev, release, clk := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 	commitFree(ctx, m, 1)

@@ -34,9 +34,9 @@ func pinnedReaders(t *testing.T, m *Manager) int {
 // free and no pinned slot keeps a reader.
 func TestProbeLateSamePrefixWhileCopyLands(t *testing.T) {
 	ctx := context.Background()
-	dev, release := slowDevice(t)
+	dev, release, clk := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 	commitFree(ctx, m, 1)
@@ -104,9 +104,9 @@ func TestProbeLateSamePrefixWhileCopyLands(t *testing.T) {
 // Timeouts 0; the pinned readers go back.
 func TestProbeOverdueManager(t *testing.T) {
 	ctx := context.Background()
-	dev, release := slowDevice(t)
+	dev, release, clk := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 4, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 	commitFree(ctx, m, 1)
@@ -152,10 +152,10 @@ func TestProbeOverdueManager(t *testing.T) {
 // drains, every Ready is closed, and no goroutine is left.
 func TestProbeCloseDuringLateCopy(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	dev, release := slowDevice(t)
+	dev, release, clk := slowDevice(t)
 	ctx := context.Background()
 	m, err := New(Config{BlockTokens: bt, GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func (c frozenClock) Now() time.Time { return c.at }
 // Ready waits for the copy and every loaded token is valid.
 func TestProbeDeadlineJudgedOnConfigClock(t *testing.T) {
 	ctx := context.Background()
-	dev, release := slowDevice(t)
+	dev, release, _ := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
 		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: frozenClock{time.Unix(1e9, 0)}})
 	a := toks(3, 3*bt)
@@ -232,9 +232,9 @@ func TestProbeDeadlineJudgedOnConfigClock(t *testing.T) {
 // This counts the one-block prompts found in no tier afterwards.
 func TestProbeLateSwapLosesCachedBlocks(t *testing.T) {
 	ctx := context.Background()
-	dev, release := slowDevice(t)
+	dev, release, clk := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a}); err != nil {
 		t.Fatal(err)
@@ -288,9 +288,9 @@ func TestProbeLateSwapLosesCachedBlocks(t *testing.T) {
 // slots' readers go back; sequence 2's recomputed commit may cache it again.
 func TestProbeDeleteDuringLateCopyManager(t *testing.T) {
 	ctx := context.Background()
-	dev, release := slowDevice(t)
+	dev, release, clk := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
 	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
 	commitFree(ctx, m, 1)
@@ -333,10 +333,10 @@ func TestProbeDeleteDuringLateCopyManager(t *testing.T) {
 // first), Close returns, and no goroutine is left.
 func TestProbeCloseDuringOverdueCopy(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	dev, release := slowDevice(t)
+	dev, release, clk := slowDevice(t)
 	ctx := context.Background()
 	m, err := New(Config{BlockTokens: bt, GPUBlocks: 4, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond})
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
