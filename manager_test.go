@@ -345,6 +345,24 @@ func slowDevice(t *testing.T) (gpu.Device, chan struct{}, Clock) {
 	return dev, release, clk
 }
 
+// loadFromPinned caches a (3 blocks) through sequence 1, evicts it from
+// the GPU's gpuBlocks blocks so that only pinned memory holds it (under
+// IngestAll), and allocates it again as sequence 2: a load of all 3 blocks
+// from pinned memory.
+func loadFromPinned(t *testing.T, m *Manager, gpuBlocks int, a []int64) AllocResult {
+	t.Helper()
+	ctx := context.Background()
+	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	commitFree(ctx, m, 1)
+	m.Flush(ctx)
+	evictAll(t, m, gpuBlocks)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
+	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
+		t.Fatalf("%+v %v", r, err)
+	}
+	return r
+}
+
 // copyStartClock reads a fixed instant until a host-to-GPU copy of its
 // slowDevice has started, then runs with the wall clock from an hour later:
 // as Config.Clock, the deadline of a load allocated before any copy passes
@@ -377,14 +395,7 @@ func TestReadDeadline(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
 		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
-	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	commitFree(ctx, m, 1)
-	m.Flush(ctx)
-	evictAll(t, m, 12)
-	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
-		t.Fatalf("%+v %v", r, err)
-	}
+	r := loadFromPinned(t, m, 12, a)
 	out := wait(t, r)
 	if out.ValidTokens != 0 || out.Late != 3 || len(out.Blocks) != 3 {
 		t.Fatalf("outcome %+v, want 3 late blocks and a new table", out)

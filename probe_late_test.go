@@ -38,15 +38,8 @@ func TestProbeLateSamePrefixWhileCopyLands(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
 		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
-	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	commitFree(ctx, m, 1)
-	m.Flush(ctx)
-	evictAll(t, m, 12)
+	r2 := loadFromPinned(t, m, 12, a)
 	late := 0
-	r2, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r2.Tokens.Of(Pinned) != 3*bt {
-		t.Fatalf("%+v %v", r2, err)
-	}
 	o2 := wait(t, r2)
 	late += o2.Late
 	r3, err := m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: a})
@@ -108,14 +101,7 @@ func TestProbeOverdueManager(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 4, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
 		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
-	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	commitFree(ctx, m, 1)
-	m.Flush(ctx)
-	evictAll(t, m, 4)
-	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
-		t.Fatalf("%+v %v", r, err)
-	}
+	r := loadFromPinned(t, m, 4, a)
 	// Wait until the deadline has passed on the stats: Overdue counts it.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -160,14 +146,7 @@ func TestProbeCloseDuringLateCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := toks(3, 3*bt)
-	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	commitFree(ctx, m, 1)
-	m.Flush(ctx)
-	evictAll(t, m, 12)
-	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
-		t.Fatalf("%+v %v", r, err)
-	}
+	r := loadFromPinned(t, m, 12, a)
 	if out := wait(t, r); out.Late != 3 {
 		t.Fatalf("outcome %+v", out)
 	}
@@ -200,19 +179,11 @@ func (c frozenClock) Now() time.Time { return c.at }
 // move, a load's deadline never passes, so a slow copy is not late: its
 // Ready waits for the copy and every loaded token is valid.
 func TestProbeDeadlineJudgedOnConfigClock(t *testing.T) {
-	ctx := context.Background()
 	dev, release, _ := slowDevice(t)
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
 		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: frozenClock{time.Unix(1e9, 0)}})
 	a := toks(3, 3*bt)
-	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	commitFree(ctx, m, 1)
-	m.Flush(ctx)
-	evictAll(t, m, 12)
-	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
-		t.Fatalf("%+v %v", r, err)
-	}
+	r := loadFromPinned(t, m, 12, a)
 	select {
 	case <-r.Ready.Done():
 		t.Errorf("Ready completed (%+v) with the copy blocked and the Manager's clock still short of the deadline", r.Ready.Outcome())
@@ -292,14 +263,7 @@ func TestProbeDeleteDuringLateCopyManager(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
 		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
 	a := toks(3, 3*bt)
-	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	commitFree(ctx, m, 1)
-	m.Flush(ctx)
-	evictAll(t, m, 12)
-	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
-		t.Fatalf("%+v %v", r, err)
-	}
+	r := loadFromPinned(t, m, 12, a)
 	if out := wait(t, r); out.Late != 3 {
 		t.Fatalf("outcome %+v", out)
 	}
@@ -341,14 +305,7 @@ func TestProbeCloseDuringOverdueCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := toks(3, 3*bt)
-	m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
-	commitFree(ctx, m, 1)
-	m.Flush(ctx)
-	evictAll(t, m, 4)
-	r, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: a})
-	if err != nil || r.Tokens.Of(Pinned) != 3*bt {
-		t.Fatalf("%+v %v", r, err)
-	}
+	r := loadFromPinned(t, m, 4, a)
 	for {
 		st, _ := m.Stats(ctx)
 		if st.Tier(GPU).Overdue > 0 {

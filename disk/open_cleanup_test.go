@@ -74,6 +74,30 @@ func TestFailedOpenKeepsExistingStore(t *testing.T) {
 	mustClose(t, s)
 }
 
+// writeStore writes records 1..n into the store at cfg and closes it.
+func writeStore(t *testing.T, cfg Config, n uint64) {
+	t.Helper()
+	s, _ := mustOpen(t, cfg)
+	for h := uint64(1); h <= n; h++ {
+		mustWrite(t, s, h)
+	}
+	mustClose(t, s)
+}
+
+// checkStore reopens the store at cfg and checks that it holds exactly
+// records 1..n, each intact.
+func checkStore(t *testing.T, cfg Config, n uint64) {
+	t.Helper()
+	s, rep := mustOpen(t, cfg)
+	if rep.Records != int(n) {
+		t.Fatalf("reopened with %d records, want %d", rep.Records, n)
+	}
+	for h := uint64(1); h <= n; h++ {
+		mustReadExact(t, s, h)
+	}
+	mustClose(t, s)
+}
+
 // fileSize returns the length of the file name.
 func fileSize(t *testing.T, name string) int64 {
 	t.Helper()
@@ -91,11 +115,7 @@ func fileSize(t *testing.T, name string) int64 {
 func TestFailedOpenRestoresGrownFiles(t *testing.T) {
 	cfg := testConfig(t, 8)
 	cfg.Files = 2
-	s, _ := mustOpen(t, cfg)
-	for h := uint64(1); h <= 8; h++ {
-		mustWrite(t, s, h)
-	}
-	mustClose(t, s)
+	writeStore(t, cfg, 8)
 	before := []int64{fileSize(t, slotFileName(cfg.Dir, 0)), fileSize(t, slotFileName(cfg.Dir, 1))}
 
 	big := cfg
@@ -111,14 +131,7 @@ func TestFailedOpenRestoresGrownFiles(t *testing.T) {
 			t.Errorf("after the failed Open slot file %d is %d bytes, was %d", i, got, want)
 		}
 	}
-	s, rep := mustOpen(t, cfg)
-	if rep.Records != 8 {
-		t.Fatalf("reopened with %d records, want 8", rep.Records)
-	}
-	for h := uint64(1); h <= 8; h++ {
-		mustReadExact(t, s, h)
-	}
-	mustClose(t, s)
+	checkStore(t, cfg, 8)
 }
 
 // A store reopened with a smaller capacity over more files, where a new
@@ -127,11 +140,7 @@ func TestFailedOpenRestoresGrownFiles(t *testing.T) {
 func TestFailedOpenShrinksNothing(t *testing.T) {
 	cfg := testConfig(t, 8)
 	cfg.Files = 1
-	s, _ := mustOpen(t, cfg)
-	for h := uint64(1); h <= 8; h++ {
-		mustWrite(t, s, h)
-	}
-	mustClose(t, s)
+	writeStore(t, cfg, 8)
 	size := fileSize(t, slotFileName(cfg.Dir, 0))
 
 	small := cfg
@@ -149,18 +158,11 @@ func TestFailedOpenShrinksNothing(t *testing.T) {
 	if left := slotFiles(t, cfg.Dir); len(left) != 1 {
 		t.Fatalf("failed Open left %v, want only slot file 0", left)
 	}
-	s, rep := mustOpen(t, cfg)
-	if rep.Records != 8 {
-		t.Fatalf("reopened with %d records, want 8", rep.Records)
-	}
-	for h := uint64(1); h <= 8; h++ {
-		mustReadExact(t, s, h)
-	}
-	mustClose(t, s)
+	checkStore(t, cfg, 8)
 
 	// And the smaller store opens once the space is there, cut to its size.
 	small.FS = nil
-	s, _ = mustOpen(t, small)
+	s, _ := mustOpen(t, small)
 	mustClose(t, s)
 	if got, want := fileSize(t, slotFileName(cfg.Dir, 0)), size/4; got != want {
 		t.Fatalf("the smaller store's slot file 0 is %d bytes, want %d", got, want)

@@ -311,23 +311,17 @@ func (d *decoder) field(e *Event, f, depth int) error {
 	case fLoRAID:
 		err = d.skip(depth) // deprecated in vLLM; the name identifies an adapter
 	case fMedium:
-		e.Medium = ""
-		if !d.isNil() {
-			var m []byte
-			m, err = d.str("medium")
-			e.Medium = mediumOf(m)
-		}
+		var m []byte
+		m, err = d.optStr("medium")
+		e.Medium = mediumOf(m)
 	case fExtraKeys:
 		err = d.skip(depth) // per-block hash inputs; kvtier's hashes say what they cover
 	case fGroup:
 		e.Group, err = d.optInt("group_idx")
 	case fSpecKind:
-		e.SpecKind = ""
-		if !d.isNil() {
-			var k []byte
-			k, err = d.str("kv_cache_spec_kind")
-			e.SpecKind = string(k)
-		}
+		var k []byte
+		k, err = d.optStr("kv_cache_spec_kind")
+		e.SpecKind = string(k)
 	case fSlidingWindow:
 		e.SlidingWindow, err = d.optInt("kv_cache_spec_sliding_window")
 	case fLoRAName:
@@ -341,6 +335,14 @@ func (d *decoder) field(e *Event, f, depth int) error {
 		}
 	}
 	return err
+}
+
+// optStr decodes a string field vLLM may send as nil: nil is no bytes.
+func (d *decoder) optStr(what string) ([]byte, error) {
+	if d.isNil() {
+		return nil, nil
+	}
+	return d.str(what)
 }
 
 // optInt decodes an int field vLLM may send as nil (its default): nil is 0.

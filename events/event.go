@@ -200,15 +200,11 @@ func (f Format) appendEvent(b []byte, e *Event) []byte {
 		if f == FormatMap {
 			b = appendString(b, "medium")
 		}
-		b = appendMedium(b, e.Medium)
+		b = appendOptString(b, string(e.Medium))
 		if f == FormatMap {
 			b = appendString(b, "lora_name")
 		}
-		if e.LoRAName == "" {
-			b = appendNil(b)
-		} else {
-			b = appendString(b, e.LoRAName)
-		}
+		b = appendOptString(b, e.LoRAName)
 		if !groupFields(e) {
 			return b
 		}
@@ -223,11 +219,7 @@ func (f Format) appendEvent(b []byte, e *Event) []byte {
 		if f == FormatMap {
 			b = appendString(b, "kv_cache_spec_kind")
 		}
-		if e.SpecKind == "" {
-			b = appendNil(b)
-		} else {
-			b = appendString(b, e.SpecKind)
-		}
+		b = appendOptString(b, e.SpecKind)
 		if f == FormatMap {
 			b = appendString(b, "kv_cache_spec_sliding_window")
 		}
@@ -244,7 +236,7 @@ func (f Format) appendEvent(b []byte, e *Event) []byte {
 			b = appendArrayHeader(b, n)
 			b = appendString(b, "BlockRemoved")
 			b = appendHashes(b, e.Hashes)
-			b = appendMedium(b, e.Medium)
+			b = appendOptString(b, string(e.Medium))
 		} else {
 			b = appendMapHeader(b, n)
 			b = appendString(b, "type")
@@ -252,7 +244,7 @@ func (f Format) appendEvent(b []byte, e *Event) []byte {
 			b = appendString(b, "block_hashes")
 			b = appendHashes(b, e.Hashes)
 			b = appendString(b, "medium")
-			b = appendMedium(b, e.Medium)
+			b = appendOptString(b, string(e.Medium))
 			if n > 3 {
 				b = appendString(b, "group_idx")
 			}
@@ -279,9 +271,10 @@ func appendHashes(b []byte, hs []uint64) []byte {
 	return b
 }
 
-func appendMedium(b []byte, m Medium) []byte {
-	if m == "" {
+// appendOptString appends s, or nil for "" (vLLM's None).
+func appendOptString(b []byte, s string) []byte {
+	if s == "" {
 		return appendNil(b)
 	}
-	return appendString(b, string(m))
+	return appendString(b, s)
 }

@@ -28,9 +28,6 @@ type fetchOp struct {
 	keep     int
 	timed    bool // a deadline timer is armed
 	deadline time.Time
-	// overdue: past its deadline during the copy with too few free blocks
-	// to swap in; it finishes late (counted in TierStats.Overdue).
-	overdue bool
 }
 
 // pastDeadline says whether op's deadline has passed on the tier's clock.
@@ -156,7 +153,7 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 // would be someone else's.
 func (t *Tier) fetchLate(id uint64) {
 	op, ok := t.fetches[id]
-	if !ok || op.copied || op.late || op.overdue {
+	if !ok || op.copied || op.late {
 		return
 	}
 	if !op.granted {
@@ -184,7 +181,6 @@ func (t *Tier) fetchLate(id uint64) {
 		return
 	}
 	if t.pool.NumFree() < len(held) {
-		op.overdue = true
 		t.stats.Overdue += uint64(len(op.blocks))
 		t.cfg.Log.Debug("gpu tier: a load past its deadline finishes late: too few free blocks to swap in",
 			zap.Uint64("id", id), zap.Int("blocks", len(op.blocks)), zap.Int("free", t.pool.NumFree()))

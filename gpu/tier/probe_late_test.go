@@ -37,13 +37,37 @@ func lateDuringCopy(t *testing.T, tr *Tier, seq uint64, p []int64) (messages.All
 	if r := drain(t, tr); len(r.Copies) != 1 {
 		t.Fatalf("copies %+v, want the copy up", r.Copies)
 	}
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	fireDeadline(t, tr, req)
 	if !readyDone(res) {
 		t.Fatal("Ready did not complete at the deadline")
 	}
 	return res, req
+}
+
+// grantAll grants every block of req, from slots 0, 1, 2, ...
+func grantAll(t *testing.T, tr *Tier, req *messages.FetchRequest) {
+	t.Helper()
+	slots := make([]int, len(req.Hashes))
+	for i := range slots {
+		slots[i] = i
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: slots, Bytes: make([][]byte, len(slots))})
+	drain(t, tr)
+}
+
+// fireDeadline sets the tier's clock to req's deadline and fires its timer.
+func fireDeadline(t *testing.T, tr *Tier, req *messages.FetchRequest) {
+	t.Helper()
+	tr.SetNow(req.Deadline)
+	tr.Deadline(req.ID)
+	drain(t, tr)
+}
+
+// freeSeqs frees seqs, without a swap.
+func freeSeqs(t *testing.T, tr *Tier, seqs ...uint64) {
+	t.Helper()
+	tr.FreeBatch(seqs, false, func(*messages.FreeBatchResult) {})
+	drain(t, tr)
 }
 
 func keysOf(p []int64) *blockpool.Keys { return blockpool.ComputeKeys("", p, bs, true) }
@@ -141,8 +165,7 @@ func TestProbeLateCopyAbortThenLand(t *testing.T) {
 	tr := newTier(t, 8, Config{Lower: true, ReadBase: 10 * time.Millisecond})
 	p := prompt(1, 3*bs)
 	_, req := lateDuringCopy(t, tr, 1, p)
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
 	drain(t, tr)
 	if got := cachedIDs(t, tr, p); len(got) != 0 {
@@ -210,8 +233,7 @@ func TestProbeDeleteDuringLateCopy(t *testing.T) {
 	if got := cachedIDs(t, tr, p); len(got) != 0 {
 		t.Fatalf("deleted chain findable after the late copy landed: %v", got)
 	}
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	allFreeNoPins(t, tr)
 }
 
@@ -222,15 +244,12 @@ func TestProbeDeleteBeforeDeadlineDuringCopy(t *testing.T) {
 	p := prompt(1, 3*bs)
 	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned, messages.Pinned})
 	req := fetchRequest(t, r)
-	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1, 2}, Bytes: make([][]byte, 3)})
-	drain(t, tr)
+	grantAll(t, tr, req)
 	q := &messages.Query{Kind: messages.QueryDelete, Keys: keysOf(p[:2*bs]), Tokens: p[:2*bs], Reply: make(chan *messages.QueryResult, 1)}
 	tr.Query(q)
 	drain(t, tr)
 	<-q.Reply
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	fireDeadline(t, tr, req)
 	out := res.Ready.Outcome()
 	if out.ValidTokens+(out.Late+out.Evicted+out.Failed+out.Mismatch)*bs != len(p) {
 		t.Fatalf("outcome %+v does not cover the %d loading tokens", out, len(p))
@@ -240,8 +259,7 @@ func TestProbeDeleteBeforeDeadlineDuringCopy(t *testing.T) {
 	if got := cachedIDs(t, tr, p); len(got) != 0 {
 		t.Fatalf("late copy published %v", got)
 	}
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	allFreeNoPins(t, tr)
 }
 
@@ -270,11 +288,8 @@ func TestProbeOverdueThenStop(t *testing.T) {
 	tr := newTier(t, 4, Config{Lower: true, ReadBase: 10 * time.Millisecond})
 	p := prompt(1, 3*bs)
 	res, req := lateLoad(t, tr, p)
-	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1, 2}, Bytes: make([][]byte, 3)})
-	drain(t, tr)
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	grantAll(t, tr, req)
+	fireDeadline(t, tr, req)
 	tr.Stop()
 	r := drain(t, tr)
 	if readyDone(res) {
@@ -299,9 +314,7 @@ func TestProbePartialGrantThenLate(t *testing.T) {
 	req := fetchRequest(t, r)
 	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2), Short: messages.MissEvicted})
 	drain(t, tr)
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	fireDeadline(t, tr, req)
 	out := res.Ready.Outcome()
 	if out.Late != 2 || out.Evicted != 1 || out.ValidTokens != 0 || len(out.Blocks) != 3 {
 		t.Fatalf("outcome %+v", out)
@@ -319,8 +332,7 @@ func TestProbePartialGrantThenLate(t *testing.T) {
 	if got := cachedIDs(t, tr, p); !slices.Equal(got, out.Blocks) {
 		t.Fatalf("hits %v, want %v", got, out.Blocks)
 	}
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	allFreeNoPins(t, tr)
 }
 
@@ -339,9 +351,7 @@ func TestProbeLateAfterGPUHits(t *testing.T) {
 	req := fetchRequest(t, r)
 	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
 	drain(t, tr)
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	fireDeadline(t, tr, req)
 	out := res.Ready.Outcome()
 	if out.ValidTokens != 2*bs || out.Late != 2 {
 		t.Fatalf("outcome %+v", out)
@@ -350,8 +360,7 @@ func TestProbeLateAfterGPUHits(t *testing.T) {
 	drain(t, tr)
 	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
 	drain(t, tr)
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	// Reuse the two free empty blocks (the old ones among them) for other contents.
 	if res, _ := allocate(t, tr, 5, prompt(500, 4*bs), []messages.Tier{}); res.Err != nil {
 		t.Fatal(res.Err)
@@ -384,9 +393,7 @@ func TestProbeMaxHitTokensLate(t *testing.T) {
 	}
 	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
 	drain(t, tr)
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	fireDeadline(t, tr, req)
 	out := got.Ready.Outcome()
 	if out.Late != 2 || out.ValidTokens != bs || len(out.Blocks) != 5 {
 		t.Fatalf("outcome %+v", out)
@@ -406,13 +413,9 @@ func TestProbeFreedSeqLateNotOverdue(t *testing.T) {
 	tr := newTier(t, 4, Config{Lower: true, ReadBase: 10 * time.Millisecond})
 	p := prompt(1, 3*bs)
 	_, req := lateLoad(t, tr, p)
-	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1, 2}, Bytes: make([][]byte, 3)})
-	drain(t, tr)
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	grantAll(t, tr, req)
+	freeSeqs(t, tr, 1)
+	fireDeadline(t, tr, req)
 	st := tr.Stats()
 	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
 	drain(t, tr)
@@ -486,8 +489,7 @@ func TestProbeDeadlineEventBeforeClockReachesIt(t *testing.T) {
 	tr := newTier(t, 8, Config{Lower: true, ReadBase: 10 * time.Millisecond})
 	p := prompt(1, 3*bs)
 	res, req := lateLoad(t, tr, p)
-	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1, 2}, Bytes: make([][]byte, 3)})
-	drain(t, tr)
+	grantAll(t, tr, req)
 	tr.SetNow(req.Deadline.Add(-time.Millisecond)) // short of the deadline
 	tr.Deadline(req.ID)
 	r := drain(t, tr)
@@ -524,11 +526,8 @@ func TestProbeOverdueCopyFails(t *testing.T) {
 	tr := newTier(t, 4, Config{Lower: true, ReadBase: 10 * time.Millisecond})
 	p := prompt(1, 3*bs)
 	res, req := lateLoad(t, tr, p)
-	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1, 2}, Bytes: make([][]byte, 3)})
-	drain(t, tr)
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	grantAll(t, tr, req)
+	fireDeadline(t, tr, req)
 	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, errTestCopy)
 	drain(t, tr)
 	out := res.Ready.Outcome()
@@ -556,23 +555,18 @@ func TestProbeLateAfterSeqIDReused(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReadBase: 10 * time.Millisecond})
 	p := prompt(1, 3*bs)
 	res, req := lateLoad(t, tr, p)
-	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0, 1, 2}, Bytes: make([][]byte, 3)})
-	drain(t, tr)
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	grantAll(t, tr, req)
+	freeSeqs(t, tr, 1)
 	res2, _ := allocate(t, tr, 1, prompt(500, 2*bs), []messages.Tier{})
 	if res2.Err != nil {
 		t.Fatal(res2.Err)
 	}
-	tr.SetNow(req.Deadline)
-	tr.Deadline(req.ID)
-	drain(t, tr)
+	fireDeadline(t, tr, req)
 	if out := res.Ready.Outcome(); out.Blocks != nil {
 		t.Errorf("the freed allocation's outcome replaces its table with %v (the new sequence 1's table is %v)", out.Blocks, res2.Blocks)
 	}
 	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
 	drain(t, tr)
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	allFreeNoPins(t, tr)
 }
