@@ -19,7 +19,7 @@ func refsOf(tr []trace.Request) int64 {
 func BenchmarkSimulate(b *testing.B) {
 	tr := trace.Sample()
 	refs := refsOf(tr)
-	for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC} {
+	for _, k := range []policy.Kind{policy.LRU, policy.FIFO, policy.S3FIFO, policy.ARC, policy.Adaptive} {
 		for _, c := range []int{1 << 10, 16 << 10} {
 			b.Run(fmt.Sprintf("policy=%v/capacity=%d", k, c), func(b *testing.B) {
 				b.ReportAllocs()

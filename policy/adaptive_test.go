@@ -29,6 +29,31 @@ func checkAdaptive(t *testing.T, p *adaptive) {
 			}
 		}
 	}
+	// The vote lanes: with a vote on, each key of the real cache is in the
+	// lane of the number of voting shadows that hold it; otherwise in none.
+	inVotes := 0
+	for h := range p.votes {
+		v := &p.votes[h]
+		if p.voters == nil && len(v.heap) > 0 {
+			t.Fatalf("no vote, but vote lane %d holds %d keys", h, len(v.heap))
+		}
+		for j, i := range v.heap {
+			e := &p.entries[i]
+			if e.pos[voteSlot] != int32(j) || e.pos[0] < 0 {
+				t.Fatalf("vote lane %d slot %d: entry says slot %d, real slot %d", h, j, e.pos[voteSlot], e.pos[0])
+			}
+			if int(e.held) != h || p.heldBy(i) != e.held {
+				t.Fatalf("key %d in vote lane %d: held %d, %d voting shadows hold it", e.key, h, e.held, p.heldBy(i))
+			}
+			if j > 0 && p.less(v, i, v.heap[(j-1)/2]) {
+				t.Fatalf("vote lane %d slot %d ranks below its parent", h, j)
+			}
+		}
+		inVotes += len(v.heap)
+	}
+	if p.voters != nil && inVotes != len(p.real.heap) {
+		t.Fatalf("%d keys in vote lanes, %d in the real cache", inVotes, len(p.real.heap))
+	}
 	if got := len(p.index) + len(p.free); got != len(p.entries) {
 		t.Fatalf("%d indexed + %d free != %d entries", len(p.index), len(p.free), len(p.entries))
 	}
@@ -309,7 +334,9 @@ func TestAdaptiveWithShadows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const capacity = 8
 	p := mustNew(t, Adaptive, capacity).(*adaptive)
+	p.switched = true // vote from the first adaptation step with enough evidence
 	res := map[Key]bool{}
+	voted := 0
 	for step := range 20000 {
 		k := Key(rng.IntN(24))
 		switch op := rng.IntN(10); {
@@ -337,6 +364,86 @@ func TestAdaptiveWithShadows(t *testing.T) {
 			t.Fatalf("step %d: Len %d Contains(%d) %v; want %d, %v", step, p.Len(), k, p.Contains(k), len(res), res[k])
 		}
 		checkAdaptive(t, p)
+		if p.voters != nil {
+			voted++
+		}
+	}
+	if voted == 0 {
+		t.Fatal("no vote in 20,000 steps: the vote lanes were not exercised")
+	}
+}
+
+// TestAdaptiveVote: no vote before the choice has switched; after it, the
+// shadows within voteBand of the choice vote, and an unfiltered Evict takes
+// a key from the lowest part of the real cache's ranking that is held by
+// fewer voting shadows than every key ranked before it. Votes must change
+// some victims.
+func TestAdaptiveVote(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const capacity = 64
+	p := mustNew(t, Adaptive, capacity).(*adaptive)
+	var voted, moved int
+	for step := range 100000 {
+		if step == 5000 {
+			if p.clock < 4*p.period || p.voters != nil && !p.switched {
+				t.Fatalf("after %d touches: voters %v, switched %v", p.clock, p.voters, p.switched)
+			}
+			p.switched = true // as if the choice had switched
+		}
+		// Requests of 1-8 blocks: a popular few chains and a long tail, so
+		// that the rankings differ and the choice switches.
+		root := rng.IntN(40)
+		if rng.IntN(3) == 0 {
+			root = 40 + rng.IntN(2000)
+		}
+		n := 1 + rng.IntN(8)
+		for d := range n {
+			p.AddHint(Key(root*8+d), Hint{Depth: d + 1})
+		}
+		for p.Len() > capacity {
+			if p.voters == nil {
+				if _, ok := p.Evict(nil); !ok {
+					t.Fatal("Evict found nothing in a full cache")
+				}
+				continue
+			}
+			order := slices.Clone(p.real.heap)
+			slices.SortFunc(order, func(a, b int32) int {
+				if p.less(&p.real, a, b) {
+					return -1
+				}
+				if p.less(&p.real, b, a) {
+					return 1
+				}
+				return 0
+			})
+			held := map[Key]int8{}
+			for _, i := range order {
+				held[p.entries[i].key] = p.heldBy(i)
+			}
+			got, _ := p.Evict(nil)
+			voted++
+			at := slices.IndexFunc(order, func(i int32) bool { return p.entries[i].key == got })
+			if at > len(order)*3/4 {
+				t.Fatalf("step %d: victim %d at rank %d of %d, outside the lowest part", step, got, at, len(order))
+			}
+			for _, i := range order[:at] {
+				if held[p.entries[i].key] <= held[got] && !p.less(&p.real, order[at], i) {
+					t.Fatalf("step %d: victim %d (held by %d) but key %d ranked before it is held by %d",
+						step, got, held[got], p.entries[i].key, held[p.entries[i].key])
+				}
+			}
+			if at > 0 && p.less(&p.real, order[0], order[at]) {
+				moved++
+			}
+		}
+		if voted > 2000 && moved > 0 {
+			break
+		}
+	}
+	checkAdaptive(t, p)
+	if voted == 0 || moved == 0 {
+		t.Fatalf("%d voted evictions, %d of them not the ranking's first: the vote was not exercised", voted, moved)
 	}
 }
 
