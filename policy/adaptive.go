@@ -603,12 +603,14 @@ func (p *adaptive) realDelete(j int32) int32 {
 	return i
 }
 
-// victim returns the real cache's slot to evict: without a vote its root;
-// with one, the first key of the least-held vote lane whose first key lies
-// in the ranking's lowest voteWindow (the root always does).
-func (p *adaptive) victim() int32 {
+// votedVictim returns the real cache's slot of the key the vote evicts
+// among those take accepts, or -1 with no vote or no such key in the
+// window. It walks the vote lanes, least-held first, each in rank order
+// until a key lies outside the ranking's lowest voteWindow (the root never
+// does), so with every key accepted it looks at one key a lane.
+func (p *adaptive) votedVictim(take func(i int32) bool) int32 {
 	if p.voters == nil {
-		return 0
+		return -1
 	}
 	h := p.real.heap
 	var sample [voteSamples]int32
@@ -618,27 +620,57 @@ func (p *adaptive) victim() int32 {
 		p.rng ^= p.rng << 17
 		sample[k] = h[p.rng%uint64(len(h))]
 	}
-	for held := range p.votes[:len(p.voters)+1] {
-		v := &p.votes[held]
-		if len(v.heap) == 0 {
-			continue
-		}
-		c := v.heap[0]
-		j := p.entries[c].pos[0]
-		if j == 0 {
-			return 0
-		}
+	outside := func(i int32) bool {
 		below := 0
 		for _, x := range sample {
-			if p.less(&p.real, x, c) {
+			if p.less(&p.real, x, i) {
 				below++
 			}
 		}
-		if float64(below) < voteWindow*voteSamples {
-			return j
+		return float64(below) >= voteWindow*voteSamples
+	}
+	for held := range p.votes[:len(p.voters)+1] {
+		v := &p.votes[held]
+		if j := p.walk(v, take, outside); j >= 0 {
+			return p.entries[v.heap[j]].pos[0]
 		}
 	}
-	return 0
+	return -1
+}
+
+// walk looks at lane l's entries in rank order without changing the heap:
+// a small heap of slots to look at next, from the root, each passed slot
+// adding its children. It returns the slot of the first entry take
+// accepts, or -1 when none is left or stop (if not nil) holds for the
+// entry looked at. Passed entries keep their exact slots, so the heap, and
+// every later choice among equal ranks, does not depend on which keys were
+// turned down.
+func (p *adaptive) walk(l *lane, take, stop func(i int32) bool) int32 {
+	h := l.heap
+	if len(h) == 0 {
+		return -1
+	}
+	before := func(a, b int32) bool { return p.less(l, h[a], h[b]) }
+	var buf [32]int32
+	next := append(buf[:0], 0)
+	for len(next) > 0 {
+		j := next[0]
+		last := len(next) - 1
+		next[0] = next[last]
+		next = next[:last]
+		siftDown(next, 0, before)
+		if stop != nil && stop(h[j]) {
+			return -1
+		}
+		if take(h[j]) {
+			return j
+		}
+		for c := 2*j + 1; c <= 2*j+2 && int(c) < len(h); c++ {
+			next = append(next, c)
+			siftUp(next, len(next)-1, before)
+		}
+	}
+	return -1
 }
 
 // Remove forgets that k is resident; its history stays.
@@ -648,42 +680,26 @@ func (p *adaptive) Remove(k Key) {
 	}
 }
 
-// Evict takes the lowest-ranked evictable resident key. Keys the filter
-// rejects stay in their heap slots.
+// Evict takes the evictable resident key the vote chooses, or with no
+// vote (or none evictable in its window) the lowest-ranked evictable one.
+// Keys the filter rejects stay in their heap slots.
 func (p *adaptive) Evict(evictable func(Key) bool) (Key, bool) {
-	if evictable == nil {
-		if len(p.real.heap) == 0 {
-			return 0, false
-		}
-		return p.entries[p.realDelete(p.victim())].key, true
-	}
-	// Walk the real heap in rank order without changing it: a small heap
-	// of slots to look at next, from the root, each rejected slot adding its
-	// children. Rejected keys keep their exact slots, so the heap, and every
-	// later choice among equal ranks, does not depend on which keys the
-	// filter turned down.
-	h := p.real.heap
-	if len(h) == 0 {
+	if len(p.real.heap) == 0 {
 		return 0, false
 	}
-	before := func(a, b int32) bool { return p.less(&p.real, h[a], h[b]) }
-	next := []int32{0}
-	for len(next) > 0 {
-		j := next[0]
-		last := len(next) - 1
-		next[0] = next[last]
-		next = next[:last]
-		siftDown(next, 0, before)
-		if k := p.entries[h[j]].key; evictable(k) {
-			p.realDelete(j)
-			return k, true
-		}
-		for c := 2*j + 1; c <= 2*j+2 && int(c) < len(h); c++ {
-			next = append(next, c)
-			siftUp(next, len(next)-1, before)
-		}
+	take := func(i int32) bool { return evictable == nil || evictable(p.entries[i].key) }
+	j := p.votedVictim(take)
+	if j < 0 && evictable == nil {
+		j = 0
+	} else if j < 0 {
+		j = p.walk(&p.real, take, nil)
 	}
-	return 0, false
+	if j < 0 {
+		return 0, false
+	}
+	k := p.entries[p.real.heap[j]].key
+	p.realDelete(j)
+	return k, true
 }
 
 // siftDown and siftUp keep q a binary min-heap under before.

@@ -374,15 +374,16 @@ func TestAdaptiveWithShadows(t *testing.T) {
 }
 
 // TestAdaptiveVote: no vote before the choice has switched; after it, the
-// shadows within voteBand of the choice vote, and an unfiltered Evict takes
-// a key from the lowest part of the real cache's ranking that is held by
-// fewer voting shadows than every key ranked before it. Votes must change
-// some victims.
+// shadows within voteBand of the choice vote, and Evict takes an evictable
+// key from the lowest part of the real cache's ranking that is held by
+// fewer voting shadows than every evictable key ranked before it, with or
+// without a filter. Votes must change some victims.
 func TestAdaptiveVote(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const capacity = 64
 	p := mustNew(t, Adaptive, capacity).(*adaptive)
-	var voted, moved int
+	var voted int
+	var moved [2]int // victims the vote moved, with and without a filter
 	for step := range 100000 {
 		if step == 5000 {
 			if p.clock < 4*p.period || p.voters != nil && !p.switched {
@@ -421,29 +422,44 @@ func TestAdaptiveVote(t *testing.T) {
 			for _, i := range order {
 				held[p.entries[i].key] = p.heldBy(i)
 			}
-			got, _ := p.Evict(nil)
+			// Every other eviction with a filter (the tiers pass one: pinned
+			// and in-flight blocks) that turns down about a quarter of keys.
+			evictable := func(Key) bool { return true }
+			var filter func(Key) bool
+			if voted%2 == 1 {
+				mask := rng.Uint64() | rng.Uint64()
+				evictable = func(k Key) bool { return mask>>(k%64)&1 == 1 }
+				filter = evictable
+			}
+			got, ok := p.Evict(filter)
+			if !ok || !evictable(got) {
+				t.Fatalf("step %d: Evict = %d, %v: not an evictable key", step, got, ok)
+			}
 			voted++
 			at := slices.IndexFunc(order, func(i int32) bool { return p.entries[i].key == got })
-			if at > len(order)*3/4 {
+			first := slices.IndexFunc(order, func(i int32) bool { return evictable(p.entries[i].key) })
+			if at != first && at > len(order)*3/4 {
 				t.Fatalf("step %d: victim %d at rank %d of %d, outside the lowest part", step, got, at, len(order))
 			}
 			for _, i := range order[:at] {
-				if held[p.entries[i].key] <= held[got] && !p.less(&p.real, order[at], i) {
-					t.Fatalf("step %d: victim %d (held by %d) but key %d ranked before it is held by %d",
-						step, got, held[got], p.entries[i].key, held[p.entries[i].key])
+				k := p.entries[i].key
+				if evictable(k) && held[k] <= held[got] && p.less(&p.real, i, order[at]) {
+					t.Fatalf("step %d: victim %d (held by %d) but evictable key %d ranked before it is held by %d",
+						step, got, held[got], k, held[k])
 				}
 			}
-			if at > 0 && p.less(&p.real, order[0], order[at]) {
-				moved++
+			if at != first && p.less(&p.real, order[first], order[at]) {
+				moved[min(voted%2, 1)]++ // voted was counted: 0 filtered, 1 not
 			}
 		}
-		if voted > 2000 && moved > 0 {
+		if voted > 2000 && moved[0] > 0 && moved[1] > 0 {
 			break
 		}
 	}
 	checkAdaptive(t, p)
-	if voted == 0 || moved == 0 {
-		t.Fatalf("%d voted evictions, %d of them not the ranking's first: the vote was not exercised", voted, moved)
+	if moved[0] == 0 || moved[1] == 0 {
+		t.Fatalf("%d voted evictions, %d with a filter and %d without not the first evictable key: the vote was not exercised",
+			voted, moved[0], moved[1])
 	}
 }
 

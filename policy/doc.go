@@ -33,7 +33,10 @@
 //     Access, since a block there is always full and its depth does not
 //     travel with it), and picks among a few rankings (AdaptiveConfig.Candidates) the one
 //     whose shadow cache of the tier's size got the most prefix hits
-//     lately: LRU-2-like at small sizes, close to LRU at large ones.
+//     lately: LRU-2-like at small sizes, close to LRU at large ones. Once
+//     its choice has switched, the shadows close to the chosen one vote:
+//     among the keys the chosen ranking would evict soon, the one the
+//     fewest of them hold goes first.
 //   - Pinned keys: Evict takes an evictable filter, so a tier can keep keys
 //     that have readers; those keys are skipped and keep their place.
 //
