@@ -114,9 +114,10 @@ const switchMargin = 1.02
 // the comparison cannot yet separate from the choice; their consensus
 // breaks the choice's near-ties instead of one ranking's noise. Where the
 // lowest voteWindow lies is estimated at each eviction from voteSamples
-// resident keys drawn at random (a fixed-seed xorshift, so runs repeat).
-// Without a vote (no switch yet, too little evidence, or the choice alone
-// in the band) the real cache evicts in its ranking's order.
+// resident keys drawn at random (a fixed-seed xorshift, so runs repeat):
+// its edge is the voteEdge-th lowest of them. Without a vote (no switch
+// yet, too little evidence, or the choice alone in the band) the real
+// cache evicts in its ranking's order.
 //
 // How they were chosen: on 81 cells (capacities 256 to 64k of both shared
 // traces, of each one's halves and of three trace.Synthetic workloads,
@@ -135,6 +136,7 @@ const (
 	voteBand    = 0.97
 	voteWindow  = 0.25
 	voteSamples = 32
+	voteEdge    = int(voteWindow * voteSamples) // must be a whole number
 )
 
 func (c AdaptiveConfig) withDefaults() (AdaptiveConfig, error) {
@@ -228,8 +230,8 @@ type lane struct {
 // per count of voting shadows holding a key, over the real cache's keys in
 // its order, updated when a voting shadow takes in or evicts a key the real
 // cache holds and rebuilt in O(n) when the voters change. Costs: Add and
-// Access O((1 + shadows) log capacity), Evict O(voteSamples × (1 + voters)
-// + log capacity) plus the keys its filter rejects.
+// Access O((1 + shadows) log capacity), Evict O(voteSamples + voters + log
+// capacity) plus the keys its filter rejects.
 type adaptive struct {
 	cfg      AdaptiveConfig
 	capacity int
@@ -612,23 +614,29 @@ func (p *adaptive) votedVictim(take func(i int32) bool) int32 {
 	if p.voters == nil {
 		return -1
 	}
+	// The window's edge: the voteEdge-th lowest of voteSamples residents
+	// drawn at random. A key lies in the window unless it ranks after it
+	// (fewer than voteEdge samples rank below it).
 	h := p.real.heap
-	var sample [voteSamples]int32
-	for k := range sample {
+	var low [voteEdge]int32 // the lowest samples so far, in rank order
+	n := 0
+	for range voteSamples {
 		p.rng ^= p.rng << 13
 		p.rng ^= p.rng >> 7
 		p.rng ^= p.rng << 17
-		sample[k] = h[p.rng%uint64(len(h))]
-	}
-	outside := func(i int32) bool {
-		below := 0
-		for _, x := range sample {
-			if p.less(&p.real, x, i) {
-				below++
-			}
+		x := h[p.rng%uint64(len(h))]
+		if n == voteEdge && !p.less(&p.real, x, low[n-1]) {
+			continue
 		}
-		return float64(below) >= voteWindow*voteSamples
+		j := min(n, voteEdge-1)
+		for ; j > 0 && p.less(&p.real, x, low[j-1]); j-- {
+			low[j] = low[j-1]
+		}
+		low[j] = x
+		n = min(n+1, voteEdge)
 	}
+	edge := low[voteEdge-1]
+	outside := func(i int32) bool { return p.less(&p.real, edge, i) }
 	for held := range p.votes[:len(p.voters)+1] {
 		v := &p.votes[held]
 		if j := p.walk(v, take, outside); j >= 0 {

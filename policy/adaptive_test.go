@@ -54,6 +54,9 @@ func checkAdaptive(t *testing.T, p *adaptive) {
 	if p.voters != nil && inVotes != len(p.real.heap) {
 		t.Fatalf("%d keys in vote lanes, %d in the real cache", inVotes, len(p.real.heap))
 	}
+	if p.voters != nil && (p.votes[0].rank != p.real.rank || p.votes[0].window != p.real.window) {
+		t.Fatalf("vote lanes ranked by %v/%d, the real cache by %v/%d", p.votes[0].rank, p.votes[0].window, p.real.rank, p.real.window)
+	}
 	if got := len(p.index) + len(p.free); got != len(p.entries) {
 		t.Fatalf("%d indexed + %d free != %d entries", len(p.index), len(p.free), len(p.entries))
 	}
@@ -66,6 +69,9 @@ func checkAdaptive(t *testing.T, p *adaptive) {
 			if e.pos[l] != -1 {
 				t.Fatalf("key %d has a slot %d in unused lane %d", k, e.pos[l], l)
 			}
+		}
+		if e.pos[voteSlot] >= 0 && (p.voters == nil || e.pos[0] < 0) {
+			t.Fatalf("key %d has vote slot %d, real slot %d, voters %v", k, e.pos[voteSlot], e.pos[0], p.voters)
 		}
 	}
 }
@@ -373,24 +379,67 @@ func TestAdaptiveWithShadows(t *testing.T) {
 	}
 }
 
-// TestAdaptiveVote: no vote before the choice has switched; after it, the
-// shadows within voteBand of the choice vote, and Evict takes an evictable
-// key from the lowest part of the real cache's ranking that is held by
-// fewer voting shadows than every evictable key ranked before it, with or
-// without a filter. Votes must change some victims.
+// voteEdgeOf returns the window edge the next voted eviction of p will
+// draw (the same samples from a copy of its generator), without drawing it.
+func voteEdgeOf(p *adaptive) int32 {
+	rng, h := p.rng, p.real.heap
+	sample := make([]int32, voteSamples)
+	for k := range sample {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		sample[k] = h[rng%uint64(len(h))]
+	}
+	slices.SortStableFunc(sample, func(a, b int32) int { return p.cmp(&p.real, a, b) })
+	return sample[voteEdge-1]
+}
+
+// cmp orders entries a and b as lane l ranks them (0 for a tie).
+func (p *adaptive) cmp(l *lane, a, b int32) int {
+	switch {
+	case p.less(l, a, b):
+		return -1
+	case p.less(l, b, a):
+		return 1
+	}
+	return 0
+}
+
+// forceSwitch sets the shadows' hit counts so that, at the next adaptation
+// step, the choice switches to another voter with a different ranking and
+// the same shadows vote: the vote lanes must follow the new ranking.
+func forceSwitch(p *adaptive) bool {
+	for _, id := range p.voters {
+		s := &p.shadows[id-1]
+		if id-1 != p.choice && (s.rank != p.real.rank || s.window != p.real.window) {
+			for t := range p.shadows {
+				p.shadows[t].hits = 0
+			}
+			for _, v := range p.voters {
+				p.shadows[v-1].hits = 1950 * minEvidence
+			}
+			s.hits = 2000 * minEvidence
+			return true
+		}
+	}
+	return false
+}
+
+// TestAdaptiveVote checks every voted eviction against a reference built
+// from the definition: the window's edge is the voteEdge-th lowest of the
+// samples the policy will draw; among the keys ranked no later than the
+// edge, those held by the fewest voting shadows that have an evictable key
+// give the victim, the lowest-ranked evictable one of them (any of equal
+// rank); with none, the lowest-ranked evictable key. Every other eviction
+// goes through a filter, as the tiers' do; the vote must move victims both
+// ways.
 func TestAdaptiveVote(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const capacity = 64
 	p := mustNew(t, Adaptive, capacity).(*adaptive)
-	var voted int
+	var voted, forced int
 	var moved [2]int // victims the vote moved, with and without a filter
 	for step := range 100000 {
-		if step == 5000 {
-			if p.clock < 4*p.period || p.voters != nil && !p.switched {
-				t.Fatalf("after %d touches: voters %v, switched %v", p.clock, p.voters, p.switched)
-			}
-			p.switched = true // as if the choice had switched
-		}
 		// Requests of 1-8 blocks: a popular few chains and a long tail, so
 		// that the rankings differ and the choice switches.
 		root := rng.IntN(40)
@@ -409,57 +458,114 @@ func TestAdaptiveVote(t *testing.T) {
 				continue
 			}
 			order := slices.Clone(p.real.heap)
-			slices.SortFunc(order, func(a, b int32) int {
-				if p.less(&p.real, a, b) {
-					return -1
-				}
-				if p.less(&p.real, b, a) {
-					return 1
-				}
-				return 0
-			})
-			held := map[Key]int8{}
-			for _, i := range order {
-				held[p.entries[i].key] = p.heldBy(i)
-			}
-			// Every other eviction with a filter (the tiers pass one: pinned
-			// and in-flight blocks) that turns down about a quarter of keys.
+			slices.SortStableFunc(order, func(a, b int32) int { return p.cmp(&p.real, a, b) })
 			evictable := func(Key) bool { return true }
 			var filter func(Key) bool
-			if voted%2 == 1 {
+			if voted%2 == 1 { // turns down about a quarter of keys
 				mask := rng.Uint64() | rng.Uint64()
 				evictable = func(k Key) bool { return mask>>(k%64)&1 == 1 }
 				filter = evictable
 			}
-			got, ok := p.Evict(filter)
-			if !ok || !evictable(got) {
-				t.Fatalf("step %d: Evict = %d, %v: not an evictable key", step, got, ok)
-			}
-			voted++
-			at := slices.IndexFunc(order, func(i int32) bool { return p.entries[i].key == got })
-			first := slices.IndexFunc(order, func(i int32) bool { return evictable(p.entries[i].key) })
-			if at != first && at > len(order)*3/4 {
-				t.Fatalf("step %d: victim %d at rank %d of %d, outside the lowest part", step, got, at, len(order))
-			}
-			for _, i := range order[:at] {
-				k := p.entries[i].key
-				if evictable(k) && held[k] <= held[got] && p.less(&p.real, i, order[at]) {
-					t.Fatalf("step %d: victim %d (held by %d) but evictable key %d ranked before it is held by %d",
-						step, got, held[got], k, held[k])
+			ok := func(i int32) bool { return evictable(p.entries[i].key) }
+			// The reference: the first acceptable entry, then its ties.
+			edge := voteEdgeOf(p)
+			first := slices.IndexFunc(order, ok)
+			pick := -1
+			for held := int8(0); held <= int8(len(p.voters)) && pick < 0; held++ {
+				for j, i := range order {
+					if p.less(&p.real, edge, i) {
+						break
+					}
+					if p.heldBy(i) == held && ok(i) {
+						pick = j
+						break
+					}
 				}
 			}
-			if at != first && p.less(&p.real, order[first], order[at]) {
+			if pick < 0 {
+				pick = first
+			}
+			var want []Key
+			for _, i := range order {
+				if p.cmp(&p.real, i, order[pick]) == 0 && p.heldBy(i) == p.heldBy(order[pick]) && ok(i) {
+					want = append(want, p.entries[i].key)
+				}
+			}
+			got, evicted := p.Evict(filter)
+			voted++
+			if !evicted || !slices.Contains(want, got) {
+				t.Fatalf("step %d (filter %v): Evict = %d, %v; want one of %v", step, filter != nil, got, evicted, want)
+			}
+			if p.cmp(&p.real, order[first], order[pick]) < 0 {
 				moved[min(voted%2, 1)]++ // voted was counted: 0 filtered, 1 not
 			}
 		}
-		if voted > 2000 && moved[0] > 0 && moved[1] > 0 {
+		if step%16 == 0 {
+			checkAdaptive(t, p)
+		}
+		if step%500 == 499 && p.voters != nil && forceSwitch(p) {
+			forced++
+		}
+		if voted > 4000 && moved[0] > 0 && moved[1] > 0 && forced >= 3 {
 			break
 		}
 	}
 	checkAdaptive(t, p)
-	if moved[0] == 0 || moved[1] == 0 {
-		t.Fatalf("%d voted evictions, %d with a filter and %d without not the first evictable key: the vote was not exercised",
-			voted, moved[0], moved[1])
+	if moved[0] == 0 || moved[1] == 0 || forced < 3 {
+		t.Fatalf("%d voted evictions, %d with a filter and %d without not the first evictable key, %d forced switches: the vote was not exercised",
+			voted, moved[0], moved[1], forced)
+	}
+}
+
+// TestAdaptiveVoteGates: no vote before the choice has switched, however
+// much evidence (two identical candidates never part), nor before the
+// leader holds minEvidence hits; then both shadows vote, from each
+// adaptation step at which the leader holds them to the next.
+func TestAdaptiveVoteGates(t *testing.T) {
+	same := Candidate{RankSecondUse, 1}
+	hp, err := NewAdaptive(16, AdaptiveConfig{Candidates: []Candidate{same, same}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hp.(*adaptive)
+	touches := 0
+	touch := func(n int) { // 20 keys in a cache of 16: hits and evictions
+		for range n {
+			p.Add(Key(touches % 20 * (1 + touches%3%2)))
+			touches++
+			for p.Len() > p.capacity {
+				p.Evict(nil)
+			}
+		}
+	}
+	for range 20 * minPeriod { // thousands of hits, no switch
+		touch(1)
+		if p.switched || p.voters != nil {
+			t.Fatalf("after %d touches: switched %v, voters %v", touches, p.switched, p.voters)
+		}
+	}
+	if p.shadows[0].hits < minEvidence*adaptDecay {
+		t.Fatalf("%v hits: the test never reached minEvidence", p.shadows[0].hits)
+	}
+	q, _ := NewAdaptive(16, AdaptiveConfig{Candidates: []Candidate{same, same}})
+	p = q.(*adaptive)
+	p.switched = true // as if the choice had switched
+	votes := 0
+	for range 20 * minPeriod {
+		touch(1)
+		if p.voters != nil && p.shadows[0].hits < minEvidence*adaptDecay {
+			t.Fatalf("a vote with %v hits, before the leader held %d", p.shadows[0].hits, minEvidence)
+		}
+		if p.voters != nil {
+			if !slices.Equal(p.voters, []int{1, 2}) {
+				t.Fatalf("voters %v; want both shadows", p.voters)
+			}
+			votes++
+		}
+		checkAdaptive(t, p)
+	}
+	if votes == 0 {
+		t.Fatal("no vote after the switch with evidence")
 	}
 }
 
