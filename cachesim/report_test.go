@@ -114,6 +114,48 @@ func TestReportAdaptiveGenerated(t *testing.T) {
 	}
 }
 
+// TestReportAdaptiveHeldOut prints the 81 cells Adaptive's vote was judged
+// on (policy/adaptive.go, voteBand): both shared traces, each one's first
+// and second half, and three trace.Synthetic workloads (the default with
+// 1,500 sessions, seeds 1-3), at capacities 256 to 64k blocks, with the
+// best classic policy's hit ratio, Adaptive's and their ratio, then the
+// cells below the best classic. It runs only with KVTIER_CACHESIM_REPORT=1
+// (43 s on a 2-core VM):
+//
+//	KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveHeldOut -v ./cachesim
+func TestReportAdaptiveHeldOut(t *testing.T) {
+	if os.Getenv("KVTIER_CACHESIM_REPORT") != "1" {
+		t.Skip("set KVTIER_CACHESIM_REPORT=1 to print the held-out table")
+	}
+	type workload struct {
+		name string
+		reqs []trace.Request
+	}
+	var ws []workload
+	for _, f := range []string{"conversation", "synthetic"} {
+		r := readShared(t, f+"_trace.jsonl")
+		ws = append(ws, workload{f, r}, workload{f + " first half", r[:len(r)/2]}, workload{f + " second half", r[len(r)/2:]})
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		ws = append(ws, workload{fmt.Sprintf("generated, seed %d", seed), synthetic(t, func(c *trace.SyntheticConfig) {
+			c.Seed, c.Sessions = seed, 1500
+		})})
+	}
+	var below []string
+	t.Logf("| workload | capacity | best classic | adaptive | adaptive/best |")
+	for _, w := range ws {
+		for c := 256; c <= 1<<16; c *= 2 {
+			best, bestKind := bestClassic(t, w.reqs, c)
+			a := mustSimulate(t, w.reqs, c, policy.Adaptive, Options{})
+			t.Logf("| %s | %d | %v %.2f%% | %.2f%% | %.3f |", w.name, c, bestKind, 100*best.HitRatio, 100*a.HitRatio, a.HitRatio/best.HitRatio)
+			if a.Hits < best.Hits {
+				below = append(below, fmt.Sprintf("%s %d (%.3f)", w.name, c, a.HitRatio/best.HitRatio))
+			}
+		}
+	}
+	t.Logf("below the best classic in %d of %d cells: %s", len(below), 9*len(ws), strings.Join(below, ", "))
+}
+
 // TestReportAdaptiveCandidates prints, on both shared traces, the hit ratio
 // of each of Adaptive's default rankings run alone (no shadows, nothing
 // adapts) beside the default Adaptive and the best classic policy, per

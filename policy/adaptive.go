@@ -120,8 +120,9 @@ const switchMargin = 1.02
 // cache evicts in its ranking's order.
 //
 // How they were chosen: on 81 cells (capacities 256 to 64k of both shared
-// traces, of each one's halves and of three trace.Synthetic workloads,
-// hit ratios as `kvbench -suite trace` computes them), a window of a
+// traces, of each one's halves and of three trace.Synthetic workloads;
+// `KVTIER_CACHESIM_REPORT=1 go test -run TestReportAdaptiveHeldOut -v
+// ./cachesim` prints them), a window of a
 // quarter was the first tried; against the policy without a vote it is
 // better in 16 cells (+2.7 points in all) and worse in 16 (-1.2), and takes
 // the synthetic trace's 2k cell from 0.98x to 1.002x the best classic.
