@@ -496,10 +496,7 @@ func (p *adaptive) adapt() {
 	if best != p.choice {
 		p.choice, p.switched = best, true
 		p.real.rank, p.real.window = p.shadows[best].rank, p.shadows[best].window
-		h := p.real.heap
-		for j := len(h)/2 - 1; j >= 0; j-- {
-			p.down(&p.real, j)
-		}
+		p.heapify(&p.real)
 	}
 	p.revote(top >= minEvidence)
 }
@@ -543,10 +540,7 @@ func (p *adaptive) revote(evidence bool) {
 		v.heap = append(v.heap, i)
 	}
 	for h := range p.votes {
-		v := &p.votes[h]
-		for j := len(v.heap)/2 - 1; j >= 0; j-- {
-			p.down(v, j)
-		}
+		p.heapify(&p.votes[h])
 	}
 }
 
@@ -622,9 +616,7 @@ func (p *adaptive) votedVictim(take func(i int32) bool) int32 {
 	var low [voteEdge]int32 // the lowest samples so far, in rank order
 	n := 0
 	for range voteSamples {
-		p.rng ^= p.rng << 13
-		p.rng ^= p.rng >> 7
-		p.rng ^= p.rng << 17
+		p.rng = xorshift(p.rng)
 		x := h[p.rng%uint64(len(h))]
 		if n == voteEdge && !p.less(&p.real, x, low[n-1]) {
 			continue
@@ -645,6 +637,14 @@ func (p *adaptive) votedVictim(take func(i int32) bool) int32 {
 		}
 	}
 	return -1
+}
+
+// xorshift is Marsaglia's 64-bit xorshift step (13, 7, 17).
+func xorshift(x uint64) uint64 {
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	return x
 }
 
 // walk looks at lane l's entries in rank order without changing the heap:
@@ -698,10 +698,8 @@ func (p *adaptive) Evict(evictable func(Key) bool) (Key, bool) {
 	}
 	take := func(i int32) bool { return evictable == nil || evictable(p.entries[i].key) }
 	j := p.votedVictim(take)
-	if j < 0 && evictable == nil {
-		j = 0
-	} else if j < 0 {
-		j = p.walk(&p.real, take, nil)
+	if j < 0 {
+		j = p.walk(&p.real, take, nil) // the root when every key is evictable
 	}
 	if j < 0 {
 		return 0, false
@@ -797,6 +795,13 @@ func (p *adaptive) delete(l *lane, j int32) {
 	p.entries[i].pos[l.slot] = -1
 	if j < last {
 		p.fix(l, l.heap[j])
+	}
+}
+
+// heapify restores l's heap order after its ranking changed: O(n).
+func (p *adaptive) heapify(l *lane) {
+	for j := len(l.heap)/2 - 1; j >= 0; j-- {
+		p.down(l, j)
 	}
 }
 

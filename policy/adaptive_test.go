@@ -385,9 +385,7 @@ func voteEdgeOf(p *adaptive) int32 {
 	rng, h := p.rng, p.real.heap
 	sample := make([]int32, voteSamples)
 	for k := range sample {
-		rng ^= rng << 13
-		rng ^= rng >> 7
-		rng ^= rng << 17
+		rng = xorshift(rng)
 		sample[k] = h[rng%uint64(len(h))]
 	}
 	slices.SortStableFunc(sample, func(a, b int32) int { return p.cmp(&p.real, a, b) })
