@@ -328,6 +328,14 @@ func TestDoubleGet(t *testing.T) {
 }
 
 // slowDevice blocks host-to-device copies until release is closed.
+// deadlineConfig is a Manager's Config over dev (slowDevice's) with
+// gpuBlocks GPU blocks, 1 MiB of pinned memory that takes every block, and a
+// read deadline of 1 ms plus 1 µs a token judged on clk.
+func deadlineConfig(dev gpu.Device, gpuBlocks int, clk Clock) Config {
+	return Config{BlockTokens: bt, GPUBlocks: gpuBlocks, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
+		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk}
+}
+
 func slowDevice(t *testing.T) (gpu.Device, chan struct{}, Clock) {
 	release := make(chan struct{})
 	clk := &copyStartClock{at: time.Unix(1e9, 0)}
@@ -392,8 +400,7 @@ func (c *copyStartClock) started() {
 func TestReadDeadline(t *testing.T) {
 	ctx := context.Background()
 	dev, release, clk := slowDevice(t)
-	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
+	m := newManager(t, deadlineConfig(dev, 12, clk))
 	a := toks(3, 3*bt)
 	r := loadFromPinned(t, m, 12, a)
 	out := wait(t, r)

@@ -35,8 +35,7 @@ func pinnedReaders(t *testing.T, m *Manager) int {
 func TestProbeLateSamePrefixWhileCopyLands(t *testing.T) {
 	ctx := context.Background()
 	dev, release, clk := slowDevice(t)
-	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
+	m := newManager(t, deadlineConfig(dev, 12, clk))
 	a := toks(3, 3*bt)
 	r2 := loadFromPinned(t, m, 12, a)
 	late := 0
@@ -98,8 +97,7 @@ func TestProbeLateSamePrefixWhileCopyLands(t *testing.T) {
 func TestProbeOverdueManager(t *testing.T) {
 	ctx := context.Background()
 	dev, release, clk := slowDevice(t)
-	m := newManager(t, Config{GPUBlocks: 4, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
+	m := newManager(t, deadlineConfig(dev, 4, clk))
 	a := toks(3, 3*bt)
 	r := loadFromPinned(t, m, 4, a)
 	// Wait until the deadline has passed on the stats: Overdue counts it.
@@ -139,9 +137,7 @@ func TestProbeOverdueManager(t *testing.T) {
 func TestProbeCloseDuringLateCopy(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dev, release, clk := slowDevice(t)
-	ctx := context.Background()
-	m, err := New(Config{BlockTokens: bt, GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
+	m, err := New(deadlineConfig(dev, 12, clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +146,16 @@ func TestProbeCloseDuringLateCopy(t *testing.T) {
 	if out := wait(t, r); out.Late != 3 {
 		t.Fatalf("outcome %+v", out)
 	}
+	closeWhileCopyHeld(t, m, release)
+}
+
+// closeWhileCopyHeld calls Close (with 100 ms of context) while release
+// still holds the device's copies, releases them after 300 ms, and fails if
+// Close has not returned 10 s later.
+func closeWhileCopyHeld(t *testing.T, m *Manager, release chan struct{}) {
+	t.Helper()
 	closed := make(chan error, 1)
-	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	go func() { closed <- m.Close(cctx) }()
 	select {
@@ -180,8 +184,7 @@ func (c frozenClock) Now() time.Time { return c.at }
 // Ready waits for the copy and every loaded token is valid.
 func TestProbeDeadlineJudgedOnConfigClock(t *testing.T) {
 	dev, release, _ := slowDevice(t)
-	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: frozenClock{time.Unix(1e9, 0)}})
+	m := newManager(t, deadlineConfig(dev, 12, frozenClock{time.Unix(1e9, 0)}))
 	a := toks(3, 3*bt)
 	r := loadFromPinned(t, m, 12, a)
 	select {
@@ -260,8 +263,7 @@ func TestProbeLateSwapLosesCachedBlocks(t *testing.T) {
 func TestProbeDeleteDuringLateCopyManager(t *testing.T) {
 	ctx := context.Background()
 	dev, release, clk := slowDevice(t)
-	m := newManager(t, Config{GPUBlocks: 12, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
+	m := newManager(t, deadlineConfig(dev, 12, clk))
 	a := toks(3, 3*bt)
 	r := loadFromPinned(t, m, 12, a)
 	if out := wait(t, r); out.Late != 3 {
@@ -299,8 +301,7 @@ func TestProbeCloseDuringOverdueCopy(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dev, release, clk := slowDevice(t)
 	ctx := context.Background()
-	m, err := New(Config{BlockTokens: bt, GPUBlocks: 4, PinnedBytes: 1 << 20, Ingestion: IngestAll, Device: dev,
-		ReadDeadlineBase: time.Millisecond, ReadDeadlinePerToken: time.Microsecond, Clock: clk})
+	m, err := New(deadlineConfig(dev, 4, clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,22 +314,7 @@ func TestProbeCloseDuringOverdueCopy(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	closed := make(chan error, 1)
-	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	go func() { closed <- m.Close(cctx) }()
-	select {
-	case err := <-closed:
-		t.Logf("Close returned before the copy was released: %v", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	close(release)
-	select {
-	case err := <-closed:
-		t.Logf("Close: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not return after the stream was released")
-	}
+	closeWhileCopyHeld(t, m, release)
 	out := wait(t, r)
 	t.Logf("overdue load's outcome after Close: %+v", out)
 	if out.Blocks != nil {

@@ -44,6 +44,23 @@ func lateDuringCopy(t *testing.T, tr *Tier, seq uint64, p []int64) (messages.All
 	return res, req
 }
 
+// landFetch completes req's copy and returns what the tier did next.
+func landFetch(t *testing.T, tr *Tier, req *messages.FetchRequest) Ready {
+	t.Helper()
+	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
+	return drain(t, tr)
+}
+
+// deleteChain deletes the chain of tokens p through a Query and returns
+// its result.
+func deleteChain(t *testing.T, tr *Tier, p []int64) *messages.QueryResult {
+	t.Helper()
+	q := &messages.Query{Kind: messages.QueryDelete, Keys: keysOf(p), Tokens: p, Reply: make(chan *messages.QueryResult, 1)}
+	tr.Query(q)
+	drain(t, tr)
+	return <-q.Reply
+}
+
 // grantAll grants every block of req, from slots 0, 1, 2, ...
 func grantAll(t *testing.T, tr *Tier, req *messages.FetchRequest) {
 	t.Helper()
@@ -129,8 +146,7 @@ func TestProbeLateCopyOldBlocksNeverServed(t *testing.T) {
 		t.Fatalf("hits %v, want the fresh blocks %v", got, fresh)
 	}
 	// The old copy lands late: nothing of it is published.
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	r = drain(t, tr)
+	r = landFetch(t, tr, req)
 	if len(r.ToPinned) != 1 {
 		t.Fatalf("after the late copy: %+v, want its slots released", r.ToPinned)
 	}
@@ -166,8 +182,7 @@ func TestProbeLateCopyAbortThenLand(t *testing.T) {
 	p := prompt(1, 3*bs)
 	_, req := lateDuringCopy(t, tr, 1, p)
 	freeSeqs(t, tr, 1)
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	drain(t, tr)
+	landFetch(t, tr, req)
 	if got := cachedIDs(t, tr, p); len(got) != 0 {
 		t.Fatalf("aborted late load: %v findable", got)
 	}
@@ -196,8 +211,7 @@ func TestProbeLateCopyCommitThenSwap(t *testing.T) {
 	if off == nil || len(off.Items) != 3 {
 		t.Fatalf("swap sent %+v, want the 3 fresh blocks offered", r.ToPinned)
 	}
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil) // the late copy lands before the offload grant
-	drain(t, tr)
+	landFetch(t, tr, req) // the late copy lands before the offload grant
 	tr.OffloadGranted(&messages.OffloadGrant{ID: off.ID, Slots: []int{10, 11, 12}, Bytes: make([][]byte, 3)})
 	r = drain(t, tr)
 	if len(r.Copies) != 1 {
@@ -222,14 +236,10 @@ func TestProbeDeleteDuringLateCopy(t *testing.T) {
 	_, req := lateDuringCopy(t, tr, 1, p)
 	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: len(p)}}, func(*messages.CommitBatchResult) {})
 	drain(t, tr)
-	q := &messages.Query{Kind: messages.QueryDelete, Keys: keysOf(p), Tokens: p, Reply: make(chan *messages.QueryResult, 1)}
-	tr.Query(q)
-	drain(t, tr)
-	if qr := <-q.Reply; qr.Err != nil || qr.Deleted != 3 {
+	if qr := deleteChain(t, tr, p); qr.Err != nil || qr.Deleted != 3 {
 		t.Fatalf("delete %+v", qr)
 	}
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	drain(t, tr)
+	landFetch(t, tr, req)
 	if got := cachedIDs(t, tr, p); len(got) != 0 {
 		t.Fatalf("deleted chain findable after the late copy landed: %v", got)
 	}
@@ -245,17 +255,13 @@ func TestProbeDeleteBeforeDeadlineDuringCopy(t *testing.T) {
 	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned, messages.Pinned})
 	req := fetchRequest(t, r)
 	grantAll(t, tr, req)
-	q := &messages.Query{Kind: messages.QueryDelete, Keys: keysOf(p[:2*bs]), Tokens: p[:2*bs], Reply: make(chan *messages.QueryResult, 1)}
-	tr.Query(q)
-	drain(t, tr)
-	<-q.Reply
+	deleteChain(t, tr, p[:2*bs])
 	fireDeadline(t, tr, req)
 	out := res.Ready.Outcome()
 	if out.ValidTokens+(out.Late+out.Evicted+out.Failed+out.Mismatch)*bs != len(p) {
 		t.Fatalf("outcome %+v does not cover the %d loading tokens", out, len(p))
 	}
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	drain(t, tr)
+	landFetch(t, tr, req)
 	if got := cachedIDs(t, tr, p); len(got) != 0 {
 		t.Fatalf("late copy published %v", got)
 	}
@@ -327,8 +333,7 @@ func TestProbePartialGrantThenLate(t *testing.T) {
 	}
 	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: len(p)}}, func(*messages.CommitBatchResult) {})
 	drain(t, tr)
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	drain(t, tr)
+	landFetch(t, tr, req)
 	if got := cachedIDs(t, tr, p); !slices.Equal(got, out.Blocks) {
 		t.Fatalf("hits %v, want %v", got, out.Blocks)
 	}
@@ -358,8 +363,7 @@ func TestProbeLateAfterGPUHits(t *testing.T) {
 	}
 	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: len(p)}}, func(*messages.CommitBatchResult) {})
 	drain(t, tr)
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	drain(t, tr)
+	landFetch(t, tr, req)
 	freeSeqs(t, tr, 1)
 	// Reuse the two free empty blocks (the old ones among them) for other contents.
 	if res, _ := allocate(t, tr, 5, prompt(500, 4*bs), []messages.Tier{}); res.Err != nil {
@@ -417,8 +421,7 @@ func TestProbeFreedSeqLateNotOverdue(t *testing.T) {
 	freeSeqs(t, tr, 1)
 	fireDeadline(t, tr, req)
 	st := tr.Stats()
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	drain(t, tr)
+	landFetch(t, tr, req)
 	if st.Overdue != 0 {
 		t.Errorf("stats %+v: a freed sequence's load counted %d Overdue blocks (no block was served late as a hit to anyone)", st, st.Overdue)
 	}
@@ -565,8 +568,7 @@ func TestProbeLateAfterSeqIDReused(t *testing.T) {
 	if out := res.Ready.Outcome(); out.Blocks != nil {
 		t.Errorf("the freed allocation's outcome replaces its table with %v (the new sequence 1's table is %v)", out.Blocks, res2.Blocks)
 	}
-	tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
-	drain(t, tr)
+	landFetch(t, tr, req)
 	freeSeqs(t, tr, 1)
 	allFreeNoPins(t, tr)
 }
