@@ -67,11 +67,12 @@
 //
 // # Ownership
 //
-// Allocate, AllocateBatch, Append, AppendBatch and Step read the token
-// slices of their requests while the call runs, without copying them (for
-// 512-token blocks the copy cost as much as the allocation): the caller must
-// not modify them until the call returns, however it returns. Once it has
-// returned, the Manager holds no reference to them. Results are the caller's.
+// Allocate, AllocateBatch, AllocateInOrder, Append, AppendBatch and Step
+// read the token slices of their requests while the call runs, without
+// copying them (for 512-token blocks the copy cost as much as the
+// allocation): the caller must not modify them until the call returns,
+// however it returns. Once it has returned, the Manager holds no reference
+// to them. Results are the caller's.
 //
 // # Usage
 //

@@ -414,7 +414,7 @@ func isOneOf(err error, targets ...error) bool {
 	return false
 }
 
-// FuzzRequests drives one Manager with a fuzzed program of AllocateBatch,
+// FuzzRequests drives one Manager with a fuzzed program of AllocateBatch (or AllocateInOrder),
 // AppendBatch, FreeBatch, Exists and Delete. After every call: no call error,
 // every per-request error is one of the documented sentinels and the one the
 // model of live sequences predicts, a call whose requests were all rejected
@@ -461,8 +461,9 @@ func FuzzRequests(f *testing.F) {
 			changed := true // whether the call may change state
 			desc := ""
 			switch in.u8() % 5 {
-			case 0, 1: // AllocateBatch (weighted: it has the most validation)
-				n := 1 + int(in.u8()%3)
+			case 0, 1: // AllocateBatch or AllocateInOrder (weighted: they have the most validation)
+				nb := in.u8()
+				n, ordered := 1+int(nb%3), nb&0x80 != 0
 				reqs := make([]AllocRequest, n)
 				for i := range reqs {
 					reqs[i] = AllocRequest{Seq: reqSeq(in), Tokens: reqTokens(in, vocab), Salt: reqSalts[in.u8()%3]}
@@ -472,10 +473,15 @@ func FuzzRequests(f *testing.F) {
 					}
 				}
 				desc = fmt.Sprintf("AllocateBatch(%+v)", reqs)
-				res, err := m.AllocateBatch(ctx, reqs)
+				allocate := m.AllocateBatch
+				if ordered {
+					desc, allocate = "AllocateInOrder"+desc[len("AllocateBatch"):], m.AllocateInOrder
+				}
+				res, err := allocate(ctx, reqs)
 				if err != nil || len(res) != n {
 					t.Fatalf("%s: %d results, %v", desc, len(res), err)
 				}
+				stopped := false          // in order: a request found no space, the rest are not tried
 				seen := map[uint64]bool{} // a batch names each sequence once
 				won := map[uint64]bool{}
 				changed = false
@@ -497,6 +503,8 @@ func FuzzRequests(f *testing.F) {
 					if det == nil {
 						_, isLive := live[r.Seq]
 						switch {
+						case stopped:
+							allowed = []error{blockpool.ErrNoSpace}
 						case len(toks) == 0:
 							allowed = []error{blockpool.ErrEmptySequence}
 						case isLive:
@@ -511,6 +519,9 @@ func FuzzRequests(f *testing.F) {
 					}
 					if !isOneOf(got, allowed...) {
 						t.Fatalf("%s: request %d: error %v, want one of %v", desc, i, got, allowed)
+					}
+					if ordered && det == nil && errors.Is(got, blockpool.ErrNoSpace) {
+						stopped = true
 					}
 					if got != nil {
 						if res[i].Ready != nil || res[i].Blocks != nil {

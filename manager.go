@@ -610,8 +610,27 @@ func (m *Manager) keysFor(reqs []AllocRequest) []*blockpool.Keys {
 // (requests do not all run in order: those that wait for the index finish
 // after the others).
 func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
+	return m.allocateBatch(ctx, reqs, false)
+}
+
+// AllocateInOrder allocates several sequences in one message, first come,
+// first served, as a scheduler admits a queue: in order, and once a request
+// finds too few free GPU blocks, the ones after it are not tried. Their
+// errors match ErrNoSpace as that request's does; they hold no blocks and
+// started no loads, so nothing need be freed and no load runs for nothing
+// (with AllocateBatch, a later, smaller request can get blocks that a
+// first-come-first-served scheduler then frees again). A request refused
+// for its own arguments (a repeated sequence, ErrTooLong) does not stop the
+// ones after it. If its caller gives up while a request waits for blocks,
+// that request and the ones after it fail with ErrCanceled; the ones
+// before it stand. Otherwise as AllocateBatch.
+func (m *Manager) AllocateInOrder(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
+	return m.allocateBatch(ctx, reqs, true)
+}
+
+func (m *Manager) allocateBatch(ctx context.Context, reqs []AllocRequest, inOrder bool) ([]AllocResult, error) {
 	owned := ownRequests(reqs)
-	msg := &messages.AllocateBatch{Reqs: owned, Keys: m.keysFor(owned), Reply: make(chan *messages.AllocateBatchResult, 1)}
+	msg := &messages.AllocateBatch{Reqs: owned, Keys: m.keysFor(owned), InOrder: inOrder, Reply: make(chan *messages.AllocateBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return nil, err
@@ -652,6 +671,9 @@ type StepRequest struct {
 	Free     []uint64
 	Append   []AppendItem
 	Allocate []AllocRequest
+	// AllocateInOrder allocates first come, first served, as
+	// AllocateInOrder does; otherwise as AllocateBatch.
+	AllocateInOrder bool
 }
 
 // StepResult answers Step: one error (or nil) per commit, freed sequence and
@@ -672,7 +694,8 @@ func (m *Manager) Step(ctx context.Context, req StepRequest) (StepResult, error)
 	allocs := ownRequests(req.Allocate)
 	c := m.checkCommits(req.Commit) // as CommitBatch: a fence the device refuses commits nothing
 	msg := &messages.StepBatch{Commit: c.send, Free: append([]uint64(nil), req.Free...),
-		Append: ownItems(req.Append), Allocate: allocs, Keys: m.keysFor(allocs), Reply: make(chan *messages.StepResult, 1)}
+		Append: ownItems(req.Append), Allocate: allocs, Keys: m.keysFor(allocs), AllocateInOrder: req.AllocateInOrder,
+		Reply: make(chan *messages.StepResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)
 	if err != nil {
 		return StepResult{}, err

@@ -145,7 +145,12 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	case *messages.AllocateBatch:
 		if m.Take() { // false: the caller gave up before it took effect
 			a.t.SetCall(&m.Call) // what parks can be withdrawn
-			a.t.AllocateBatch(m.Reqs, m.Keys, func(r *messages.AllocateBatchResult) { m.Reply <- r })
+			send := func(r *messages.AllocateBatchResult) { m.Reply <- r }
+			if m.InOrder {
+				a.t.AllocateInOrder(m.Reqs, m.Keys, send)
+			} else {
+				a.t.AllocateBatch(m.Reqs, m.Keys, send)
+			}
 			a.t.SetCall(nil)
 		}
 	case *messages.StepBatch:

@@ -230,8 +230,11 @@ type AllocateBatch struct {
 	Reqs []AllocRequest
 	// Keys[i] are Reqs[i]'s block keys in its namespace, computed by the
 	// sender (off the actor's goroutine).
-	Keys  []*blockpool.Keys
-	Reply chan *AllocateBatchResult
+	Keys []*blockpool.Keys
+	// InOrder allocates first come, first served: once a request finds no
+	// free GPU blocks, the ones after it are not tried (ErrNoSpace).
+	InOrder bool
+	Reply   chan *AllocateBatchResult
 }
 
 // AllocateBatchResult answers AllocateBatch, one result per request in order.
@@ -312,7 +315,10 @@ type StepBatch struct {
 	Append   []AppendItem
 	Allocate []AllocRequest
 	Keys     []*blockpool.Keys // per Allocate request, as in AllocateBatch
-	Reply    chan *StepResult
+	// AllocateInOrder allocates first come, first served, as
+	// AllocateBatch.InOrder.
+	AllocateInOrder bool
+	Reply           chan *StepResult
 }
 
 // StepResult answers StepBatch, part by part.

@@ -62,13 +62,16 @@ func noBlocks(err error) error {
 	return err
 }
 
-// Allocate implements scheduler.Cache with one Manager.AllocateBatch.
+// Allocate implements scheduler.Cache with one Manager.AllocateInOrder:
+// the scheduler admits first come, first served, so once a sequence gets no
+// blocks the ones after it are not tried (they would be freed again, their
+// loads started for nothing).
 func (c *Cache) Allocate(ctx context.Context, reqs []scheduler.AllocReq) ([]scheduler.AllocOutcome, error) {
 	c.reqs = c.reqs[:0]
 	for _, r := range reqs {
 		c.reqs = append(c.reqs, kvtier.AllocRequest{Seq: uint64(r.Seq), Tokens: r.Tokens, Salt: r.Salt})
 	}
-	res, err := c.m.AllocateBatch(ctx, c.reqs)
+	res, err := c.m.AllocateInOrder(ctx, c.reqs)
 	clear(c.reqs) // drop references to the scheduler's token slices
 	if err != nil {
 		return nil, fmt.Errorf("schedcache: allocate %d sequences: %w", len(reqs), err)

@@ -99,18 +99,26 @@ func TestAllocateHitsAndNoSpace(t *testing.T) {
 	}
 }
 
-func TestAllocateBatchIsOneCallPerStep(t *testing.T) {
-	c := New(newManager(t, kvtier.Config{GPUBlocks: 3}), Options{})
+// TestAllocateIsInOrder: one call allocates the step's batch first come,
+// first served: a sequence that would fit behind one that does not is not
+// allocated (the scheduler would free it again, its loads started for
+// nothing).
+func TestAllocateIsInOrder(t *testing.T) {
+	m := newManager(t, kvtier.Config{GPUBlocks: 3})
+	c := New(m, Options{})
 	outs, err := c.Allocate(context.Background(), []scheduler.AllocReq{
 		{Seq: 1, Tokens: seqTokens(0, 8)},
 		{Seq: 2, Tokens: seqTokens(50, 8)}, // 2 more blocks: only 1 left
-		{Seq: 3, Tokens: seqTokens(90, 3)},
+		{Seq: 3, Tokens: seqTokens(90, 3)}, // 1 block: would fit
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(outs) != 3 || outs[0].Err != nil || !errors.Is(outs[1].Err, scheduler.ErrNoBlocks) || outs[2].Err != nil {
-		t.Fatalf("outcomes %+v: want ok, ErrNoBlocks, ok", outs)
+	if len(outs) != 3 || outs[0].Err != nil || !errors.Is(outs[1].Err, scheduler.ErrNoBlocks) || !errors.Is(outs[2].Err, scheduler.ErrNoBlocks) {
+		t.Fatalf("outcomes %+v: want ok, ErrNoBlocks, ErrNoBlocks", outs)
+	}
+	if err := m.Free(context.Background(), 3); !errors.Is(err, blockpool.ErrUnknownSequence) {
+		t.Fatalf("sequence 3 behind one short of blocks was allocated (free: %v)", err)
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 //
 // Admission is strictly first come, first served: when a candidate gets
 // ErrNoBlocks it stays at the front, and candidates behind it that did get
-// blocks are freed again (one Cache.Free) and stay behind it. After such a
+// blocks (a Cache that tries them regardless) are freed again (one
+// Cache.Free, counted in Result.Requeued) and stay behind it. After such a
 // failure admission waits until the scheduler has freed blocks (a finish or a
 // preemption): the Cache is assumed to serve this scheduler alone.
 func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, rep *StepReport) error {
@@ -73,6 +74,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		}
 	}
 	if len(undo) > 0 {
+		s.m.res.Requeued += len(undo)
 		if err := s.cache.Free(ctx, undo); err != nil {
 			return fmt.Errorf("scheduler: free %d sequences admitted out of order: %w", len(undo), err)
 		}

@@ -55,7 +55,10 @@ type AllocOutcome struct {
 type Cache interface {
 	// Allocate gives blocks to each request, all or nothing per request, and
 	// reports its cached prefix. It returns one outcome per request, in order;
-	// the error result is for failures of the whole call.
+	// the error result is for failures of the whole call. Admission is first
+	// come, first served: a Cache should not try the requests after one that
+	// gets ErrNoBlocks (answering them ErrNoBlocks too, as schedcache does);
+	// those it does allocate, the scheduler frees again (Result.Requeued).
 	Allocate(ctx context.Context, reqs []AllocReq) ([]AllocOutcome, error)
 	// Append adds tokens[i] to sequence seqs[i] (one decoded token each). It
 	// returns one error per sequence, nil on success; errors.Is(e, ErrNoBlocks)

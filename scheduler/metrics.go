@@ -30,12 +30,18 @@ type Result struct {
 
 	TTFT TTFT // arrival to the end of the step that sampled the first output token
 
-	Duration          time.Duration // first arrival to the end of the last step
-	OutputTokensPerS  float64
-	RequestsPerS      float64
-	Steps             int
-	Preemptions       int
-	SwapFallbacks     int // Swap preemptions done by recomputation (ErrUnsupported)
+	Duration         time.Duration // first arrival to the end of the last step
+	OutputTokensPerS float64
+	RequestsPerS     float64
+	Steps            int
+	Preemptions      int
+	SwapFallbacks    int // Swap preemptions done by recomputation (ErrUnsupported)
+	// Requeued counts allocations freed again at once because a sequence
+	// ahead of them in the same Allocate got no blocks (admission is first
+	// come, first served). A Cache that stops at the first such sequence
+	// (schedcache does) leaves it 0; each one may have started loads for
+	// nothing.
+	Requeued          int
 	TimedOutTransfers int // loads given up on by the Timeout policy
 	Onboarded         int // admissions that waited for a load under Wait or Timeout
 

@@ -222,8 +222,8 @@ func TestAllocateFailureKeepsFCFS(t *testing.T) {
 		t.Fatalf("3 was allocated out of order and not freed again: %v", f.freed)
 	}
 	steps(t, s)
-	if r := s.Result(); r.Requests != 3 {
-		t.Fatalf("finished %d", r.Requests)
+	if r := s.Result(); r.Requests != 3 || r.Requeued != 1 {
+		t.Fatalf("finished %d, requeued %d; want 3 and 1 (sequence 3 once)", r.Requests, r.Requeued)
 	}
 }
 

@@ -100,6 +100,7 @@ type jsonConfig struct {
 	Steps             int                `json:"steps"`
 	Preemptions       int                `json:"preemptions"`
 	SwapFallbacks     int                `json:"swap_fallbacks"`
+	Requeued          int                `json:"requeued"`
 	Onboarded         int                `json:"onboarded"`
 	TimedOutTransfers int                `json:"timed_out_transfers"`
 	ManagerTimeouts   uint64             `json:"manager_read_timeouts"`
@@ -158,7 +159,7 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 			GPUBusyS:      out.busy.Seconds(),
 			TTFTMillis:    jsonTTFT{ms(res.TTFT.P50), ms(res.TTFT.P90), ms(res.TTFT.P99), ms(res.TTFT.Max), ms(res.TTFT.Mean)},
 			DurationS:     res.Duration.Seconds(), OutputTokensPerS: res.OutputTokensPerS, RequestsPerS: res.RequestsPerS,
-			Steps: res.Steps, Preemptions: res.Preemptions, SwapFallbacks: res.SwapFallbacks, Onboarded: res.Onboarded,
+			Steps: res.Steps, Preemptions: res.Preemptions, SwapFallbacks: res.SwapFallbacks, Requeued: res.Requeued, Onboarded: res.Onboarded,
 			TimedOutTransfers: res.TimedOutTransfers,
 			ManagerTimeouts:   timeouts,
 			Denied:            denied,
@@ -237,6 +238,7 @@ func printTable(w io.Writer, r jsonReport) {
 		row(name+" (Llama-3-8B bytes)", func(c jsonConfig) string { return bytesIEC(c.Links[i].Bytes) })
 	}
 	row("preemptions", func(c jsonConfig) string { return commas(int64(c.Preemptions)) })
+	row("requeued admissions", func(c jsonConfig) string { return commas(int64(c.Requeued)) })
 	row("denied writes", func(c jsonConfig) string { return commas(int64(c.Denied)) })
 	row("timed-out loads (sched/manager)", func(c jsonConfig) string {
 		return fmt.Sprintf("%d/%d", c.TimedOutTransfers, c.ManagerTimeouts)

@@ -19,6 +19,21 @@ type pendingAlloc struct {
 	waiting []int // indexes of requests waiting for the lookup
 	gpu     []int // GPU hit blocks seen at lookup time, per waiting request
 	call    *messages.Call
+	ord     *orderedAlloc // an ordered batch: every request waits for the lookup
+}
+
+// orderedAlloc is a batch allocated first come, first served: its requests
+// are allocated one after another, in order, and once one finds no free GPU
+// blocks the ones after it are not tried (they fail with ErrNoSpace, hold
+// nothing and load nothing). A request that parks holds back the ones after
+// it: they run in its continuation.
+type orderedAlloc struct {
+	reqs  []messages.AllocRequest
+	keys  []*blockpool.Keys
+	b     *batchReply
+	gpuAt []int             // GPU hit blocks seen at lookup time, per request
+	below [][]messages.Tier // lower tiers' blocks after them, per request
+	stop  func(seq uint64) error
 }
 
 // batchReply answers an AllocateBatch once all its requests are decided.
@@ -38,12 +53,18 @@ func (b *batchReply) maybeSend(t *Tier) {
 }
 
 // allocateBatch allocates what needs no lower tier at once and asks the index
-// about the rest, in one Lookup for the whole batch.
+// about the rest, in one Lookup for the whole batch. With inOrder every
+// request waits for that lookup and the batch is allocated in order
+// (orderedAlloc).
 // It reports whether allocations wait for the index: the caller then leaves the
 // offload ahead of need to lookupDone, as it would pin blocks they are about to take.
-func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) (waiting bool) {
+func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Keys, inOrder bool, send func(*messages.AllocateBatchResult)) (waiting bool) {
 	res := &messages.AllocateBatchResult{Results: make([]messages.AllocResult, len(reqs))}
 	b := &batchReply{send: send, res: res}
+	var ord *orderedAlloc
+	if inOrder {
+		ord = &orderedAlloc{reqs: reqs, keys: keys, b: b, gpuAt: make([]int, len(reqs)), below: make([][]messages.Tier, len(reqs))}
+	}
 	var pend *pendingAlloc
 	var chains [][]uint64
 	var digests [][]prefixhash.Digest
@@ -70,7 +91,9 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 			continue
 		}
 		if !t.lower() || len(r.Tokens) < t.bs {
-			t.allocate(r, k, out, 0, nil, b)
+			if ord == nil {
+				t.allocate(r, k, out, 0, nil, b, nil)
+			}
 			continue
 		}
 		hits, err := t.pool.CachedBlocks(r.Tokens, k)
@@ -80,11 +103,13 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 		}
 		hashes := k.Hashes
 		if hits == len(hashes) {
-			t.allocate(r, k, out, 0, nil, b)
+			if ord == nil {
+				t.allocate(r, k, out, 0, nil, b, nil)
+			}
 			continue
 		}
 		if pend == nil {
-			pend = &pendingAlloc{reqs: reqs, keys: keys, b: b, call: t.call}
+			pend = &pendingAlloc{reqs: reqs, keys: keys, b: b, call: t.call, ord: ord}
 		}
 		pend.waiting = append(pend.waiting, i)
 		pend.gpu = append(pend.gpu, hits)
@@ -96,6 +121,9 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 		digests = append(digests, k.Digests[hits:])
 	}
 	if pend == nil {
+		if ord != nil {
+			t.allocateInOrder(ord, 0)
+		}
 		b.ready = true
 		b.maybeSend(t)
 		return false
@@ -116,18 +144,68 @@ func (t *Tier) lookupDone(m *messages.LookupResult) {
 	prev := t.call
 	t.call = pend.call // what parks now stays its request's
 	defer func() { t.call = prev }()
-	for k, i := range pend.waiting {
-		r := &pend.reqs[i]
-		t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b)
+	if o := pend.ord; o != nil {
+		for k, i := range pend.waiting {
+			o.gpuAt[i], o.below[i] = pend.gpu[k], m.Tiers[k]
+		}
+		t.allocateInOrder(o, 0)
+	} else {
+		for k, i := range pend.waiting {
+			r := &pend.reqs[i]
+			t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b, nil)
+		}
 	}
 	t.afterBatch()
 	pend.b.ready = true
 	pend.b.maybeSend(t)
 }
 
+// allocateInOrder allocates o's requests from the from'th on, in order,
+// until one parks (its continuation carries on after it) or all are
+// decided. Requests refused before allocation (out.Err set) are skipped.
+func (t *Tier) allocateInOrder(o *orderedAlloc, from int) {
+	for i := from; i < len(o.reqs); i++ {
+		r, out := &o.reqs[i], &o.b.res.Results[i]
+		if out.Err != nil {
+			continue
+		}
+		if o.stop != nil {
+			out.Err = o.stop(r.Seq)
+			continue
+		}
+		if t.allocate(r, o.keys[i], out, o.gpuAt[i], o.below[i], o.b, func(canceled bool) {
+			o.decided(i, canceled)
+			t.allocateInOrder(o, i+1)
+		}) {
+			return
+		}
+		o.decided(i, false)
+	}
+}
+
+// decided notes the outcome of request i: a lack of blocks, or a request
+// answered without being applied (its caller withdrew, the tier stopped),
+// leaves the requests after it untried.
+func (o *orderedAlloc) decided(i int, canceled bool) {
+	err, seq := o.b.res.Results[i].Err, o.reqs[i].Seq
+	switch {
+	case err == nil:
+	case canceled:
+		o.stop = func(s uint64) error {
+			return fmt.Errorf("sequence %d not tried: sequence %d ahead of it in the ordered batch was not applied: %w", s, seq, err)
+		}
+	case errors.Is(err, blockpool.ErrNoSpace):
+		o.stop = func(s uint64) error {
+			return fmt.Errorf("%w: sequence %d not tried: sequence %d ahead of it in the ordered batch got no blocks", blockpool.ErrNoSpace, s, seq)
+		}
+	}
+}
+
 // allocate allocates one request; below lists the tiers of the blocks after the
-// first gpuAt blocks that lower tiers hold.
-func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
+// first gpuAt blocks that lower tiers hold. It reports whether the request
+// parked: then, once it is decided, then (when not nil) runs, told whether
+// it was answered without being applied.
+func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, then func(canceled bool)) (parked bool) {
 	nb := t.blocksFor(len(r.Tokens))
 	if len(below) > 0 && (len(below) < t.cfg.DoubleGetMinBlocks || float64(len(below)) < t.cfg.DoubleGetMinRatio*float64(nb)) {
 		t.stats.DoubleGetSkips += uint64(len(below))
@@ -141,12 +219,12 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	}
 	alloc, err := t.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead, MaxHits: maxHits})
 	if t.parkable(err) {
-		t.park(r, k, out, gpuAt, below, b)
-		return
+		t.park(r, k, out, gpuAt, below, b, then)
+		return true
 	}
 	if err != nil {
 		out.Err = err
-		return
+		return false
 	}
 	out.Blocks = alloc.Blocks
 	out.Tokens[messages.GPU.Index()] = alloc.CachedTokens
@@ -235,19 +313,26 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	}
 	t.countTokens(r.Salt, len(r.Tokens), out)
 	w.done(t)
+	return false
 }
 
 // park retries allocate once offloads ahead of need release blocks. It is its
 // own function so that allocate's arguments escape only when it parks.
-func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply) {
+// then runs once the request is decided, before the batch can be answered.
+func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, then func(canceled bool)) {
 	b.parked++
 	t.parkReq(func() {
 		b.parked--
-		t.allocate(r, k, out, gpuAt, below, b)
+		if !t.allocate(r, k, out, gpuAt, below, b, then) && then != nil {
+			then(false)
+		}
 		b.maybeSend(t)
 	}, func(err error) {
 		b.parked--
 		out.Err = orWithdrawn(err, r.Seq)
+		if then != nil {
+			then(true)
+		}
 		b.maybeSend(t)
 	})
 }
@@ -514,7 +599,7 @@ func (t *Tier) step(m *messages.StepBatch) {
 		parts++
 		t.appendBatch(m.Append, func(r *messages.AppendBatchResult) { res.Append = r; done() })
 	}
-	if !t.allocateBatch(m.Allocate, m.Keys, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
+	if !t.allocateBatch(m.Allocate, m.Keys, m.AllocateInOrder, func(r *messages.AllocateBatchResult) { res.Allocate = r; done() }) {
 		t.afterBatch()
 	}
 }

@@ -131,7 +131,17 @@ func (t *Tier) copy(id uint64, fetch bool, dir gpu.Direction, ops []gpu.CopyOp, 
 // AllocateBatch allocates reqs (keys computed by the caller, one per
 // request) and answers through send once every request is decided.
 func (t *Tier) AllocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) {
-	if !t.allocateBatch(reqs, keys, send) {
+	if !t.allocateBatch(reqs, keys, false, send) {
+		t.afterBatch()
+	}
+}
+
+// AllocateInOrder allocates reqs as AllocateBatch does, but first come,
+// first served: in order, and once one request finds no free GPU blocks
+// the ones after it are not tried; they fail with an error matching
+// blockpool.ErrNoSpace and hold nothing.
+func (t *Tier) AllocateInOrder(reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) {
+	if !t.allocateBatch(reqs, keys, true, send) {
 		t.afterBatch()
 	}
 }

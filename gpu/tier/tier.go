@@ -304,6 +304,13 @@ func (t *Tier) stop(err error) {
 		for _, i := range p.waiting {
 			p.b.res.Results[i].Err = err
 		}
+		if p.ord != nil { // every request waited, none was applied
+			for i := range p.b.res.Results {
+				if r := &p.b.res.Results[i]; r.Err == nil {
+					r.Err = err
+				}
+			}
+		}
 		p.b.ready = true
 		p.b.maybeSend(t)
 	}
