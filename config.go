@@ -200,7 +200,9 @@ type Config struct {
 	// per tier with their denominator, and per-link bytes, blocks, failures
 	// and a transfer-duration histogram. Never the global registry unless
 	// passed in. Close unregisters them. A Registerer that refuses them
-	// (another Manager's metrics already there) fails New.
+	// (another Manager's metrics already there) fails New with
+	// ErrBadConfig, before the disk tier creates any file. A scrape while
+	// New runs gets no tier series.
 	Registerer prometheus.Registerer
 	// MetricsNamespaces is a comma-separated allowlist of tenant salts whose
 	// token counts get their own namespace label; requests without a salt

@@ -194,6 +194,9 @@ func New(cfg Config) (*Manager, error) {
 		if m.evPID != nil { // before its sockets close
 			_ = m.system.Root.StopFuture(m.evPID).Wait()
 		}
+		if m.metrics != nil {
+			m.metrics.unregister()
+		}
 		m.release()
 		return nil, err
 	}
@@ -229,8 +232,14 @@ func New(cfg Config) (*Manager, error) {
 	root := m.system.Root
 	var observe messages.LinkObserver
 	if c.Registerer != nil {
-		m.metrics = newMetrics(c.Registerer, layout.BlockBytes())
-		observe = m.metrics.observe
+		// Registered before the disk tier opens, so that a Registerer that
+		// refuses them fails New before any slot file exists. Scrapes
+		// before New returns see no tier series (metricsSet.m is unset).
+		x := newMetrics(c.Registerer, layout.BlockBytes())
+		if err := x.register(); err != nil {
+			return fail(err)
+		}
+		m.metrics, observe = x, x.observe
 	}
 	gcfg := actors.GPUConfig{
 		Pool: pool, Arena: m.arena, Stream: stream,
@@ -351,12 +360,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 	}
 	if m.metrics != nil {
-		m.metrics.m = m
-		if err := m.metrics.register(); err != nil {
-			m.metrics = nil
-			_ = m.Close(context.Background())
-			return nil, err
-		}
+		m.metrics.m.Store(m)
 	}
 	c.Logger.Info("kvtier manager started", zap.Int("gpu_blocks", c.GPUBlocks), zap.Int("block_bytes", layout.BlockBytes()),
 		zap.Int64("pinned_bytes", c.PinnedBytes), zap.Stringer("ingestion", c.Ingestion), zap.String("device", m.device.Name()))

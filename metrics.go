@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,7 +74,7 @@ func MetricNames() []string {
 // metricsSet is one Manager's metrics: a collector over Stats and the link
 // series.
 type metricsSet struct {
-	m          *Manager
+	m          atomic.Pointer[Manager] // set once New has started every actor
 	reg        prometheus.Registerer
 	blockBytes float64
 	descs      []*prometheus.Desc
@@ -144,11 +145,15 @@ func (x *metricsSet) Describe(ch chan<- *prometheus.Desc) {
 func (x *metricsSet) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), metricsScrapeTimeout)
 	defer cancel()
-	st, err := x.m.Stats(ctx)
+	m := x.m.Load()
+	if m == nil { // New has not finished: no tier series yet
+		return
+	}
+	st, err := m.Stats(ctx)
 	if err != nil {
 		x.scrapeErrs.Inc()
 		if !errors.Is(err, ErrClosed) {
-			x.m.cfg.Logger.Warn("kvtier metrics: stats", zap.Error(err))
+			m.cfg.Logger.Warn("kvtier metrics: stats", zap.Error(err))
 		}
 		return
 	}
