@@ -21,6 +21,19 @@ func batchOf(seqs []uint64, prompts [][]int64) ([]messages.AllocRequest, []*bloc
 	return reqs, keys
 }
 
+// allocateWith applies a batch with AllocateInOrder or AllocateBatch; the
+// answer lands in the result once sent.
+func allocateWith(tr *Tier, inOrder bool, reqs []messages.AllocRequest, keys []*blockpool.Keys) **messages.AllocateBatchResult {
+	res := new(*messages.AllocateBatchResult)
+	send := func(r *messages.AllocateBatchResult) { *res = r }
+	if inOrder {
+		tr.AllocateInOrder(reqs, keys, send)
+	} else {
+		tr.AllocateBatch(reqs, keys, send)
+	}
+	return res
+}
+
 // held reports whether the pool knows seq.
 func held(tr *Tier, seq uint64) bool {
 	_, err := tr.pool.NumTokens(blockpool.SeqID(seq))
@@ -48,27 +61,21 @@ func TestAllocateInOrderStopsAtNoSpace(t *testing.T) {
 			tr := newTier(t, 4, Config{})
 			reqs, keys := batchOf([]uint64{1, 2, 3, 4}, [][]int64{prompt(0, bs), prompt(100, 2*bs), prompt(200, 8*bs), prompt(300, bs)})
 			reqs[1].MaxSeqLen = bs // refused: ErrTooLong
-			var res *messages.AllocateBatchResult
-			send := func(r *messages.AllocateBatchResult) { res = r }
-			if inOrder {
-				tr.AllocateInOrder(reqs, keys, send)
-			} else {
-				tr.AllocateBatch(reqs, keys, send)
-			}
+			res := allocateWith(tr, inOrder, reqs, keys)
 			drain(t, tr)
-			if res == nil {
+			if *res == nil {
 				t.Fatal("not answered")
 			}
-			errs := make([]error, len(res.Results))
-			for i, r := range res.Results {
+			errs := make([]error, len((*res).Results))
+			for i, r := range (*res).Results {
 				errs[i] = r.Err
 			}
 			if errs[0] != nil || !errors.Is(errs[1], ErrTooLong) || !errors.Is(errs[2], blockpool.ErrNoSpace) {
 				t.Fatalf("answers %v: want ok, ErrTooLong, ErrNoSpace first", errs)
 			}
 			if inOrder {
-				if !errors.Is(errs[3], blockpool.ErrNoSpace) || held(tr, 4) || len(res.Results[3].Blocks) != 0 || res.Results[3].Ready != nil {
-					t.Fatalf("sequence 4 behind a request short of blocks: %+v (held %v), want ErrNoSpace and nothing", res.Results[3], held(tr, 4))
+				if r3 := (*res).Results[3]; !errors.Is(errs[3], blockpool.ErrNoSpace) || held(tr, 4) || len(r3.Blocks) != 0 || r3.Ready != nil {
+					t.Fatalf("sequence 4 behind a request short of blocks: %+v (held %v), want ErrNoSpace and nothing", r3, held(tr, 4))
 				}
 				if st := tr.pool.Stats(); st.Used != 1 {
 					t.Fatalf("%d blocks in use, want sequence 1's one", st.Used)
@@ -89,22 +96,16 @@ func TestAllocateInOrderWaitsForLookup(t *testing.T) {
 		t.Run(fmt.Sprintf("inOrder=%v", inOrder), func(t *testing.T) {
 			tr := newTier(t, 4, Config{Lower: true})
 			reqs, keys := batchOf([]uint64{1, 2}, [][]int64{prompt(0, 4*bs), prompt(100, bs-1)})
-			var res *messages.AllocateBatchResult
-			send := func(r *messages.AllocateBatchResult) { res = r }
-			if inOrder {
-				tr.AllocateInOrder(reqs, keys, send)
-			} else {
-				tr.AllocateBatch(reqs, keys, send)
-			}
+			res := allocateWith(tr, inOrder, reqs, keys)
 			r := drain(t, tr)
 			if held(tr, 2) == inOrder {
 				t.Fatalf("sequence 2 held %v before the lookup's answer, want %v", held(tr, 2), !inOrder)
 			}
 			answerLookup(t, tr, r)
-			if res == nil {
+			if *res == nil {
 				t.Fatal("not answered")
 			}
-			first, second := res.Results[0].Err, res.Results[1].Err
+			first, second := (*res).Results[0].Err, (*res).Results[1].Err
 			if inOrder {
 				if first != nil || !errors.Is(second, blockpool.ErrNoSpace) || held(tr, 2) {
 					t.Fatalf("in order: %v, %v (2 held %v); want the first allocated, the second ErrNoSpace", first, second, held(tr, 2))
