@@ -238,7 +238,6 @@ func printTable(w io.Writer, r jsonReport) {
 		row(name+" (Llama-3-8B bytes)", func(c jsonConfig) string { return bytesIEC(c.Links[i].Bytes) })
 	}
 	row("preemptions", func(c jsonConfig) string { return commas(int64(c.Preemptions)) })
-	row("requeued admissions", func(c jsonConfig) string { return commas(int64(c.Requeued)) })
 	row("denied writes", func(c jsonConfig) string { return commas(int64(c.Denied)) })
 	row("timed-out loads (sched/manager)", func(c jsonConfig) string {
 		return fmt.Sprintf("%d/%d", c.TimedOutTransfers, c.ManagerTimeouts)
