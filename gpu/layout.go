@@ -217,8 +217,9 @@ func (l Layout) checkLayerKV(layer int, kv KV) error {
 //	LayerSeparate:   ((layer*2+kv)*numBlocks + block)*RegionBytes
 //
 // where kv is 0 for K and 1 for V. It fails with ErrOutOfRange for a
-// block, layer or kv outside the arena or the model, or with
-// ErrInvalidSize when numBlocks is not positive or the arena overflows.
+// block, layer or kv outside the arena or the model, with ErrInvalidSize
+// when numBlocks is not positive or the arena overflows, or with
+// ErrInvalidSpec for a Layout not built by NewLayout (the zero Layout).
 func (l Layout) ArenaOffset(numBlocks, block, layer int, kv KV) (int, error) {
 	if err := l.checkArena(numBlocks, block, layer, kv); err != nil {
 		return 0, err
@@ -235,6 +236,9 @@ func (l Layout) arenaOffset(numBlocks, block, layer int, kv KV) int {
 }
 
 func (l Layout) checkArena(numBlocks, block, layer int, kv KV) error {
+	if !l.kind.Valid() {
+		return fmt.Errorf("%w: layout of kind %v (use NewLayout)", ErrInvalidSpec, l.kind)
+	}
 	if _, err := checkArenaSize(numBlocks, l.blockBytes); err != nil {
 		return err
 	}
@@ -286,9 +290,8 @@ func (l Layout) LayerTensor(numBlocks, layer int, kv KV) (TensorView, error) {
 // no block to view, and BlockView has no error to return: like Region
 // given a layer outside the model, it is a contract violation and panics,
 // with ErrInvalidSpec's message ("kvtier: invalid model spec: ..."). The
-// calls that return an error refuse such a Layout instead: NewKVArena with
-// ErrInvalidSpec, ArenaOffset, LayerView and LayerTensor with
-// ErrInvalidSize (its blocks have no bytes).
+// calls that return an error (NewKVArena, ArenaOffset, LayerView,
+// LayerTensor) refuse such a Layout with ErrInvalidSpec instead.
 func (l Layout) BlockView() TensorView {
 	if !l.kind.Valid() {
 		panic(fmt.Errorf("%w: BlockView of a Layout not built by NewLayout or NewLayoutKind (kind %v)", ErrInvalidSpec, l.kind).Error())

@@ -136,18 +136,18 @@ func TestLayoutRegionPanicsOutOfRange(t *testing.T) {
 
 // TestLayoutZeroValue: the zero Layout is refused by every call, never
 // answered with a view or offset of nothing: the calls that return an
-// error fail with a typed one, and BlockView, which returns none, panics
+// error fail with ErrInvalidSpec, as NewKVArena does, and BlockView, which returns none, panics
 // with ErrInvalidSpec's message naming the problem.
 func TestLayoutZeroValue(t *testing.T) {
 	var l Layout
-	if _, err := l.ArenaOffset(4, 0, 0, Key); !errors.Is(err, ErrInvalidSize) {
-		t.Errorf("ArenaOffset: %v, want ErrInvalidSize", err)
+	if _, err := l.ArenaOffset(4, 0, 0, Key); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("ArenaOffset: %v, want ErrInvalidSpec", err)
 	}
-	if _, err := l.LayerView(4, 0, 0, Key); !errors.Is(err, ErrInvalidSize) {
-		t.Errorf("LayerView: %v, want ErrInvalidSize", err)
+	if _, err := l.LayerView(4, 0, 0, Key); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("LayerView: %v, want ErrInvalidSpec", err)
 	}
-	if _, err := l.LayerTensor(4, 0, Key); !errors.Is(err, ErrInvalidSize) {
-		t.Errorf("LayerTensor: %v, want ErrInvalidSize", err)
+	if _, err := l.LayerTensor(4, 0, Key); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("LayerTensor: %v, want ErrInvalidSpec", err)
 	}
 	func() {
 		defer func() {
