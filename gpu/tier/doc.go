@@ -8,7 +8,7 @@
 //
 // # Events
 //
-//	caller requests     AllocateBatch, Step, CommitBatch, AppendBatch, FreeBatch, Query, Flush
+//	caller requests     AllocateBatch, AllocateInOrder, Step, CommitBatch, AppendBatch, FreeBatch, Query, Flush
 //	answers from below  LookupDone (prefix index), FetchGranted, OffloadGranted (pinned tier)
 //	completions         CopyDone (a copy batch from Ready.Copies left the stream)
 //	time                SetNow (the clock, before each event), Deadline (a Ready.Timers timer fired)

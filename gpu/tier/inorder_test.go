@@ -165,25 +165,37 @@ func TestAllocateInOrderParked(t *testing.T) {
 	}
 }
 
-// TestAllocateInOrderWithdrawn: when the caller gives up while a request
-// waits for blocks, it and the ones after it are answered ErrCanceled and
-// none of them is applied.
+// TestAllocateInOrderWithdrawn: when the caller gives up (or the tier
+// stops) while a request waits for blocks, it and the ones after it are
+// answered ErrCanceled (ErrStopped) and none of them is applied.
 func TestAllocateInOrderWithdrawn(t *testing.T) {
-	tr := parkSetup(t)
-	res, call, answered := inOrderParked(t, tr)
-	call.Withdraw()
-	tr.Withdraw()
-	drain(t, tr)
-	if !*answered {
-		t.Fatal("not answered after Withdraw")
-	}
-	for i, r := range res.Results {
-		if !errors.Is(r.Err, messages.ErrCanceled) {
-			t.Errorf("request %d: %v, want ErrCanceled", i, r.Err)
-		}
-	}
-	if held(tr, 4) || held(tr, 5) {
-		t.Fatalf("held 4 %v, 5 %v after the caller withdrew", held(tr, 4), held(tr, 5))
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stop=%v", stop), func(t *testing.T) {
+			tr := parkSetup(t)
+			res, call, answered := inOrderParked(t, tr)
+			want := messages.ErrCanceled
+			if stop {
+				want = ErrStopped
+				tr.Stop()
+			} else {
+				call.Withdraw()
+				tr.Withdraw()
+			}
+			for _, f := range tr.Ready().Replies {
+				f.Reply()
+			}
+			if !*answered {
+				t.Fatal("not answered")
+			}
+			for i, r := range res.Results {
+				if !errors.Is(r.Err, want) {
+					t.Errorf("request %d: %v, want %v", i, r.Err, want)
+				}
+			}
+			if held(tr, 4) || held(tr, 5) {
+				t.Fatalf("held 4 %v, 5 %v after the caller withdrew", held(tr, 4), held(tr, 5))
+			}
+		})
 	}
 }
 
