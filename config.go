@@ -169,7 +169,9 @@ type Config struct {
 	// instead, as hits (TierStats.Overdue, kvtier_tier_overdue_blocks_total).
 	// A LoadDeadline already past at Allocate is a miss at once, and a load
 	// whose sequence was freed before its deadline ends late without fresh
-	// blocks.
+	// blocks. Under a deadline, the leading run of a load that pinned memory
+	// holds is loaded apart from the disk or remote blocks after it: when
+	// those are late, the pinned run still counts.
 	//
 	// The per-token default asks of the whole path (disk or remote, then
 	// pinned, then GPU) at least bytes-per-token / 20µs: for Llama-3-8B in

@@ -260,55 +260,44 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	}
 	if skip := start - gpuAt; skip >= 0 && skip < len(below) {
 		load := below[skip:]
-		op := &fetchOp{w: w, first: start}
 		for j := range load {
-			id := alloc.Blocks[start+j]
-			// Filled but not findable until its bytes arrive, verified.
-			t.pool.Pin(id)
-			op.blocks = append(op.blocks, id)
-			op.hashes = append(op.hashes, uint64(k.Hashes[start+j]))
-			op.digests = append(op.digests, k.Digests[start+j])
 			out.Tokens[load[j].Index()] += t.bs
 		}
-		w.pending++
+		deadline, timed := t.loadDeadline(r, len(load)*t.bs)
+		// Under a deadline the leading run pinned memory holds loads apart
+		// from the rest (disk, remote), so that it counts when the slower
+		// reads are late: a load is otherwise all or nothing.
+		cut := len(load)
+		if timed {
+			if n := pinnedRun(load); n > 0 {
+				cut = n
+			}
+		}
 		w.loading = true
 		t.notReady[w.seq] = w
-		id := t.newID()
-		t.fetches[id] = op
-		tokens := len(op.blocks) * t.bs
-		var deadline time.Time
-		if !r.LoadDeadline.IsZero() {
-			deadline = r.LoadDeadline
-			op.timed, op.deadline = true, deadline
-		} else if t.cfg.ReadPerToken > 0 || t.cfg.ReadBase > 0 {
-			d := t.cfg.ReadBase + time.Duration(tokens)*t.cfg.ReadPerToken
-			deadline = t.now.Add(d)
-			op.timed, op.deadline = true, deadline
+		var ops []*fetchOp
+		var ids []uint64
+		for from, to := 0, cut; from < len(load); from, to = to, len(load) {
+			op := &fetchOp{w: w, first: start + from, want: to - from, timed: timed, deadline: deadline}
+			for j := start + from; j < start+to; j++ {
+				id := alloc.Blocks[j]
+				// Filled but not findable until its bytes arrive, verified.
+				t.pool.Pin(id)
+				op.blocks = append(op.blocks, id)
+				op.hashes = append(op.hashes, uint64(k.Hashes[j]))
+				op.digests = append(op.digests, k.Digests[j])
+			}
+			if n := len(ops); n > 0 {
+				op.prev, ops[n-1].next = ops[n-1], op
+			}
+			w.pending++
+			id := t.newID()
+			op.id = id
+			t.fetches[id] = op
+			ops, ids = append(ops, op), append(ids, id)
 		}
-		if t.pastDeadline(op) {
-			// Already late (a LoadDeadline in the past): a miss now, and
-			// nothing asked of the tiers below.
-			op.timed = false
-			t.fetchLate(id)
-			t.endFetch(id, op)
-		} else {
-			if op.timed {
-				t.timer(id, deadline)
-			}
-			req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: deadline}
-			if evictOp != nil {
-				// The loads land in blocks whose old bytes are still being
-				// copied out; a load late by then asks nothing below.
-				evictOp.then = append(evictOp.then, func() {
-					if op.late {
-						t.endFetch(id, op)
-						return
-					}
-					t.sendFetch(req)
-				})
-			} else {
-				t.sendFetch(req)
-			}
+		for i, op := range ops {
+			t.launchFetch(ids[i], op, evictOp)
 		}
 	}
 	t.countTokens(r.Salt, len(r.Tokens), out)
@@ -334,6 +323,68 @@ func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.A
 			then(true)
 		}
 		b.maybeSend(t)
+	})
+}
+
+// loadDeadline is the instant a load of tokens tokens for r must finish by,
+// and whether there is one: r's LoadDeadline, else the configured budget.
+func (t *Tier) loadDeadline(r *messages.AllocRequest, tokens int) (time.Time, bool) {
+	if !r.LoadDeadline.IsZero() {
+		return r.LoadDeadline, true
+	}
+	if t.cfg.ReadPerToken > 0 || t.cfg.ReadBase > 0 {
+		return t.now.Add(t.cfg.ReadBase + time.Duration(tokens)*t.cfg.ReadPerToken), true
+	}
+	return time.Time{}, false
+}
+
+// pinnedRun is the length of the leading run of load that pinned memory
+// holds, when blocks of another tier follow it; 0 otherwise.
+func pinnedRun(load []messages.Tier) int {
+	n := 0
+	for n < len(load) && load[n] == messages.Pinned {
+		n++
+	}
+	if n == len(load) {
+		return 0
+	}
+	return n
+}
+
+// launchFetch arms op's timer and asks the tier below for its blocks, after
+// the write-down of the contents they evicted (evictOp) when there is one.
+func (t *Tier) launchFetch(id uint64, op *fetchOp, evictOp *offloadOp) {
+	if op.late {
+		// Given up already: behind a load that fell short before it was
+		// asked for (see settleNext); no timer was armed.
+		op.timed = false
+		t.endFetch(id, op)
+		return
+	}
+	if t.pastDeadline(op) {
+		// Already late (a LoadDeadline in the past): a miss now, and
+		// nothing asked of the tiers below.
+		op.timed = false
+		t.fetchLate(id)
+		t.endFetch(id, op)
+		return
+	}
+	if op.timed {
+		t.timer(id, op.deadline)
+	}
+	req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: op.deadline}
+	if evictOp == nil {
+		t.sendFetch(req)
+		return
+	}
+	// The loads land in blocks whose old bytes are still being copied
+	// out; a load late by then asks nothing below.
+	evictOp.then = append(evictOp.then, func() {
+		if op.late {
+			t.endFetch(id, op)
+			return
+		}
+		t.sendFetch(req)
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 // fetchOp is one onboarding: blocks [first, first+len(blocks)) of a sequence.
 type fetchOp struct {
+	id      uint64 // its key in Tier.fetches
 	w       *waiter
 	first   int
 	blocks  []blockpool.BlockID
@@ -28,6 +29,18 @@ type fetchOp struct {
 	keep     int
 	timed    bool // a deadline timer is armed
 	deadline time.Time
+
+	// A load under a deadline is split after the leading run pinned memory
+	// holds (see allocate): prev is the part before this one, next the part
+	// after. A part publishes its blocks only once prev has published all of
+	// its own — what a sequence holds valid is a leading run — and is given
+	// up when prev falls short.
+	prev, next *fetchOp
+	want       int                 // blocks asked for
+	settled    bool                // its share of the waiter is done (fetchDone)
+	full       bool                // it published all want blocks
+	waiting    bool                // copied up, waiting for prev to settle before it publishes
+	why        messages.MissReason // why it fell short (missFrom), for the parts after it
 }
 
 // pastDeadline says whether op's deadline has passed on the tier's clock.
@@ -60,7 +73,7 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 	}
 	if len(g.Slots) == 0 {
 		t.endFetch(g.ID, op)
-		op.w.done(t)
+		t.fetchDone(op)
 		return
 	}
 	ops := make([]gpu.CopyOp, len(g.Slots))
@@ -78,6 +91,9 @@ func (t *Tier) missFrom(op *fetchOp, n int, why messages.MissReason) {
 		t.pool.Unpin(id)
 	}
 	lost := len(op.blocks) - n
+	if op.why == messages.MissNone {
+		op.why = why
+	}
 	switch why {
 	case messages.MissMismatch:
 		op.w.out.Mismatch += lost
@@ -113,29 +129,76 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 	if err != nil {
 		t.cfg.Log.Warn("gpu tier: onboard copy failed", zap.Error(err))
 		t.missFrom(op, 0, messages.MissFailed)
+	} else if p := op.prev; p != nil && !p.settled {
+		// Its bytes are here before those of the blocks ahead of it: they
+		// stay pinned, unpublished, until the part before settles.
+		op.waiting = true
+		return
 	} else {
-		if op.deleted && op.keep < len(op.blocks) {
-			t.missFrom(op, op.keep, messages.MissEvicted)
-		}
-		// The bytes arrived from a record whose digest matched: the blocks
-		// hold computed KV of this prefix, so they are committed.
-		for _, id := range op.blocks {
-			t.pool.Recache(id)
-			t.flags[id] |= flagBelow
-			t.pool.Unpin(id)
-		}
-		t.stats.Onboarded += uint64(len(op.blocks))
-		op.w.out.ValidTokens = (op.first + len(op.blocks)) * t.bs
-		if table, terr := t.pool.Table(t.scratch[:0], op.w.seq); terr == nil && len(op.blocks) > 0 {
-			last := op.first + len(op.blocks) - 1
-			if last < len(table) && table[last] == op.blocks[len(op.blocks)-1] {
-				_, _ = t.pool.Commit(op.w.seq, op.w.out.ValidTokens, nil)
-			}
-			t.scratch = table
-		}
+		t.publishFetch(op)
 	}
 	t.endFetch(id, op)
+	t.fetchDone(op)
+}
+
+// publishFetch makes a copied load's blocks findable and valid for its
+// sequence, unless the part before it fell short (then they are given up:
+// the sequence recomputes from there).
+func (t *Tier) publishFetch(op *fetchOp) {
+	if p := op.prev; p != nil && !p.full {
+		t.missFrom(op, 0, p.why)
+		return
+	}
+	if op.deleted && op.keep < len(op.blocks) {
+		t.missFrom(op, op.keep, messages.MissEvicted)
+	}
+	// The bytes arrived from a record whose digest matched: the blocks
+	// hold computed KV of this prefix, so they are committed.
+	for _, id := range op.blocks {
+		t.pool.Recache(id)
+		t.flags[id] |= flagBelow
+		t.pool.Unpin(id)
+	}
+	t.stats.Onboarded += uint64(len(op.blocks))
+	op.full = len(op.blocks) == op.want
+	op.w.out.ValidTokens = (op.first + len(op.blocks)) * t.bs
+	if table, terr := t.pool.Table(t.scratch[:0], op.w.seq); terr == nil && len(op.blocks) > 0 {
+		last := op.first + len(op.blocks) - 1
+		if last < len(table) && table[last] == op.blocks[len(op.blocks)-1] {
+			_, _ = t.pool.Commit(op.w.seq, op.w.out.ValidTokens, nil)
+		}
+		t.scratch = table
+	}
+}
+
+// fetchDone ends op's share of its allocation's waiter, then settles the
+// part after it, which may have waited for it.
+func (t *Tier) fetchDone(op *fetchOp) {
+	op.settled = true
 	op.w.done(t)
+	if n := op.next; n != nil && !n.settled {
+		t.settleNext(n)
+	}
+}
+
+// settleNext decides what the part before n settling means for n: a part
+// copied up and waiting publishes now, or is given up when the part before
+// fell short; a part not yet granted is given up at once then (its grant,
+// when it comes, goes back); one being copied up is judged when its copy
+// ends.
+func (t *Tier) settleNext(n *fetchOp) {
+	switch {
+	case n.waiting:
+		n.waiting = false
+		t.publishFetch(n)
+		t.endFetch(n.id, n)
+		t.fetchDone(n)
+	case n.prev.full || n.granted:
+	default:
+		n.late = true
+		t.missFrom(n, 0, n.prev.why)
+		t.fetchDone(n)
+	}
 }
 
 // fetchLate turns a load that missed its deadline into a miss, and completes
@@ -159,7 +222,7 @@ func (t *Tier) fetchLate(id uint64) {
 	if !op.granted {
 		op.late = true
 		t.missFrom(op, 0, messages.MissLate)
-		op.w.done(t)
+		t.fetchDone(op)
 		return
 	}
 	table, err := t.pool.Table(nil, op.w.seq)
@@ -174,10 +237,10 @@ func (t *Tier) fetchLate(id uint64) {
 	if len(held) == 0 {
 		// Nobody waits on these blocks: Ready completes late, and the copy
 		// lands into blocks that go back uncached.
-		op.late = true
+		op.late, op.why = true, messages.MissLate
 		op.w.out.Late += len(op.blocks)
 		t.stats.Timeouts += uint64(len(op.blocks))
-		op.w.done(t)
+		t.fetchDone(op)
 		return
 	}
 	if t.pool.NumFree() < len(held) {
@@ -186,7 +249,7 @@ func (t *Tier) fetchLate(id uint64) {
 			zap.Uint64("id", id), zap.Int("blocks", len(op.blocks)), zap.Int("free", t.pool.NumFree()))
 		return
 	}
-	op.late = true
+	op.late, op.why = true, messages.MissLate
 	var fresh []blockpool.BlockID
 	for _, i := range held {
 		if nid, err := t.pool.Detach(op.w.seq, op.first+i); err == nil {
@@ -203,7 +266,7 @@ func (t *Tier) fetchLate(id uint64) {
 	// a cache may lose what it holds, never serve late.
 	t.dropEvicted()
 	t.resetBlocks(fresh)
-	op.w.done(t)
+	t.fetchDone(op)
 }
 
 // Deadline reports that the timer of load id fired. The timer waits in

@@ -1,0 +1,216 @@
+package tier
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// splitLoad allocates a 4-block prompt whose first two blocks pinned memory
+// holds and the last two the disk, under a 10 ms + 1 ms/token deadline, and
+// returns the result and the two fetch requests (pinned part, then disk part).
+func splitLoad(t *testing.T) (*Tier, messages.AllocResult, *messages.FetchRequest, *messages.FetchRequest) {
+	t.Helper()
+	tr := newTier(t, 16, Config{Lower: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
+	res, r := allocate(t, tr, 1, prompt(1, 4*bs), []messages.Tier{messages.Pinned, messages.Pinned, messages.Disk, messages.Disk})
+	if res.Err != nil || res.Tokens.Of(messages.Pinned) != 2*bs || res.Tokens.Of(messages.Disk) != 2*bs {
+		t.Fatalf("allocation %+v", res)
+	}
+	var reqs []*messages.FetchRequest
+	for _, m := range r.ToPinned {
+		if f, ok := m.(*messages.FetchRequest); ok {
+			reqs = append(reqs, f)
+		}
+	}
+	if len(reqs) != 2 || len(reqs[0].Hashes) != 2 || len(reqs[1].Hashes) != 2 || !reqs[0].Deadline.Equal(reqs[1].Deadline) {
+		t.Fatalf("fetch requests %+v, want the pinned run and the disk run apart, one deadline", reqs)
+	}
+	if len(r.Timers) != 2 {
+		t.Fatalf("timers %+v, want one a part", r.Timers)
+	}
+	return tr, res, reqs[0], reqs[1]
+}
+
+// land grants a fetch's first n blocks (short: why) and completes its copy.
+func land(t *testing.T, tr *Tier, req *messages.FetchRequest, n int, why messages.MissReason) {
+	t.Helper()
+	slots := make([]int, n)
+	for i := range slots {
+		slots[i] = int(req.ID)*8 + i
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: slots, Bytes: make([][]byte, n), Short: why})
+	if r := drain(t, tr); n > 0 && len(r.Copies) != 1 {
+		t.Fatalf("grant of %d blocks started %d copies", n, len(r.Copies))
+	}
+	if n > 0 {
+		tr.CopyDone(CopyID{ID: req.ID, Fetch: true}, nil)
+		drain(t, tr)
+	}
+}
+
+// assertIdle checks that no load is in flight and no block of ids is
+// pinned for a copy.
+func assertIdle(t *testing.T, tr *Tier, ids []blockpool.BlockID) {
+	t.Helper()
+	for _, id := range ids {
+		if n := tr.pool.Pinned(id); n != 0 {
+			t.Fatalf("block %d still pinned (%d) with every copy ended", id, n)
+		}
+	}
+	if st := tr.Stats(); st.InFlight != 0 {
+		t.Fatalf("%d loads in flight at the end", st.InFlight)
+	}
+}
+
+// cachedOf counts the blocks of ids the pool holds findable.
+func cachedOf(tr *Tier, ids []blockpool.BlockID) int {
+	n := 0
+	for _, id := range ids {
+		if _, ok := tr.pool.BlockHash(id); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSplitLoadPinnedRunCountsWhenDiskLate: under a deadline a load of a
+// pinned run then disk blocks is two loads; when the disk part is late the
+// pinned part, landed, still counts (before, the whole load was a miss).
+func TestSplitLoadPinnedRunCountsWhenDiskLate(t *testing.T) {
+	tr, res, pin, dsk := splitLoad(t)
+	land(t, tr, pin, 2, messages.MissNone)
+	if readyDone(res) {
+		t.Fatal("Ready completed with the disk part still loading")
+	}
+	fireDeadline(t, tr, dsk)
+	if !readyDone(res) {
+		t.Fatal("Ready not completed at the deadline")
+	}
+	out := res.Ready.Outcome()
+	if out.ValidTokens != 2*bs || out.Late != 2 || out.Blocks != nil {
+		t.Fatalf("outcome %+v, want the pinned run valid and the disk run late", out)
+	}
+	if n := cachedOf(tr, res.Blocks); n != 2 {
+		t.Fatalf("%d blocks findable, want the pinned run's 2", n)
+	}
+}
+
+// TestSplitLoadWithoutDeadlineIsOne: with no deadline nothing is late, and a
+// load stays one request.
+func TestSplitLoadWithoutDeadlineIsOne(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true})
+	_, r := allocate(t, tr, 1, prompt(1, 4*bs), []messages.Tier{messages.Pinned, messages.Pinned, messages.Disk, messages.Disk})
+	if req := fetchRequest(t, r); len(req.Hashes) != 4 || len(r.ToPinned) != 1 {
+		t.Fatalf("%d messages, the first for %d blocks: want one load of 4", len(r.ToPinned), len(req.Hashes))
+	}
+}
+
+// TestSplitLoadLaterPartWaits: the disk part landing first is not published
+// (its blocks are not findable, Ready waits) until the pinned part lands;
+// then all four are valid.
+func TestSplitLoadLaterPartWaits(t *testing.T) {
+	tr, res, pin, dsk := splitLoad(t)
+	land(t, tr, dsk, 2, messages.MissNone)
+	if readyDone(res) || cachedOf(tr, res.Blocks) != 0 {
+		t.Fatalf("after the disk part alone: completed %v, %d findable; want neither", readyDone(res), cachedOf(tr, res.Blocks))
+	}
+	land(t, tr, pin, 2, messages.MissNone)
+	if !readyDone(res) {
+		t.Fatal("Ready not completed once both parts landed")
+	}
+	if out := res.Ready.Outcome(); out.ValidTokens != 4*bs || out.Late+out.Failed+out.Evicted+out.Mismatch != 0 {
+		t.Fatalf("outcome %+v, want all four valid", out)
+	}
+	if n := cachedOf(tr, res.Blocks); n != 4 {
+		t.Fatalf("%d blocks findable, want 4", n)
+	}
+}
+
+// TestSplitLoadEarlierPartLate: when the pinned part is late, the disk part
+// that landed before it is given up, unpublished: the sequence recomputes
+// from the first late block, into blocks nobody else can find.
+func TestSplitLoadEarlierPartLate(t *testing.T) {
+	tr, res, pin, dsk := splitLoad(t)
+	land(t, tr, dsk, 2, messages.MissNone)
+	fireDeadline(t, tr, pin)
+	if !readyDone(res) {
+		t.Fatal("Ready not completed at the deadline")
+	}
+	if out := res.Ready.Outcome(); out.ValidTokens != 0 || out.Late != 4 {
+		t.Fatalf("outcome %+v, want nothing valid, 4 late", out)
+	}
+	if n := cachedOf(tr, res.Blocks); n != 0 {
+		t.Fatalf("%d blocks findable after the load was given up", n)
+	}
+	// The pinned part's grant, late, goes straight back.
+	tr.FetchGranted(&messages.FetchGrant{ID: pin.ID, Slots: []int{1, 2}, Bytes: make([][]byte, 2)})
+	if r := drain(t, tr); len(r.Copies) != 0 || len(r.ToPinned) != 1 {
+		t.Fatalf("late grant: %+v, want its slots released and no copy", r)
+	}
+	assertIdle(t, tr, res.Blocks)
+}
+
+// TestSplitLoadEarlierPartShort: a pinned part granted short (a block
+// evicted since the lookup) ends the valid run there; the disk part, not yet
+// granted, is given up at once, so Ready need not wait for the disk, and its
+// grant goes back when it comes.
+func TestSplitLoadEarlierPartShort(t *testing.T) {
+	tr, res, pin, dsk := splitLoad(t)
+	land(t, tr, pin, 1, messages.MissEvicted)
+	if !readyDone(res) {
+		t.Fatal("Ready waits for a disk part that cannot count")
+	}
+	if out := res.Ready.Outcome(); out.ValidTokens != bs || out.Evicted != 3 {
+		t.Fatalf("outcome %+v, want one block valid and three counted evicted", out)
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: dsk.ID, Slots: []int{5, 6}, Bytes: make([][]byte, 2)})
+	if r := drain(t, tr); len(r.Copies) != 0 {
+		t.Fatalf("grant of a given-up part started a copy: %+v", r)
+	}
+	assertIdle(t, tr, res.Blocks)
+}
+
+// TestSplitLoadEarlierPartLateWhileCopying: the pinned part late during its
+// copy up gets fresh blocks (as any late copy); the disk part, landed and
+// waiting, is given up with it, and the old blocks go back when the copy
+// ends.
+func TestSplitLoadEarlierPartLateWhileCopying(t *testing.T) {
+	tr, res, pin, dsk := splitLoad(t)
+	land(t, tr, dsk, 2, messages.MissNone)
+	grantAll(t, tr, pin) // its copy up under way
+	fireDeadline(t, tr, pin)
+	if !readyDone(res) {
+		t.Fatal("Ready not completed at the deadline")
+	}
+	out := res.Ready.Outcome()
+	if out.ValidTokens != 0 || out.Late != 4 || len(out.Blocks) != 4 || out.Blocks[0] == res.Blocks[0] || out.Blocks[2] != res.Blocks[2] {
+		t.Fatalf("outcome %+v (allocated %v), want 4 late, fresh blocks for the pinned part", out, res.Blocks)
+	}
+	if n := cachedOf(tr, res.Blocks[2:]); n != 0 {
+		t.Fatalf("%d blocks of the disk part findable", n)
+	}
+	tr.CopyDone(CopyID{ID: pin.ID, Fetch: true}, nil)
+	drain(t, tr)
+	assertIdle(t, tr, res.Blocks)
+}
+
+// TestSplitLoadEarlierPartFails: a failed copy of the pinned part gives up
+// the disk part that waited for it.
+func TestSplitLoadEarlierPartFails(t *testing.T) {
+	tr, res, pin, dsk := splitLoad(t)
+	land(t, tr, dsk, 2, messages.MissNone)
+	grantAll(t, tr, pin) // its copy up under way
+	tr.CopyDone(CopyID{ID: pin.ID, Fetch: true}, errTestCopy)
+	drain(t, tr)
+	if !readyDone(res) {
+		t.Fatal("Ready not completed")
+	}
+	if out := res.Ready.Outcome(); out.ValidTokens != 0 || out.Failed != 4 {
+		t.Fatalf("outcome %+v, want 4 failed", out)
+	}
+	if n := cachedOf(tr, res.Blocks); n != 0 {
+		t.Fatalf("%d blocks findable after the load failed", n)
+	}
+}
