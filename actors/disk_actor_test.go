@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,6 +331,49 @@ func TestDiskReadDeadline(t *testing.T) {
 	if s := e.stats(); s.Timeouts != 2 || s.InFlight != 0 || s.UsedBlocks != 2 {
 		t.Fatalf("stats %v", s)
 	}
+}
+
+// TestDiskReadDeadlineOnClock: the read deadline is judged on the actor's
+// Clock: a timer that fires while the clock is short of the deadline (a
+// simulator's clock) waits again, and the read ends late only once the
+// clock passes it.
+func TestDiskReadDeadlineOnClock(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	t0 := time.Unix(1e9, 0)
+	var now atomic.Pointer[time.Time]
+	now.Store(&t0)
+	e := newDiskEnvClock(t, 0, func() time.Time { return *now.Load() })
+	defer e.stop()
+	e.write(1, 2)
+	e.flush()
+
+	e.gate.arm()
+	m := readMsg(1, t0.Add(10*time.Millisecond), 1)
+	f := e.sys.Root.RequestFuture(e.pid, m, testWait)
+	recv(t, e.gate.entered)
+	time.Sleep(50 * time.Millisecond) // 5x the deadline in wall time; the clock has not moved
+	e.gate.release <- struct{}{}
+	res, err := f.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, m, res.(*messages.LowerReadDone), true)
+
+	e.gate.arm()
+	m = readMsg(2, t0.Add(10*time.Millisecond), 2)
+	f = e.sys.Root.RequestFuture(e.pid, m, testWait)
+	recv(t, e.gate.entered)
+	later := t0.Add(time.Hour)
+	now.Store(&later)
+	res, err = f.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, m, res.(*messages.LowerReadDone), false)
+	if s := e.stats(); s.Timeouts != 1 {
+		t.Fatalf("stats %v, want one timeout", s)
+	}
+	e.gate.release <- struct{}{}
 }
 
 func TestDiskWriteEIO(t *testing.T) {

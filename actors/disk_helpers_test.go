@@ -103,13 +103,20 @@ type diskEnv struct {
 	index   *actor.PID
 	updates chan *messages.IndexUpdate
 	pid     *actor.PID
+	clock   func() time.Time // the actor's Clock (nil: time.Now)
 }
 
 // newDiskEnv opens a store in a fresh temp dir and starts a disk actor on it.
 func newDiskEnv(t *testing.T, quota int) *diskEnv {
 	t.Helper()
+	return newDiskEnvClock(t, quota, nil)
+}
+
+// newDiskEnvClock is newDiskEnv with the actor on clock.
+func newDiskEnvClock(t *testing.T, quota int, clock func() time.Time) *diskEnv {
+	t.Helper()
 	fault := &disk.FaultFS{}
-	e := &diskEnv{t: t, sys: actor.NewActorSystem(), dir: t.TempDir(), fault: fault, gate: newGateFS(fault), quota: quota}
+	e := &diskEnv{t: t, sys: actor.NewActorSystem(), dir: t.TempDir(), fault: fault, gate: newGateFS(fault), quota: quota, clock: clock}
 	e.start()
 	return e
 }
@@ -134,7 +141,7 @@ func (e *diskEnv) start() {
 			updates <- u
 		}
 	}))
-	prod, err := NewDiskActor(DiskConfig{Store: st, Index: e.index, WriteQuota: e.quota, Workers: e.workers})
+	prod, err := NewDiskActor(DiskConfig{Store: st, Index: e.index, WriteQuota: e.quota, Workers: e.workers, Clock: e.clock})
 	if err != nil {
 		e.t.Fatalf("NewDiskActor: %v", err)
 	}

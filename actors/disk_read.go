@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/gpu/tier"
 	"github.com/kvtier/kvtier/messages"
 )
 
@@ -128,11 +129,16 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 		return
 	}
 	if !m.Deadline.IsZero() {
-		root, self := a.sys.Root, a.self
-		req.timer = time.AfterFunc(m.Deadline.Sub(a.now()), func() {
-			root.Send(self, &diskReadExpired{req: req})
-		})
+		a.armExpiry(req, m.Deadline.Sub(a.now()))
 	}
+}
+
+// armExpiry sends req's diskReadExpired after d of wall time.
+func (a *DiskActor) armExpiry(req *diskReadReq, d time.Duration) {
+	root, self := a.sys.Root, a.self
+	req.timer = time.AfterFunc(d, func() {
+		root.Send(self, &diskReadExpired{req: req})
+	})
 }
 
 // finishRead completes a read in the store. A verified payload goes to a
@@ -225,6 +231,14 @@ func (a *DiskActor) expire(ctx actor.Context, m *diskReadExpired) {
 	req := m.req
 	if a.reads[req.seq] != req {
 		return // answered already, or a request of an incarnation that restarted
+	}
+	if now := a.now(); now.Before(req.msg.Deadline) {
+		// The timer waits in wall time; on a clock that runs slower (a
+		// simulator's, Config.Clock) the deadline has not come yet: wait
+		// again, as the GPU tier does, so that a read ends late only once
+		// the clock says so.
+		a.armExpiry(req, max(req.msg.Deadline.Sub(now), tier.MinRearm))
+		return
 	}
 	for i, w := range req.waiting {
 		if w {
