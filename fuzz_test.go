@@ -414,7 +414,9 @@ func isOneOf(err error, targets ...error) bool {
 	return false
 }
 
-// FuzzRequests drives one Manager with a fuzzed program of AllocateBatch (or AllocateInOrder),
+// FuzzRequests drives one Manager with a fuzzed program of AllocateBatch (or
+// AllocateInOrder: after a request's ErrNoSpace, the model allows only
+// ErrNoSpace for the requests after it that pass the up-front checks),
 // AppendBatch, FreeBatch, Exists and Delete. After every call: no call error,
 // every per-request error is one of the documented sentinels and the one the
 // model of live sequences predicts, a call whose requests were all rejected

@@ -619,15 +619,20 @@ func (m *Manager) AllocateBatch(ctx context.Context, reqs []AllocRequest) ([]All
 
 // AllocateInOrder allocates several sequences in one message, first come,
 // first served, as a scheduler admits a queue: in order, and once a request
-// finds too few free GPU blocks, the ones after it are not tried. Their
-// errors match ErrNoSpace as that request's does; they hold no blocks and
-// started no loads, so nothing need be freed and no load runs for nothing
-// (with AllocateBatch, a later, smaller request can get blocks that a
-// first-come-first-served scheduler then frees again). A request refused
-// for its own arguments (a repeated sequence, ErrTooLong) does not stop the
-// ones after it. If its caller gives up while a request waits for blocks,
-// that request and the ones after it fail with ErrCanceled; the ones
-// before it stand. Otherwise as AllocateBatch.
+// finds too few free GPU blocks (ErrNoSpace, a request larger than the
+// whole GPU included), the ones after it are not tried: they hold no blocks
+// and started no loads, so nothing need be freed and no load runs for
+// nothing (with AllocateBatch, a later, smaller request can get blocks that
+// a first-come-first-served scheduler then frees again). Those checked
+// before any allocation keep their own errors (a repeated sequence,
+// ErrTooLong, missing keys); every other one fails with ErrNoSpace, even
+// one the pool would have refused for its arguments (ErrSequenceExists,
+// ErrEmptySequence, ErrTokenOutOfRange): it was not tried. Those errors do
+// not stop the ones after them. If the caller gives up (or the Manager
+// closes) while a request waits for blocks, that request and the ones after
+// it fail with ErrCanceled (ErrClosed); the ones before it stand. Every
+// request waits for the batch's one lookup below, full GPU hits included,
+// which AllocateBatch allocates at once. Otherwise as AllocateBatch.
 func (m *Manager) AllocateInOrder(ctx context.Context, reqs []AllocRequest) ([]AllocResult, error) {
 	return m.allocateBatch(ctx, reqs, true)
 }

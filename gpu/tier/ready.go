@@ -137,9 +137,12 @@ func (t *Tier) AllocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 }
 
 // AllocateInOrder allocates reqs as AllocateBatch does, but first come,
-// first served: in order, and once one request finds no free GPU blocks
-// the ones after it are not tried; they fail with an error matching
-// blockpool.ErrNoSpace and hold nothing.
+// first served: in order (every request waits for the batch's Lookup), and
+// once one request is short of GPU blocks, with no offload about to free
+// enough (it would park), the ones after it are not tried: they fail with
+// an error matching blockpool.ErrNoSpace and hold nothing. A request that
+// parks holds the ones after it back; when it is cancelled (its caller
+// withdrew: ErrCanceled; Stop: ErrStopped), so are they.
 func (t *Tier) AllocateInOrder(reqs []messages.AllocRequest, keys []*blockpool.Keys, send func(*messages.AllocateBatchResult)) {
 	if !t.allocateBatch(reqs, keys, true, send) {
 		t.afterBatch()
