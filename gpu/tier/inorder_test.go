@@ -203,7 +203,8 @@ func TestAllocateInOrderWithdrawn(t *testing.T) {
 // batch, those waiting for the index and those queued behind them alike.
 func TestAllocateInOrderStopped(t *testing.T) {
 	tr := newTier(t, 8, Config{Lower: true})
-	reqs, keys := batchOf([]uint64{1, 2}, [][]int64{prompt(0, 2*bs), prompt(100, bs-1)})
+	reqs, keys := batchOf([]uint64{1, 2, 3}, [][]int64{prompt(0, 2*bs), prompt(100, bs-1), prompt(200, 2*bs)})
+	reqs[2].MaxSeqLen = bs // refused up front: keeps ErrTooLong
 	var res *messages.AllocateBatchResult
 	tr.AllocateInOrder(reqs, keys, func(r *messages.AllocateBatchResult) { res = r })
 	drain(t, tr)
@@ -212,9 +213,12 @@ func TestAllocateInOrderStopped(t *testing.T) {
 	if res == nil {
 		t.Fatal("not answered after Stop")
 	}
-	for i, r := range res.Results {
+	for i, r := range res.Results[:2] {
 		if !errors.Is(r.Err, ErrStopped) {
 			t.Errorf("request %d: %v, want ErrStopped", i, r.Err)
 		}
+	}
+	if err := res.Results[2].Err; !errors.Is(err, ErrTooLong) {
+		t.Errorf("request refused up front: %v after Stop, want its ErrTooLong", err)
 	}
 }
