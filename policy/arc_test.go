@@ -205,29 +205,7 @@ func TestARCModel(t *testing.T) {
 		p := newARC(capacity)
 		ref := &refARC{capacity: capacity, g: arcGhostFactor}
 		for step := range steps {
-			k := Key(rng.IntN(keySpace))
-			switch op := rng.IntN(10); {
-			case op < 4:
-				p.Add(k)
-				ref.add(k)
-			case op < 6:
-				p.Access(k)
-				ref.access(k)
-			case op < 7:
-				p.Remove(k)
-				ref.remove(k)
-			default:
-				var ev func(Key) bool
-				if rng.IntN(3) > 0 {
-					mask := rng.Uint64()
-					ev = func(k Key) bool { return mask>>(k%64)&1 == 1 }
-				}
-				got, gotOK := p.Evict(ev)
-				want, wantOK := ref.evict(ev)
-				if got != want || gotOK != wantOK {
-					t.Fatalf("seed %d step %d: Evict = %d, %v; reference %d, %v", seed, step, got, gotOK, want, wantOK)
-				}
-			}
+			modelOp(t, rng, p, ref, keySpace, seed, step)
 			order := checkPolicy(t, p)
 			if want := ref.resident(); !slices.Equal(order, want) {
 				t.Fatalf("seed %d step %d: order %v, reference %v", seed, step, order, want)

@@ -168,6 +168,39 @@ func (m *refS3FIFO) evict(ev func(Key) bool) (Key, bool) {
 
 func (m *refS3FIFO) resident() []Key { return append(slices.Clone(m.small), m.main...) }
 
+// modelOp applies one random operation to p and to its reference alike
+// (add, access, remove, or an eviction through a random filter or none) and
+// checks an eviction's victim against the reference's.
+func modelOp(t *testing.T, rng *rand.Rand, p Policy, ref refPolicy, keySpace int, seed uint64, step int) {
+	t.Helper()
+	k := Key(rng.IntN(keySpace))
+	switch op := rng.IntN(10); {
+	case op < 4:
+		p.Add(k)
+		ref.add(k)
+	case op < 6:
+		p.Access(k)
+		ref.access(k)
+	case op < 7:
+		p.Remove(k)
+		ref.remove(k)
+	default:
+		var ev func(Key) bool
+		if rng.IntN(3) > 0 {
+			mask := rng.Uint64()
+			ev = func(k Key) bool { return mask>>(k%64)&1 == 1 }
+		}
+		got, gotOK := p.Evict(ev)
+		want, wantOK := ref.evict(ev)
+		if got != want || gotOK != wantOK {
+			t.Fatalf("seed %d step %d: Evict = %d, %v; reference %d, %v", seed, step, got, gotOK, want, wantOK)
+		}
+		if gotOK && p.Contains(got) {
+			t.Fatalf("seed %d step %d: victim %d still resident", seed, step, got)
+		}
+	}
+}
+
 func newRef(kind Kind, capacity int) refPolicy {
 	switch kind {
 	case LRU:
@@ -192,33 +225,7 @@ func TestModel(t *testing.T) {
 				p := mustNew(t, kind, capacity)
 				ref := newRef(kind, capacity)
 				for step := range steps {
-					k := Key(rng.IntN(keySpace))
-					switch op := rng.IntN(10); {
-					case op < 4:
-						p.Add(k)
-						ref.add(k)
-					case op < 6:
-						p.Access(k)
-						ref.access(k)
-					case op < 7:
-						p.Remove(k)
-						ref.remove(k)
-					default:
-						var ev func(Key) bool
-						if rng.IntN(3) > 0 {
-							mask := rng.Uint64()
-							ev = func(k Key) bool { return mask>>(k%64)&1 == 1 }
-						}
-						got, gotOK := p.Evict(ev)
-						want, wantOK := ref.evict(ev)
-						if got != want || gotOK != wantOK {
-							t.Fatalf("seed %d step %d: Evict = %d, %v; reference %d, %v",
-								seed, step, got, gotOK, want, wantOK)
-						}
-						if gotOK && p.Contains(got) {
-							t.Fatalf("seed %d step %d: victim %d still resident", seed, step, got)
-						}
-					}
+					modelOp(t, rng, p, ref, keySpace, seed, step)
 					order := checkPolicy(t, p)
 					if want := ref.resident(); !slices.Equal(order, want) {
 						t.Fatalf("seed %d step %d: order %v, reference %v", seed, step, order, want)
