@@ -166,7 +166,8 @@ type Config struct {
 	// recomputes the rest into the blocks it was given, or into fresh ones
 	// when the copy up into them is already under way. In that last case,
 	// with too few free GPU blocks to swap in, the load finishes late
-	// instead, as hits (TierStats.Overdue, kvtier_tier_overdue_blocks_total).
+	// instead, as hits (TierStats.Overdue, kvtier_tier_overdue_blocks_total;
+	// a disk part behind a pinned run that fell short ends as a miss then).
 	// A LoadDeadline already past at Allocate is a miss at once, and a load
 	// whose sequence was freed before its deadline ends late without fresh
 	// blocks. Under a deadline, the leading run of a load that pinned memory
@@ -187,7 +188,8 @@ type Config struct {
 	// difference the clock gives; one that fires while the clock is still
 	// short of the deadline waits again (at least 5 ms of wall time), so a
 	// load is late only once the clock says so. The remote tier's network
-	// timeouts are wall time.
+	// timeouts are wall time; a read's deadline gives its network call the
+	// time the deadline leaves on the clock.
 	Clock Clock
 
 	// Device is the GPU (default gpu.Default(): host memory, or CUDA under the

@@ -277,7 +277,8 @@ func New(cfg Config) (*Manager, error) {
 			c.Logger.Warn("kvtier remote tier: server not answering yet", zap.Error(perr))
 		}
 		m.remPID = root.Spawn(m.props(actors.NewRemoteActor(actors.RemoteConfig{Store: m.remote,
-			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe, Events: m.evPID})))
+			WriteQuotaBytes: r.WriteQuotaBytes, ReadTimeout: r.ReadTimeout, Log: c.Logger.Named("remote"), Observe: observe, Events: m.evPID,
+			Clock: clockFunc(c.Clock)})))
 	}
 	// The disk tier last of the parts that can fail: a failed Open removes
 	// the slot files it created, but a later failure would leave them.

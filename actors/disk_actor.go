@@ -47,8 +47,9 @@ type DiskConfig struct {
 	Workers int
 	// Log receives rare events; nil means zap.NewNop().
 	Log *zap.Logger
-	// Clock judges read deadlines (nil: time.Now); a timer set from it
-	// ends reads still running at their deadline.
+	// Clock judges read deadlines (nil: time.Now): a timer set from it
+	// ends reads still running at their deadline; one that fires while the
+	// clock is still short of it waits again (at least tier.MinRearm).
 	Clock func() time.Time
 	// Observe, when set, hears of every block written or read, from the
 	// I/O worker that did it.

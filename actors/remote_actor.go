@@ -33,6 +33,18 @@ type RemoteConfig struct {
 	// node wrote and of blocks a read found gone or corrupt (Redis evicts
 	// and expires silently: the stream's REMOTE residency is a hint).
 	Events *actor.PID
+	// Clock is the clock a read's deadline is set on (nil: time.Now): the
+	// network call gets the same time left in wall time.
+	Clock func() time.Time
+}
+
+// wallDeadline is the wall-clock instant that leaves as much time as
+// deadline leaves on clock (nil: deadline itself).
+func wallDeadline(deadline time.Time, clock func() time.Time) time.Time {
+	if clock == nil {
+		return deadline
+	}
+	return time.Now().Add(deadline.Sub(clock()))
 }
 
 // RemoteActor is the thin actor over remote.Store. It speaks the lower-tier
@@ -246,8 +258,8 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
 		items[i] = remote.GetItem{Key: remote.Key{Digest: it.Digest}, Hash: it.Hash, Dst: it.Bytes}
 		hashes[i] = it.Hash
 	}
-	deadline := m.Deadline
-	if deadline.IsZero() {
+	deadline := wallDeadline(m.Deadline, a.cfg.Clock)
+	if m.Deadline.IsZero() {
 		deadline = time.Now().Add(a.cfg.ReadTimeout)
 	}
 	self, sys, to := ctx.Self(), ctx.ActorSystem(), ctx.Sender()

