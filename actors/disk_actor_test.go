@@ -516,6 +516,73 @@ func TestDiskStopDrainsInFlightIO(t *testing.T) {
 	checkRead(t, m, done, true)
 }
 
+// TestDiskExpiredReadCancelled: a read still queued for a worker when
+// every request waiting for it was answered at its deadline is cancelled
+// without I/O (the block stays on disk); one a worker runs completes.
+func TestDiskExpiredReadCancelled(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newDiskEnv(t, 0)
+	defer e.stop()
+	e.stop()
+	e.workers = 1
+	e.start()
+	e.write(1, 2)
+	e.flush()
+	e.nextUpdate()
+
+	e.gate.arm()
+	m1 := readMsg(1, time.Time{}, 1) // holds the one worker
+	f1 := e.sys.Root.RequestFuture(e.pid, m1, testWait)
+	recv(t, e.gate.entered)
+	before := e.fault.Counts().Reads
+	m2 := readMsg(2, time.Now().Add(20*time.Millisecond), 2) // queued behind it, late
+	res, err := e.sys.Root.RequestFuture(e.pid, m2, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, m2, res.(*messages.LowerReadDone), false)
+	if s := e.stats(); s.Extra["queued"] != 0 || s.InFlight != 1 || s.Extra["cancelled"] != 1 || s.Timeouts != 1 {
+		t.Fatalf("after the late read: stats %v %+v; want it cancelled, only the held read in flight", s, s.Extra)
+	}
+	e.gate.release <- struct{}{}
+	res, err = f1.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, m1, res.(*messages.LowerReadDone), true)
+	if n := e.fault.Counts().Reads - before; n != 1 {
+		t.Fatalf("%d reads reached the file, want the held one's alone (none for the cancelled read)", n)
+	}
+	m, done := e.read(2) // still on disk
+	checkRead(t, m, done, true)
+
+	// A queued read that another request still waits for is not cancelled
+	// when one of its requests is answered at its deadline.
+	e.gate.arm()
+	f1 = e.sys.Root.RequestFuture(e.pid, readMsg(5, time.Time{}, 1), testWait)
+	recv(t, e.gate.entered)
+	patient := readMsg(6, time.Time{}, 2)
+	f2 := e.sys.Root.RequestFuture(e.pid, patient, testWait)
+	late := readMsg(7, time.Now().Add(20*time.Millisecond), 2)
+	res, err = e.sys.Root.RequestFuture(e.pid, late, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, late, res.(*messages.LowerReadDone), false)
+	if s := e.stats(); s.Extra["cancelled"] != 1 || s.Extra["queued"] != 1 {
+		t.Fatalf("stats %v %+v: the read another request waits for was cancelled", s, s.Extra)
+	}
+	e.gate.release <- struct{}{}
+	if _, err := f1.Result(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = f2.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, patient, res.(*messages.LowerReadDone), true)
+}
+
 // Jobs still queued for a worker at stop are cancelled without I/O: their
 // requests get false and the blocks stay on disk.
 func TestDiskStopCancelsQueuedIO(t *testing.T) {

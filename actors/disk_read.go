@@ -22,7 +22,8 @@ type diskReadReq struct {
 	waiting []bool // item still waits for its read or its copy
 	pending int    // items waiting
 	timer   *time.Timer
-	done    bool // answered; its Bytes must not be touched again
+	done    bool           // answered; its Bytes must not be touched again
+	jobs    []*diskReadJob // per item: the read it waits on (nil: none)
 
 	// mu orders a worker's copy into the items' Bytes before the answer:
 	// a worker copies only while !answered, under mu, and the actor sets
@@ -58,6 +59,7 @@ func (c *diskCopy) run() {
 type diskReadJob struct {
 	op      *disk.ReadOp
 	waiters []diskWaiter
+	io      *diskJob // the read's job, while it may still wait in the workers' queue
 }
 
 type diskWaiter struct {
@@ -74,7 +76,7 @@ type diskReadExpired struct{ req *diskReadReq }
 // being read joins that read, any other starts one.
 func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 	n := len(m.Items)
-	req := &diskReadReq{seq: a.readSeq, msg: m, sender: ctx.Sender(), ok: make([]bool, n), waiting: make([]bool, n)}
+	req := &diskReadReq{seq: a.readSeq, msg: m, sender: ctx.Sender(), ok: make([]bool, n), waiting: make([]bool, n), jobs: make([]*diskReadJob, n)}
 	a.readSeq++
 	a.reads[req.seq] = req
 	switch {
@@ -105,7 +107,8 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 		if first {
 			job = &diskReadJob{op: op}
 			a.readJobs[op] = job
-			a.workers.submit(&diskJob{read: op, buf: a.getBuf(), rjob: job})
+			job.io = &diskJob{read: op, buf: a.getBuf(), rjob: job}
+			a.workers.submit(job.io)
 		} else {
 			if job = a.readJobs[op]; job == nil {
 				panic("kvtier: actors: disk store coalesced a read the actor did not start")
@@ -122,6 +125,7 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 		}
 		job.waiters = append(job.waiters, diskWaiter{req: req, item: i})
 		req.waiting[i] = true
+		req.jobs[i] = job
 		req.pending++
 	}
 	if req.pending == 0 {
@@ -240,15 +244,38 @@ func (a *DiskActor) expire(ctx actor.Context, m *diskReadExpired) {
 		a.armExpiry(req, max(req.msg.Deadline.Sub(now), tier.MinRearm))
 		return
 	}
+	var gone []*diskReadJob
 	for i, w := range req.waiting {
 		if w {
 			req.waiting[i] = false
 			a.stats.timeouts++
 			a.stats.misses++
+			gone = append(gone, req.jobs[i])
 		}
 	}
 	req.pending = 0
 	a.replyRead(ctx, req)
+	for _, job := range gone {
+		a.dropUnwanted(ctx, job)
+	}
+}
+
+// dropUnwanted cancels a read still waiting for a worker once no request
+// waits for it any more (each was answered at its deadline): under load,
+// late reads would otherwise keep the disk busy for nothing and make the
+// reads queued behind them late too.
+func (a *DiskActor) dropUnwanted(ctx actor.Context, job *diskReadJob) {
+	for _, w := range job.waiters {
+		if !w.req.done {
+			return
+		}
+	}
+	if job.io == nil || !a.workers.unqueue(job.io) {
+		return // running or finished: it completes as it is
+	}
+	job.io.cancelled = true
+	a.stats.cancelled++
+	a.finish(ctx, job.io)
 }
 
 // replyRead sends LowerReadDone; from here on the request's Bytes belong to

@@ -118,6 +118,17 @@ func (w *diskWorkers) done(j *diskJob) bool {
 	return true
 }
 
+// unqueue takes j out of the queue if no worker has it yet, and says so.
+func (w *diskWorkers) unqueue(j *diskJob) bool {
+	for i, q := range w.queue {
+		if q == j {
+			w.queue = append(w.queue[:i], w.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 // queued returns how many jobs wait for a worker.
 func (w *diskWorkers) queued() int { return len(w.queue) }
 
