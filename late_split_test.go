@@ -75,20 +75,7 @@ func TestLateDiskKeepsPinnedRun(t *testing.T) {
 	run := func(tokens []int64) {
 		t.Helper()
 		seq++
-		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tokens})
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-r.Ready.Done()
-		if err := m.Commit(ctx, seq, AllTokens); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Free(ctx, seq); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		cycle(t, m, seq, tokens)
 	}
 	where := func(tokens []int64) TierTokens {
 		t.Helper()

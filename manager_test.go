@@ -638,6 +638,25 @@ func commitFree(ctx context.Context, m *Manager, seq uint64) error {
 	return m.Free(ctx, seq)
 }
 
+// cycle allocates tokens as seq, waits for its loads, commits all of it,
+// frees it and flushes: a request run to its end.
+func cycle(t *testing.T, m *Manager, seq uint64, tokens []int64) AllocResult {
+	t.Helper()
+	ctx := context.Background()
+	r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	if err := commitFree(ctx, m, seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // jumpClock is wall time until jumping is set; then every reading is an hour
 // later than the one before.
 type jumpClock struct {
@@ -660,28 +679,10 @@ func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
 	clk := &jumpClock{}
 	clk.at.Store(time.Now().UnixNano())
 	m := newManager(t, Config{GPUBlocks: 4, PinnedBytes: 16 * 4096, ReadDeadlineBase: time.Hour, Clock: clk})
-	run := func(seq uint64, p []int64) AllocResult {
-		t.Helper()
-		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wait(t, r)
-		if err := m.Commit(ctx, seq, AllTokens); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Free(ctx, seq); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
 	a := toks(100, 2*bt)
-	run(1, a)
+	cycle(t, m, 1, a)
 	for i := range 4 { // a leaves the GPU for pinned memory
-		run(uint64(10+i), toks(1000*(i+2), 2*bt))
+		cycle(t, m, uint64(10+i), toks(1000*(i+2), 2*bt))
 	}
 	if p, err := m.Exists(ctx, a, ""); err != nil || p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 2*bt {
 		t.Fatalf("a is not (only) in pinned memory: %+v %v", p, err)

@@ -521,14 +521,8 @@ func TestDiskStopDrainsInFlightIO(t *testing.T) {
 // without I/O (the block stays on disk); one a worker runs completes.
 func TestDiskExpiredReadCancelled(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	e := newDiskEnv(t, 0)
+	e := oneWorkerEnv(t)
 	defer e.stop()
-	e.stop()
-	e.workers = 1
-	e.start()
-	e.write(1, 2)
-	e.flush()
-	e.nextUpdate()
 
 	e.gate.arm()
 	m1 := readMsg(1, time.Time{}, 1) // holds the one worker
@@ -587,13 +581,7 @@ func TestDiskExpiredReadCancelled(t *testing.T) {
 // requests get false and the blocks stay on disk.
 func TestDiskStopCancelsQueuedIO(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	e := newDiskEnv(t, 0)
-	e.stop()
-	e.workers = 1
-	e.start()
-	e.write(1, 2)
-	e.flush()
-	e.nextUpdate()
+	e := oneWorkerEnv(t)
 
 	e.gate.arm()
 	m1 := readMsg(1, time.Time{}, 1)

@@ -112,6 +112,20 @@ func newDiskEnv(t *testing.T, quota int) *diskEnv {
 	return newDiskEnvClock(t, quota, nil)
 }
 
+// oneWorkerEnv is a disk actor with one I/O worker, blocks 1 and 2 written
+// and announced: a second read queues behind a held first one.
+func oneWorkerEnv(t *testing.T) *diskEnv {
+	t.Helper()
+	e := newDiskEnv(t, 0)
+	e.stop()
+	e.workers = 1
+	e.start()
+	e.write(1, 2)
+	e.flush()
+	e.nextUpdate()
+	return e
+}
+
 // newDiskEnvClock is newDiskEnv with the actor on clock.
 func newDiskEnvClock(t *testing.T, quota int, clock func() time.Time) *diskEnv {
 	t.Helper()

@@ -40,8 +40,9 @@ type orderedAlloc struct {
 type batchReply struct {
 	send   func(*messages.AllocateBatchResult) // nil once sent
 	res    *messages.AllocateBatchResult
-	parked int  // requests waiting for pinned blocks to come free
-	ready  bool // every request not parked is decided
+	parked int           // requests waiting for pinned blocks to come free
+	ready  bool          // every request not parked is decided
+	ord    *orderedAlloc // an ordered batch (AllocateInOrder), else nil
 }
 
 func (b *batchReply) maybeSend(t *Tier) {
@@ -64,6 +65,7 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 	var ord *orderedAlloc
 	if inOrder {
 		ord = &orderedAlloc{reqs: reqs, keys: keys, b: b, gpuAt: make([]int, len(reqs)), below: make([][]messages.Tier, len(reqs))}
+		b.ord = ord
 	}
 	var pend *pendingAlloc
 	var chains [][]uint64
@@ -92,7 +94,7 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 		}
 		if !t.lower() || len(r.Tokens) < t.bs {
 			if ord == nil {
-				t.allocate(r, k, out, 0, nil, b, nil)
+				t.allocate(r, k, out, 0, nil, b, i)
 			}
 			continue
 		}
@@ -104,7 +106,7 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 		hashes := k.Hashes
 		if hits == len(hashes) {
 			if ord == nil {
-				t.allocate(r, k, out, 0, nil, b, nil)
+				t.allocate(r, k, out, 0, nil, b, i)
 			}
 			continue
 		}
@@ -152,7 +154,7 @@ func (t *Tier) lookupDone(m *messages.LookupResult) {
 	} else {
 		for k, i := range pend.waiting {
 			r := &pend.reqs[i]
-			t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b, nil)
+			t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b, i)
 		}
 	}
 	t.afterBatch()
@@ -173,11 +175,8 @@ func (t *Tier) allocateInOrder(o *orderedAlloc, from int) {
 			out.Err = o.stop(r.Seq)
 			continue
 		}
-		if t.allocate(r, o.keys[i], out, o.gpuAt[i], o.below[i], o.b, func(canceled bool) {
-			o.decided(i, canceled)
-			t.allocateInOrder(o, i+1)
-		}) {
-			return
+		if t.allocate(r, o.keys[i], out, o.gpuAt[i], o.below[i], o.b, i) {
+			return // carryOn goes on once it is decided
 		}
 		o.decided(i, false)
 	}
@@ -201,11 +200,20 @@ func (o *orderedAlloc) decided(i int, canceled bool) {
 	}
 }
 
-// allocate allocates one request; below lists the tiers of the blocks after the
-// first gpuAt blocks that lower tiers hold. It reports whether the request
-// parked: then, once it is decided, then (when not nil) runs, told whether
-// it was answered without being applied.
-func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, then func(canceled bool)) (parked bool) {
+// carryOn goes on with an ordered batch once its request at, which parked,
+// is decided (canceled: answered without being applied).
+func (t *Tier) carryOn(b *batchReply, at int, canceled bool) {
+	if o := b.ord; o != nil {
+		o.decided(at, canceled)
+		t.allocateInOrder(o, at+1)
+	}
+}
+
+// allocate allocates request at of batch b; below lists the tiers of the
+// blocks after the first gpuAt blocks that lower tiers hold. It reports
+// whether the request parked (an ordered batch carries on once it is
+// decided: carryOn).
+func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, at int) (parked bool) {
 	nb := t.blocksFor(len(r.Tokens))
 	if len(below) > 0 && (len(below) < t.cfg.DoubleGetMinBlocks || float64(len(below)) < t.cfg.DoubleGetMinRatio*float64(nb)) {
 		t.stats.DoubleGetSkips += uint64(len(below))
@@ -219,7 +227,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	}
 	alloc, err := t.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead, MaxHits: maxHits})
 	if t.parkable(err) {
-		t.park(r, k, out, gpuAt, below, b, then)
+		t.park(r, k, out, gpuAt, below, b, at)
 		return true
 	}
 	if err != nil {
@@ -276,7 +284,6 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		w.loading = true
 		t.notReady[w.seq] = w
 		var ops []*fetchOp
-		var ids []uint64
 		for from, to := 0, cut; from < len(load); from, to = to, len(load) {
 			op := &fetchOp{w: w, first: start + from, want: to - from, timed: timed, deadline: deadline}
 			for j := start + from; j < start+to; j++ {
@@ -291,13 +298,12 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 				op.prev, ops[n-1].next = ops[n-1], op
 			}
 			w.pending++
-			id := t.newID()
-			op.id = id
-			t.fetches[id] = op
-			ops, ids = append(ops, op), append(ids, id)
+			op.id = t.newID()
+			t.fetches[op.id] = op
+			ops = append(ops, op)
 		}
-		for i, op := range ops {
-			t.launchFetch(ids[i], op, evictOp)
+		for _, op := range ops {
+			t.launchFetch(op, evictOp)
 		}
 	}
 	t.countTokens(r.Salt, len(r.Tokens), out)
@@ -307,21 +313,20 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 
 // park retries allocate once offloads ahead of need release blocks. It is its
 // own function so that allocate's arguments escape only when it parks.
-// then runs once the request is decided, before the batch can be answered.
-func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, then func(canceled bool)) {
+// An ordered batch carries on once the request is decided, before the batch
+// can be answered.
+func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, at int) {
 	b.parked++
 	t.parkReq(func() {
 		b.parked--
-		if !t.allocate(r, k, out, gpuAt, below, b, then) && then != nil {
-			then(false)
+		if !t.allocate(r, k, out, gpuAt, below, b, at) {
+			t.carryOn(b, at, false)
 		}
 		b.maybeSend(t)
 	}, func(err error) {
 		b.parked--
 		out.Err = orWithdrawn(err, r.Seq)
-		if then != nil {
-			then(true)
-		}
+		t.carryOn(b, at, true)
 		b.maybeSend(t)
 	})
 }
@@ -353,26 +358,26 @@ func pinnedRun(load []messages.Tier) int {
 
 // launchFetch arms op's timer and asks the tier below for its blocks, after
 // the write-down of the contents they evicted (evictOp) when there is one.
-func (t *Tier) launchFetch(id uint64, op *fetchOp, evictOp *offloadOp) {
+func (t *Tier) launchFetch(op *fetchOp, evictOp *offloadOp) {
 	if op.late {
 		// Given up already: behind a load that fell short before it was
 		// asked for (see settleNext); no timer was armed.
 		op.timed = false
-		t.endFetch(id, op)
+		t.endFetch(op)
 		return
 	}
 	if t.pastDeadline(op) {
 		// Already late (a LoadDeadline in the past): a miss now, and
 		// nothing asked of the tiers below.
 		op.timed = false
-		t.fetchLate(id)
-		t.endFetch(id, op)
+		t.fetchLate(op.id)
+		t.endFetch(op)
 		return
 	}
 	if op.timed {
-		t.timer(id, op.deadline)
+		t.timer(op.id, op.deadline)
 	}
-	req := &messages.FetchRequest{ID: id, Hashes: op.hashes, Digests: op.digests, Deadline: op.deadline}
+	req := &messages.FetchRequest{ID: op.id, Hashes: op.hashes, Digests: op.digests, Deadline: op.deadline}
 	if evictOp == nil {
 		t.sendFetch(req)
 		return
@@ -381,7 +386,7 @@ func (t *Tier) launchFetch(id uint64, op *fetchOp, evictOp *offloadOp) {
 	// out; a load late by then asks nothing below.
 	evictOp.then = append(evictOp.then, func() {
 		if op.late {
-			t.endFetch(id, op)
+			t.endFetch(op)
 			return
 		}
 		t.sendFetch(req)

@@ -63,7 +63,7 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 			for _, id := range op.blocks {
 				t.pool.Unpin(id)
 			}
-			t.endFetch(g.ID, op)
+			t.endFetch(op)
 		}
 		return
 	}
@@ -72,7 +72,7 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 		t.missFrom(op, n, g.Short)
 	}
 	if len(g.Slots) == 0 {
-		t.endFetch(g.ID, op)
+		t.endFetch(op)
 		t.fetchDone(op)
 		return
 	}
@@ -90,7 +90,13 @@ func (t *Tier) missFrom(op *fetchOp, n int, why messages.MissReason) {
 	for _, id := range op.blocks[n:] {
 		t.pool.Unpin(id)
 	}
-	lost := len(op.blocks) - n
+	t.countMiss(op, len(op.blocks)-n, why)
+	op.blocks, op.hashes, op.digests = op.blocks[:n], op.hashes[:n], op.digests[:n]
+}
+
+// countMiss counts lost blocks of op under why, in its outcome and the
+// tier's stats, and remembers the first reason op fell short.
+func (t *Tier) countMiss(op *fetchOp, lost int, why messages.MissReason) {
 	if op.why == messages.MissNone {
 		op.why = why
 	}
@@ -107,7 +113,6 @@ func (t *Tier) missFrom(op *fetchOp, n int, why messages.MissReason) {
 	default: // evicted between the lookup and the fetch, or not said
 		op.w.out.Evicted += lost
 	}
-	op.blocks, op.hashes, op.digests = op.blocks[:n], op.hashes[:n], op.digests[:n]
 }
 
 func (t *Tier) fetchCopied(id uint64, err error) {
@@ -123,7 +128,7 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 		for _, id := range op.blocks {
 			t.pool.Unpin(id)
 		}
-		t.endFetch(id, op)
+		t.endFetch(op)
 		return
 	}
 	if err != nil {
@@ -137,7 +142,7 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 	} else {
 		t.publishFetch(op)
 	}
-	t.endFetch(id, op)
+	t.endFetch(op)
 	t.fetchDone(op)
 }
 
@@ -191,7 +196,7 @@ func (t *Tier) settleNext(n *fetchOp) {
 	case n.waiting:
 		n.waiting = false
 		t.publishFetch(n)
-		t.endFetch(n.id, n)
+		t.endFetch(n)
 		t.fetchDone(n)
 	case n.prev.full || n.granted:
 	default:
@@ -239,9 +244,8 @@ func (t *Tier) fetchLate(id uint64) {
 	if len(held) == 0 {
 		// Nobody waits on these blocks: Ready completes late, and the copy
 		// lands into blocks that go back uncached.
-		op.late, op.why = true, messages.MissLate
-		op.w.out.Late += len(op.blocks)
-		t.stats.Timeouts += uint64(len(op.blocks))
+		op.late = true
+		t.countMiss(op, len(op.blocks), messages.MissLate)
 		t.fetchDone(op)
 		return
 	}
@@ -251,7 +255,7 @@ func (t *Tier) fetchLate(id uint64) {
 			zap.Uint64("id", id), zap.Int("blocks", len(op.blocks)), zap.Int("free", t.pool.NumFree()))
 		return
 	}
-	op.late, op.why = true, messages.MissLate
+	op.late = true
 	var fresh []blockpool.BlockID
 	for _, i := range held {
 		if nid, err := t.pool.Detach(op.w.seq, op.first+i); err == nil {
@@ -260,8 +264,7 @@ func (t *Tier) fetchLate(id uint64) {
 		}
 	}
 	op.w.out.Blocks = table
-	op.w.out.Late += len(op.blocks)
-	t.stats.Timeouts += uint64(len(op.blocks))
+	t.countMiss(op, len(op.blocks), messages.MissLate)
 	// The fresh blocks may have evicted cached contents. Writing them down
 	// first would hold Ready past the deadline (their copy down queues
 	// behind the late copy up on the stream), so they are dropped instead:
@@ -283,10 +286,10 @@ func (t *Tier) deadline(id uint64) {
 	t.fetchLate(id)
 }
 
-func (t *Tier) endFetch(id uint64, op *fetchOp) {
+func (t *Tier) endFetch(op *fetchOp) {
 	if op.timed {
-		t.out.CancelTimers = append(t.out.CancelTimers, id)
+		t.out.CancelTimers = append(t.out.CancelTimers, op.id)
 	}
-	delete(t.fetches, id)
+	delete(t.fetches, op.id)
 	t.maybeFlushed()
 }
