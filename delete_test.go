@@ -215,17 +215,7 @@ func TestDeleteRunsToItsEnd(t *testing.T) {
 	a := toks(7, 2*bt)
 	computeLoRA := func(seq uint64, tk []int64, lora string) {
 		t.Helper()
-		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tk, LoRA: lora})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wait(t, r)
-		if err := commitFree(ctx, m, seq); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		cycle(t, m, AllocRequest{Seq: seq, Tokens: tk, LoRA: lora})
 	}
 	computeLoRA(1, a, "")
 	n, err := m.Delete(&cancelAfterFirstCheck{Context: ctx}, a, "")

@@ -75,7 +75,7 @@ func TestLateDiskKeepsPinnedRun(t *testing.T) {
 	run := func(tokens []int64) {
 		t.Helper()
 		seq++
-		cycle(t, m, seq, tokens)
+		cycle(t, m, AllocRequest{Seq: seq, Tokens: tokens})
 	}
 	where := func(tokens []int64) TierTokens {
 		t.Helper()

@@ -638,17 +638,17 @@ func commitFree(ctx context.Context, m *Manager, seq uint64) error {
 	return m.Free(ctx, seq)
 }
 
-// cycle allocates tokens as seq, waits for its loads, commits all of it,
-// frees it and flushes: a request run to its end.
-func cycle(t *testing.T, m *Manager, seq uint64, tokens []int64) AllocResult {
+// cycle allocates req, waits for its loads, commits all of it, frees it and
+// flushes: a request run to its end.
+func cycle(t *testing.T, m *Manager, req AllocRequest) AllocResult {
 	t.Helper()
 	ctx := context.Background()
-	r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tokens})
+	r, err := m.Allocate(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wait(t, r)
-	if err := commitFree(ctx, m, seq); err != nil {
+	if err := commitFree(ctx, m, req.Seq); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Flush(ctx); err != nil {
@@ -680,9 +680,9 @@ func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
 	clk.at.Store(time.Now().UnixNano())
 	m := newManager(t, Config{GPUBlocks: 4, PinnedBytes: 16 * 4096, ReadDeadlineBase: time.Hour, Clock: clk})
 	a := toks(100, 2*bt)
-	cycle(t, m, 1, a)
+	cycle(t, m, AllocRequest{Seq: 1, Tokens: a})
 	for i := range 4 { // a leaves the GPU for pinned memory
-		cycle(t, m, uint64(10+i), toks(1000*(i+2), 2*bt))
+		cycle(t, m, AllocRequest{Seq: uint64(10 + i), Tokens: toks(1000*(i+2), 2*bt)})
 	}
 	if p, err := m.Exists(ctx, a, ""); err != nil || p.Tokens.Of(GPU) != 0 || p.Tokens.Of(Pinned) != 2*bt {
 		t.Fatalf("a is not (only) in pinned memory: %+v %v", p, err)
