@@ -430,6 +430,46 @@ func TestOffloadAheadIsAWindow(t *testing.T) {
 	}
 }
 
+// TestOffloadAheadAfterLookedUpAllocation: the offload ahead of need runs
+// after a batch's allocations, also when they waited for the index's Lookup:
+// the blocks an allocation takes can push the GPU past OffloadThreshold, and
+// the free cached blocks next to be evicted are written down in the Ready
+// that answers the batch, not a batch later. Before the allocation, with the
+// GPU under the threshold, nothing is written.
+func TestOffloadAheadAfterLookedUpAllocation(t *testing.T) {
+	for _, inOrder := range []bool{false, true} {
+		tr := newTier(t, 16, Config{Lower: true, OffloadAhead: 2, OffloadThreshold: 0.5})
+		if res, _ := allocate(t, tr, 1, prompt(1000, 4*bs), []messages.Tier{}); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 4 * bs}}, func(*messages.CommitBatchResult) {})
+		drain(t, tr)
+		tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
+		if r := drain(t, tr); len(r.ToPinned) != 0 { // 4 of 16 hold data: under 0.5
+			t.Fatalf("in order %v: %+v sent below with the GPU under the threshold", inOrder, r.ToPinned)
+		}
+		reqs, keys := batchOf([]uint64{2}, [][]int64{prompt(2000, 5*bs)})
+		res := allocateWith(tr, inOrder, reqs, keys)
+		r := drain(t, tr)
+		if len(r.ToPinned) != 0 {
+			t.Fatalf("in order %v: %+v sent below before the allocation", inOrder, r.ToPinned)
+		}
+		r = answerLookup(t, tr, r) // 9 of 16 hold data now
+		if *res == nil || (*res).Results[0].Err != nil {
+			t.Fatalf("in order %v: allocation answered %+v", inOrder, *res)
+		}
+		n := 0
+		for _, m := range r.ToPinned {
+			if o, ok := m.(*messages.OffloadRequest); ok {
+				n += len(o.Items)
+			}
+		}
+		if n != 2 {
+			t.Fatalf("in order %v: %d blocks offered below with the batch's answer, want the window's 2", inOrder, n)
+		}
+	}
+}
+
 // TestSerialOffloadsOneInFlight: with SerialOffloads a second offload waits
 // until the first's copy is done, and goes to the pinned tier right after
 // that OffloadDone; without it, both are offered at once.
