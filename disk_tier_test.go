@@ -372,3 +372,38 @@ func TestStatsTiersTopFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskLearnsMissesOfAppliedRequestsOnly: the disk's eviction policy
+// (Adaptive, which learns from misses) hears of the blocks a request
+// missed below once the request got its GPU blocks: a request refused for
+// lack of them (a scheduler asks again later) counts nothing.
+func TestDiskLearnsMissesOfAppliedRequestsOnly(t *testing.T) {
+	m := newManager(t, diskConfig(t, t.TempDir()))
+	ctx := context.Background()
+	bt := m.Layout().BlockTokens()
+	a, b, c := toks(1000, 6*bt), toks(2000, 4*bt), toks(3000, bt)
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: b}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("4 blocks with 2 of 8 free: %v, want ErrNoSpace", err)
+	}
+	// The index tells the disk in order: once the third request's one
+	// block is counted, the refused request's would have been.
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: c}); err != nil {
+		t.Fatal(err)
+	}
+	var seen float64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		st, err := m.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen = st.Tier(Disk).Extra["misses_observed"]; seen >= 7 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if seen != 7 {
+		t.Fatalf("the disk observed %v misses, want 7: the two applied requests' 6 and 1 blocks", seen)
+	}
+}

@@ -38,8 +38,9 @@ type IndexActor struct {
 	// block left every tier in order, pinned (the first) when it left
 	// every tier below it.
 	gpu, pinned *actor.PID
-	// missDisk hears of the blocks each Lookup came to the disk for and it
-	// lacked (messages.Missed), once IndexWatch named it.
+	// missDisk hears of the blocks requests that got their GPU blocks came
+	// to the disk for and it lacked (messages.Missed, from the GPU's
+	// messages.Admitted), once IndexWatch named it.
 	missDisk *actor.PID
 	// events, when set, is the KV-event publisher: the index forwards the
 	// pinned and disk tiers' changes to it, in the order it applies them.
@@ -124,10 +125,12 @@ func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
 }
 
 // sendMisses tells the disk tier, when IndexWatch named it, which blocks of
-// the chains came to it and found it without: those no tier before it in
-// order holds (a pinned hit never reaches the disk) and it does not hold
-// either. runs are the chains' leading runs, each block's serving tier, the
-// first in order holding it; no tier holds a block past its run.
+// the chains of requests that got their GPU blocks (messages.Admitted) came
+// to it and found it without: those no tier before it in order holds (a
+// pinned hit never reaches the disk) and it does not hold either. runs are
+// the Lookup's answers: each block's serving tier, the first in order
+// holding it, then the shared tier's (Remote, a miss here); no tier holds a
+// block past its run.
 func (a *IndexActor) sendMisses(ctx actor.Context, chains [][]uint64, runs [][]messages.Tier) {
 	disk := a.pos[messages.Disk.Index()]
 	if a.missDisk == nil || disk == 0 {
@@ -135,8 +138,12 @@ func (a *IndexActor) sendMisses(ctx actor.Context, chains [][]uint64, runs [][]m
 	}
 	var missed []uint64
 	for i, chain := range chains {
+		var run []messages.Tier
+		if i < len(runs) {
+			run = runs[i]
+		}
 		for j, h := range chain {
-			if j >= len(runs[i]) || a.pos[runs[i][j].Index()] > disk {
+			if j >= len(run) || a.pos[run[j].Index()] == 0 || a.pos[run[j].Index()] > disk {
 				missed = append(missed, h)
 			}
 		}
@@ -170,6 +177,8 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 		a.update(ctx, m)
 	case *messages.TiersDown:
 		a.tiersDown(ctx, m.Tiers)
+	case *messages.Admitted:
+		a.sendMisses(ctx, m.Chains, m.Runs)
 	case *messages.Lookup:
 		a.busy = &busyLookup{to: ctx.Sender(), id: m.ID, chains: len(m.Chains)}
 		a.lookup(ctx, m)
@@ -242,7 +251,6 @@ func (a *IndexActor) lookup(ctx actor.Context, m *messages.Lookup) {
 			p.chains = append(p.chains, i)
 		}
 	}
-	a.sendMisses(ctx, m.Chains, res.Tiers)
 	if ask == nil {
 		ctx.Respond(res)
 		return

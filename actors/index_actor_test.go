@@ -11,29 +11,28 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
-// TestIndexSendsMisses: for each Lookup the index tells the disk of every
-// block neither it nor the pinned tier holds (a block served from pinned
-// memory never reaches the disk), answers the Lookup as before, and tells
-// nothing when IndexWatch names no disk.
+// TestIndexSendsMisses: a Lookup tells the disk nothing (its request may be
+// refused for space and ask again); Admitted, for the chains of requests
+// that got their GPU blocks, tells it every block neither it nor the pinned
+// tier holds (a block served from pinned memory never reaches the disk; one
+// the shared tier serves is a miss here), and nothing when IndexWatch names
+// no disk.
 func TestIndexSendsMisses(t *testing.T) {
 	sys := actor.NewActorSystem()
 	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
-	probe := func() (*actor.PID, chan []uint64) {
-		got := make(chan []uint64, 4)
-		pid := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-			if m, ok := c.Message().(*messages.Missed); ok {
-				got <- m.Hashes
-			}
-		}))
-		return pid, got
-	}
-	diskPID, diskGot := probe()
+	got := make(chan []uint64, 4)
+	diskPID := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if m, ok := c.Message().(*messages.Missed); ok {
+			got <- m.Hashes
+		}
+	}))
 	sys.Root.Send(idx, &IndexWatch{MissDisk: diskPID})
 	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Pinned, Added: []uint64{1, 3}})
 	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Disk, Added: []uint64{2, 3, 5}})
 	// Chain 1, 2, 3, 4, 5: 1 pinned, 2 disk, 3 both, 4 nowhere (the run
 	// ends), 5 on disk past the break. Chain 6: nowhere.
-	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 7, Chains: [][]uint64{{1, 2, 3, 4, 5}, {6}}}, testWait).Result()
+	chains := [][]uint64{{1, 2, 3, 4, 5}, {6}}
+	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 7, Chains: chains}, testWait).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,28 +41,46 @@ func TestIndexSendsMisses(t *testing.T) {
 	if len(res.Tiers) != 2 || !slices.Equal(res.Tiers[0], want[0]) || len(res.Tiers[1]) != 0 {
 		t.Fatalf("lookup answered %v, want %v", res.Tiers, want)
 	}
-	wait := func(ch chan []uint64, what string) []uint64 {
-		select {
-		case h := <-ch:
-			return h
-		case <-time.After(testWait):
-			t.Fatalf("%s: no Missed", what)
-			return nil
+	// heard syncs with the index (a Lookup's answer comes after whatever it
+	// sent for the messages before), sends a marker to the disk behind
+	// that, and returns what the disk heard up to the marker.
+	heard := func() [][]uint64 {
+		t.Helper()
+		if _, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 99}, testWait).Result(); err != nil {
+			t.Fatal(err)
+		}
+		sys.Root.Send(diskPID, &messages.Missed{Hashes: []uint64{999}})
+		var out [][]uint64
+		for {
+			select {
+			case h := <-got:
+				if slices.Equal(h, []uint64{999}) {
+					return out
+				}
+				out = append(out, h)
+			case <-time.After(testWait):
+				t.Fatal("the marker did not reach the disk")
+				return nil
+			}
 		}
 	}
-	if got := wait(diskGot, "disk"); !slices.Equal(got, []uint64{4, 5, 6}) {
-		t.Fatalf("disk heard of misses %v, want [4 5 6]", got)
+	if h := heard(); len(h) != 0 {
+		t.Fatalf("the disk heard of misses %v at a Lookup", h)
+	}
+	// Admitted: the two chains, and 7, 8, 9 whose answer was pinned, then
+	// the shared tier, then nothing.
+	sys.Root.Send(idx, &messages.Admitted{
+		Chains: append(chains, []uint64{7, 8, 9}),
+		Runs:   append(res.Tiers, []messages.Tier{messages.Pinned, messages.Remote}),
+	})
+	if h := heard(); len(h) != 1 || !slices.Equal(h[0], []uint64{4, 5, 6, 8, 9}) {
+		t.Fatalf("disk heard of misses %v, want [[4 5 6 8 9]]", h)
 	}
 	// Without a MissDisk, no one hears.
 	sys.Root.Send(idx, &IndexWatch{})
-	if _, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 8, Chains: [][]uint64{{9}}}, testWait).Result(); err != nil {
-		t.Fatal(err)
-	}
-	// A marker sent after the Lookup's answer reaches the disk's probe
-	// after anything the index sent it for that Lookup.
-	sys.Root.Send(diskPID, &messages.Missed{Hashes: []uint64{999}})
-	if got := wait(diskGot, "disk"); !slices.Equal(got, []uint64{999}) {
-		t.Fatalf("disk heard of misses %v with no MissDisk", got)
+	sys.Root.Send(idx, &messages.Admitted{Chains: [][]uint64{{9}}, Runs: [][]messages.Tier{nil}})
+	if h := heard(); len(h) != 0 {
+		t.Fatalf("disk heard of misses %v with no MissDisk", h)
 	}
 }
 

@@ -428,6 +428,19 @@ type Lookup struct {
 	Digests [][]prefixhash.Digest
 }
 
+// Admitted tells the index which chains it was asked about (Lookup) belong
+// to requests that then got their GPU blocks, with the run LookupResult
+// answered for each: their misses below are demand, and the index tells
+// the disk of them (Missed). A request refused for lack of GPU blocks asks
+// again when it is tried again; counted at its Lookup, its misses would
+// count once per try. Sent by the GPU actor, one per Ready, only for chains
+// that run past what pinned memory and the disk held (the rest miss
+// nothing below); it belongs to the receiver once sent.
+type Admitted struct {
+	Chains [][]uint64
+	Runs   [][]Tier
+}
+
 // RemoteLookup asks the remote tier's actor how many leading blocks of
 // each chain (keys by prefix digest) it holds; answered with
 // RemoteLookupResult to the sender.
@@ -471,13 +484,13 @@ type TiersDown struct {
 	Tiers Tier
 }
 
-// Missed tells the disk tier which blocks a Lookup came to it for and found
-// it without: those neither pinned memory nor the disk held. The index
-// sends it, one per Lookup, when the disk's eviction policy learns from
-// misses (policy.MissObserver): a block the disk lacks is computed above it
-// and reaches it much later, when pinned memory lets it go, and what the
-// disk is asked for would otherwise be seen only where it hits. Hashes
-// belongs to the receiver once sent.
+// Missed tells the disk tier which blocks a request that got GPU blocks
+// came to it for and found it without: those neither pinned memory nor the
+// disk held. The index sends it, one per Admitted, when the disk's eviction
+// policy learns from misses (policy.MissObserver): a block the disk lacks
+// is computed above it and reaches it much later, when pinned memory lets
+// it go, and what the disk is asked for would otherwise be seen only where
+// it hits. Hashes belongs to the receiver once sent.
 type Missed struct {
 	Hashes []uint64
 }

@@ -3,6 +3,7 @@ package tier
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -148,18 +149,27 @@ func (t *Tier) lookupDone(m *messages.LookupResult) {
 	defer func() { t.call = prev }()
 	if o := pend.ord; o != nil {
 		for k, i := range pend.waiting {
-			o.gpuAt[i], o.below[i] = pend.gpu[k], m.Tiers[k]
+			o.gpuAt[i], o.below[i] = pend.gpu[k], orNoRun(m.Tiers, k)
 		}
 		t.allocateInOrder(o, 0)
 	} else {
 		for k, i := range pend.waiting {
 			r := &pend.reqs[i]
-			t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], m.Tiers[k], pend.b, i)
+			t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], orNoRun(m.Tiers, k), pend.b, i)
 		}
 	}
 	t.afterBatch()
 	pend.b.ready = true
 	pend.b.maybeSend(t)
+}
+
+// orNoRun is runs[k], the index's answer for chain k, or noRun when it has
+// none: a request that looked up below passes allocate a run that is not nil.
+func orNoRun(runs [][]messages.Tier, k int) []messages.Tier {
+	if k < len(runs) && runs[k] != nil {
+		return runs[k]
+	}
+	return noRun
 }
 
 // allocateInOrder allocates o's requests from the from'th on, in order,
@@ -210,10 +220,12 @@ func (t *Tier) carryOn(b *batchReply, at int, canceled bool) {
 }
 
 // allocate allocates request at of batch b; below lists the tiers of the
-// blocks after the first gpuAt blocks that lower tiers hold. It reports
-// whether the request parked (an ordered batch carries on once it is
-// decided: carryOn).
+// blocks after the first gpuAt blocks that lower tiers hold: the index's
+// answer for the request's Lookup, not nil (noRun when empty), or nil when
+// the request did not look up below. It reports whether the request parked
+// (an ordered batch carries on once it is decided: carryOn).
 func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, at int) (parked bool) {
+	run := below
 	nb := t.blocksFor(len(r.Tokens))
 	if len(below) > 0 && (len(below) < t.cfg.DoubleGetMinBlocks || float64(len(below)) < t.cfg.DoubleGetMinRatio*float64(nb)) {
 		t.stats.DoubleGetSkips += uint64(len(below))
@@ -233,6 +245,9 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	if err != nil {
 		out.Err = err
 		return false
+	}
+	if run != nil {
+		t.noteAdmitted(k, gpuAt, run)
 	}
 	out.Blocks = alloc.Blocks
 	out.Tokens[messages.GPU.Index()] = alloc.CachedTokens
@@ -329,6 +344,32 @@ func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.A
 		t.carryOn(b, at, true)
 		b.maybeSend(t)
 	})
+}
+
+// noRun is a Lookup's answer for a chain no lower tier holds the start of.
+var noRun = []messages.Tier{}
+
+// noteAdmitted keeps, for the index, the chain a request that got its blocks
+// looked up below (k's hashes after the first gpuAt) and the run the index
+// answered, when part of it is held by neither pinned memory nor the disk:
+// the index tells the disk of those misses (messages.Admitted). A request
+// refused for space asks again when tried again; its misses count once, when
+// it is applied.
+func (t *Tier) noteAdmitted(k *blockpool.Keys, gpuAt int, run []messages.Tier) {
+	chain := k.Hashes[gpuAt:]
+	if len(run) >= len(chain) && !slices.Contains(run, messages.Remote) {
+		return
+	}
+	if t.admitted == nil {
+		t.admitted = &messages.Admitted{}
+		t.toIndex(t.admitted)
+	}
+	c := make([]uint64, len(chain))
+	for j, h := range chain {
+		c[j] = uint64(h)
+	}
+	t.admitted.Chains = append(t.admitted.Chains, c)
+	t.admitted.Runs = append(t.admitted.Runs, slices.Clone(run))
 }
 
 // loadDeadline is the instant a load of tokens tokens for r must finish by,

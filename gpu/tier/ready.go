@@ -18,7 +18,7 @@ import (
 type Ready struct {
 	Copies   []Copy
 	ToPinned []any // *messages.OffloadRequest, FetchRequest, OffloadDone, FetchRelease
-	ToIndex  []any // *messages.Lookup
+	ToIndex  []any // *messages.Lookup, *messages.Admitted
 	// Residency, with the pool's Journal on, is what became findable on
 	// the GPU or stopped being, for the KV-event publisher; then
 	// ResidencyAfter removes evicted blocks whose write down just ended.
@@ -86,6 +86,7 @@ func (t *Tier) Ready() Ready {
 	clear(spare)
 	t.spareReplies = r.Replies
 	t.out = Ready{Replies: spare[:0]}
+	t.admitted = nil // it is in r.ToIndex
 	if j := t.pool.DrainJournal(); len(j) > 0 {
 		r.Residency = &messages.Residency{Tier: messages.GPU, Changes: make([]messages.ResidencyChange, 0, len(j))}
 		for _, c := range j {

@@ -98,8 +98,12 @@ type Tier struct {
 	fence   []gpu.Fence
 	nextID  uint64
 	lookups map[uint64]*pendingAlloc
-	fetches map[uint64]*fetchOp
-	offload map[uint64]*offloadOp
+	// admitted is the message in out.ToIndex that gathers, until the next
+	// Ready, the chains of the requests that looked up below and got their
+	// blocks (noteAdmitted).
+	admitted *messages.Admitted
+	fetches  map[uint64]*fetchOp
+	offload  map[uint64]*offloadOp
 	// serialQueue holds offloads waiting for the one in flight
 	// (Config.SerialOffloads), each with the id it was given when started.
 	serialQueue []queuedOffload
@@ -289,7 +293,7 @@ func (t *Tier) Stop() { t.stop(ErrStopped) }
 // output that event had staged (copies, messages, replies) is dropped
 // first: it cannot be trusted; only what the stop answers goes out.
 func (t *Tier) Fail(err error) {
-	t.out = Ready{}
+	t.out, t.admitted = Ready{}, nil
 	t.stop(err)
 }
 
