@@ -376,6 +376,43 @@ func TestDiskReadDeadlineOnClock(t *testing.T) {
 	e.gate.release <- struct{}{}
 }
 
+// TestDiskReadDeadlineAnswersWhatLanded: at its deadline a read answers the
+// items whose blocks were read and copied as read, verified, and only the
+// rest as late: the pinned tier grants that leading run, and the GPU tier,
+// which asks the tiers below to answer ahead of its own deadline, copies it
+// up in time.
+func TestDiskReadDeadlineAnswersWhatLanded(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	t0 := time.Unix(1e9, 0)
+	var now atomic.Pointer[time.Time]
+	now.Store(&t0)
+	e := newDiskEnvClock(t, 0, func() time.Time { return *now.Load() })
+	defer e.stop()
+	e.write(1, 2)
+	e.flush()
+
+	e.gate.armData(payloadOf(2)[:64]) // block 2's read is held once it has read
+	m := readMsg(1, t0.Add(10*time.Millisecond), 1, 2)
+	f := e.sys.Root.RequestFuture(e.pid, m, testWait)
+	recv(t, e.gate.entered)
+	for deadline := time.Now().Add(testWait); e.stats().Hits < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("block 1 was never read")
+		}
+	}
+	later := t0.Add(time.Hour)
+	now.Store(&later)
+	res, err := f.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, m, res.(*messages.LowerReadDone), true, false)
+	if s := e.stats(); s.Timeouts != 1 || s.Hits != 1 {
+		t.Fatalf("stats %v, want one hit and one timeout", s)
+	}
+	e.gate.release <- struct{}{}
+}
+
 func TestDiskWriteEIO(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	e := newDiskEnv(t, 0)

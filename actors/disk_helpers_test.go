@@ -34,6 +34,24 @@ type gateFS struct {
 	hold, holdWrite atomic.Bool
 	entered         chan struct{}
 	release         chan struct{}
+	// holdData, when set, holds the first read whose bytes contain it,
+	// after the read (armData).
+	holdData atomic.Pointer[[]byte]
+}
+
+// armData holds the next read that reads data, once it has read it.
+func (g *gateFS) armData(data []byte) { g.holdData.Store(&data) }
+
+// waitData holds a read that read the armed data.
+func (f *gateFile) waitData(bufs ...[]byte) {
+	d := f.g.holdData.Load()
+	if d == nil || !slices.ContainsFunc(bufs, func(b []byte) bool { return bytes.Contains(b, *d) }) {
+		return
+	}
+	if f.g.holdData.CompareAndSwap(d, nil) {
+		f.g.entered <- struct{}{}
+		<-f.g.release
+	}
 }
 
 func newGateFS(inner disk.FS) *gateFS {
@@ -71,12 +89,15 @@ func (f *gateFile) WriteAt(p []byte, off int64) (int, error) {
 
 func (f *gateFile) ReadAt(p []byte, off int64) (int, error) {
 	f.wait(&f.g.hold)
-	return f.File.ReadAt(p, off)
+	n, err := f.File.ReadAt(p, off)
+	f.waitData(p)
+	return n, err
 }
 
 // ReadvAt keeps the store's single-preadv read path.
 func (f *gateFile) ReadvAt(bufs [][]byte, off int64) (int, error) {
 	f.wait(&f.g.hold)
+	defer f.waitData(bufs...)
 	if v, ok := f.File.(disk.VectoredReader); ok {
 		return v.ReadvAt(bufs, off)
 	}

@@ -178,6 +178,23 @@ func TestTierReadDeadlineOnInjectedClock(t *testing.T) {
 	}
 }
 
+// TestTierReadDeadlineGrantsWhatLanded: a read from below answered at its
+// deadline with its leading blocks read (the disk tier's answer then) is
+// granted for those, Short MissLate; the rest are not granted.
+func TestTierReadDeadlineGrantsWhatLanded(t *testing.T) {
+	tr := newTestTier(t, 4, true)
+	m := fetch(5, 6, 7)
+	m.Deadline = t0.Add(100 * time.Millisecond)
+	tr.Fetch(m, gpuPeer{})
+	rd := step(t, tr).ToLower[0].(*messages.LowerRead)
+	tr.SetNow(m.Deadline)
+	tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{true, false, false}})
+	fg := fetchGrantOf(t, step(t, tr))
+	if len(fg.Slots) != 1 || fg.Slots[0] != rd.Items[0].Slot || fg.Short != messages.MissLate {
+		t.Fatalf("grant %+v, want block 5's slot %d, Short MissLate", fg, rd.Items[0].Slot)
+	}
+}
+
 // TestTierFlushWaitsForItsWork: a Flush is answered once the offloads before
 // it are done, not before; Stop answers a waiting Flush with ErrTierStopped.
 func TestTierFlushWaitsForItsWork(t *testing.T) {

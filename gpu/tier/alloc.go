@@ -289,7 +289,9 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		deadline, timed := t.loadDeadline(r, len(load)*t.bs)
 		// Under a deadline the leading run pinned memory holds loads apart
 		// from the rest (disk, remote), so that it counts when the slower
-		// reads are late: a load is otherwise all or nothing.
+		// reads are late; the rest asks the tiers below to answer ahead of
+		// the deadline (lowerDeadline), with the leading blocks they have
+		// read by then, which count too.
 		cut := len(load)
 		if timed {
 			if n := pinnedRun(load); n > 0 {
@@ -301,6 +303,9 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		var ops []*fetchOp
 		for from, to := 0, cut; from < len(load); from, to = to, len(load) {
 			op := &fetchOp{w: w, first: start + from, want: to - from, timed: timed, deadline: deadline}
+			if timed {
+				op.askBy = t.lowerDeadline(deadline, to-from, load[from:to])
+			}
 			for j := start + from; j < start+to; j++ {
 				id := alloc.Blocks[j]
 				// Filled but not findable until its bytes arrive, verified.
@@ -418,7 +423,7 @@ func (t *Tier) launchFetch(op *fetchOp, evictOp *offloadOp) {
 	if op.timed {
 		t.timer(op.id, op.deadline)
 	}
-	req := &messages.FetchRequest{ID: op.id, Hashes: op.hashes, Digests: op.digests, Deadline: op.deadline}
+	req := &messages.FetchRequest{ID: op.id, Hashes: op.hashes, Digests: op.digests, Deadline: op.askBy}
 	if evictOp == nil {
 		t.sendFetch(req)
 		return

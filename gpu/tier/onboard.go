@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,6 +30,10 @@ type fetchOp struct {
 	keep     int
 	timed    bool // a deadline timer is armed
 	deadline time.Time
+	// askBy is the deadline the tiers below are given (lowerDeadline):
+	// they answer by then with the leading blocks they have read, and
+	// copyAt is when the copy up of those started (for copyUpPerBlock).
+	askBy, copyAt time.Time
 
 	// A load under a deadline is split after the leading run pinned memory
 	// holds (see allocate): prev is the part before this one, next the part
@@ -80,7 +85,45 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 	for i := range ops {
 		ops[i] = gpu.CopyOp{Block: int(op.blocks[i]), Host: g.Bytes[i]}
 	}
+	op.copyAt = t.now
 	t.copy(g.ID, true, gpu.H2D, ops, nil)
+}
+
+// lowerDeadline is the deadline the tiers below are given for a part of a
+// load due at deadline, want blocks from tiers from: earlier than deadline
+// by the time the copy up of want blocks is expected to take
+// (copyUpPerBlock), but by at most half of the time left. At their deadline
+// the tiers below answer with the leading blocks they have read (a disk
+// read ends there, Short MissLate), and those are then copied up before the
+// load's own deadline and count, where a read answered at the deadline
+// itself would come too late for any copy. A part pinned memory holds all
+// of is answered at once: it keeps deadline.
+func (t *Tier) lowerDeadline(deadline time.Time, want int, from []messages.Tier) time.Time {
+	if !slices.ContainsFunc(from, func(x messages.Tier) bool { return x != messages.Pinned }) {
+		return deadline
+	}
+	reserve := time.Duration(want) * t.copyUpPerBlock
+	if left := deadline.Sub(t.now); reserve > left/2 {
+		reserve = max(left/2, 0)
+	}
+	return deadline.Add(-reserve)
+}
+
+// noteCopyUp folds the time op's copy up took, from the grant that started
+// it to its end on the tier's clock, into copyUpPerBlock: a moving average
+// (weight 1/4 for the newest) of the time a block took, queueing on the
+// stream included, which is what a late part's copy up will take too.
+func (t *Tier) noteCopyUp(op *fetchOp) {
+	n := len(op.slots)
+	if n == 0 || op.copyAt.IsZero() {
+		return
+	}
+	per := max(t.now.Sub(op.copyAt)/time.Duration(n), 0)
+	if !t.copyUpTimed {
+		t.copyUpPerBlock, t.copyUpTimed = per, true
+	} else {
+		t.copyUpPerBlock += (per - t.copyUpPerBlock) / 4
+	}
 }
 
 // missFrom gives up on op's blocks from index n on, for reason why: they stay
@@ -123,6 +166,9 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 	}
 	t.toPinned(&messages.FetchRelease{Slots: op.slots})
 	op.copied = true
+	if err == nil {
+		t.noteCopyUp(op)
+	}
 	if op.late {
 		// The sequence moved on to fresh blocks; the late copy's blocks go back.
 		for _, id := range op.blocks {

@@ -214,3 +214,78 @@ func TestSplitLoadEarlierPartFails(t *testing.T) {
 		t.Fatalf("%d blocks findable after the load failed", n)
 	}
 }
+
+// fetchRequests returns the FetchRequests r sends, in order.
+func fetchRequests(r Ready) []*messages.FetchRequest {
+	var out []*messages.FetchRequest
+	for _, m := range r.ToPinned {
+		if f, ok := m.(*messages.FetchRequest); ok {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestLowerDeadlineLeavesTimeForCopyUp: once a copy up has been timed, a
+// load's disk part asks the tiers below to answer earlier than its own
+// deadline by the copy up of its blocks (at the measured time a block, at
+// most half of the time left); the pinned run keeps the deadline. The
+// leading blocks the disk read by then are copied up before the load's
+// deadline and count; the rest are late.
+func TestLowerDeadlineLeavesTimeForCopyUp(t *testing.T) {
+	tr, _, pin, dsk := splitLoad(t) // no copy timed yet: one deadline
+	// The pinned part's copy of 2 blocks takes 6 ms, 3 ms a block; the
+	// disk part's, none: the average moves a quarter of the way to 0.
+	tr.FetchGranted(&messages.FetchGrant{ID: pin.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	drain(t, tr)
+	tr.SetNow(t0.Add(6 * time.Millisecond))
+	tr.CopyDone(CopyID{ID: pin.ID, Fetch: true}, nil)
+	drain(t, tr)
+	if got := tr.Stats().Extra["copy_up_us_per_block"]; got != 3000 {
+		t.Fatalf("copy up measured at %v µs a block, want 3000", got)
+	}
+	land(t, tr, dsk, 2, messages.MissNone)
+	if got := tr.Stats().Extra["copy_up_us_per_block"]; got != 2250 {
+		t.Fatalf("copy up measured at %v µs a block, want 2250", got)
+	}
+
+	now := tr.now
+	res, r := allocate(t, tr, 2, prompt(100, 4*bs), []messages.Tier{messages.Pinned, messages.Disk, messages.Disk, messages.Disk})
+	due := now.Add(10*time.Millisecond + 4*bs*time.Millisecond) // 26 ms
+	reqs := fetchRequests(r)
+	if len(reqs) != 2 || !reqs[0].Deadline.Equal(due) || !reqs[1].Deadline.Equal(due.Add(-6750*time.Microsecond)) {
+		t.Fatalf("fetch deadlines %v, want the pinned run's at %v and the disk part's 6.75 ms (3 blocks x 2.25 ms) earlier", deadlines(reqs), due)
+	}
+	land(t, tr, reqs[0], 1, messages.MissNone)
+	// At its deadline the disk has read one of the three blocks: the grant
+	// comes then, and its copy ends before the load's deadline.
+	tr.SetNow(reqs[1].Deadline)
+	land(t, tr, reqs[1], 1, messages.MissLate)
+	if !readyDone(res) {
+		t.Fatal("Ready not completed once the disk part's answer was copied up")
+	}
+	if out := res.Ready.Outcome(); out.ValidTokens != 2*bs || out.Late != 2 {
+		t.Fatalf("outcome %+v, want the pinned block and the disk's first valid, 2 late", out)
+	}
+	if n := cachedOf(tr, res.Blocks); n != 2 {
+		t.Fatalf("%d blocks findable, want 2", n)
+	}
+
+	// A copy up measured slower than the budget: the tiers below still get
+	// half the time left.
+	tr.copyUpPerBlock = time.Second
+	now = tr.now
+	_, r = allocate(t, tr, 3, prompt(200, 4*bs), []messages.Tier{messages.Disk, messages.Disk, messages.Disk, messages.Disk})
+	reqs = fetchRequests(r)
+	if len(reqs) != 1 || !reqs[0].Deadline.Equal(now.Add(13*time.Millisecond)) {
+		t.Fatalf("fetch deadlines %v, want one at half of the 26 ms budget", deadlines(reqs))
+	}
+}
+
+func deadlines(reqs []*messages.FetchRequest) []time.Time {
+	var out []time.Time
+	for _, r := range reqs {
+		out = append(out, r.Deadline)
+	}
+	return out
+}

@@ -103,7 +103,12 @@ type Tier struct {
 	// blocks (noteAdmitted).
 	admitted *messages.Admitted
 	fetches  map[uint64]*fetchOp
-	offload  map[uint64]*offloadOp
+	// copyUpPerBlock is the time a block's copy up from pinned memory
+	// takes, measured (noteCopyUp): loads ask the tiers below to answer
+	// that much before their deadline for each block (lowerDeadline).
+	copyUpPerBlock time.Duration
+	copyUpTimed    bool // a copy up has been measured
+	offload        map[uint64]*offloadOp
 	// serialQueue holds offloads waiting for the one in flight
 	// (Config.SerialOffloads), each with the id it was given when started.
 	serialQueue []queuedOffload
@@ -369,7 +374,8 @@ func (t *Tier) Stats() messages.TierStats {
 			s.InFlight++
 		}
 	}
-	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived)}
+	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived),
+		"copy_up_us_per_block": float64(t.copyUpPerBlock) / float64(time.Microsecond)}
 	s.Tokens = make(map[string]messages.TokenCounts, len(t.tokens))
 	for ns, c := range t.tokens {
 		s.Tokens[ns] = *c
