@@ -58,6 +58,9 @@ func (t *Tier) pastDeadline(op *fetchOp) bool { return op.timed && !t.now.Before
 // fetchGranted copies the granted leading run up; the rest of the op missed.
 func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 	op, ok := t.fetches[g.ID]
+	if ok && g.Short == messages.MissLate && !op.askBy.IsZero() {
+		t.noteAnswerLag(t.now.Sub(op.askBy))
+	}
 	if ok && t.pastDeadline(op) {
 		t.fetchLate(g.ID)
 	}
@@ -91,8 +94,9 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 
 // lowerDeadline is the deadline the tiers below are given for a part of a
 // load due at deadline, want blocks from tiers from: earlier than deadline
-// by the time the copy up of want blocks is expected to take
-// (copyUpPerBlock), but by at most half of the time left. At their deadline
+// by the time their answer takes to arrive (answerLag) and the copy up of
+// want blocks is expected to take (copyUpPerBlock), both measured, but by
+// at most half of the time left. At their deadline
 // the tiers below answer with the leading blocks they have read (a disk
 // read ends there, Short MissLate), and those are then copied up before the
 // load's own deadline and count, where a read answered at the deadline
@@ -102,11 +106,32 @@ func (t *Tier) lowerDeadline(deadline time.Time, want int, from []messages.Tier)
 	if !slices.ContainsFunc(from, func(x messages.Tier) bool { return x != messages.Pinned }) {
 		return deadline
 	}
-	reserve := time.Duration(want) * t.copyUpPerBlock
+	reserve := t.answerLag + time.Duration(want)*t.copyUpPerBlock
 	if left := deadline.Sub(t.now); reserve > left/2 {
 		reserve = max(left/2, 0)
 	}
 	return deadline.Add(-reserve)
+}
+
+// noteAnswerLag folds lag, how long after the deadline the tiers below were
+// given (askBy) their answer to a read cut there arrived, into answerLag:
+// the messages from the tier that cut the read through pinned memory to
+// the GPU, the timer that cut it firing late, and the work queued before
+// them in each actor's mailbox. As TCP estimates its retransmission
+// timeout (RFC 6298: smoothed mean, gain 1/8, and mean deviation, gain
+// 1/4, first sample s giving s and s/2), answerLag is the mean plus four
+// deviations: a lag a little longer than usual still leaves time for the
+// copy.
+func (t *Tier) noteAnswerLag(lag time.Duration) {
+	lag = max(lag, 0)
+	if !t.answerLagTimed {
+		t.lagMean, t.lagDev, t.answerLagTimed = lag, lag/2, true
+	} else {
+		d := lag - t.lagMean
+		t.lagDev += (max(d, -d) - t.lagDev) / 4
+		t.lagMean += d / 8
+	}
+	t.answerLag = t.lagMean + 4*t.lagDev
 }
 
 // noteCopyUp folds the time op's copy up took, from the grant that started

@@ -228,8 +228,9 @@ func fetchRequests(r Ready) []*messages.FetchRequest {
 
 // TestLowerDeadlineLeavesTimeForCopyUp: once a copy up has been timed, a
 // load's disk part asks the tiers below to answer earlier than its own
-// deadline by the copy up of its blocks (at the measured time a block, at
-// most half of the time left); the pinned run keeps the deadline. The
+// deadline by the copy up of its blocks (at the measured time a block) and
+// by how late such answers have come (at most half of the time left in
+// all); the pinned run keeps the deadline. The
 // leading blocks the disk read by then are copied up before the load's
 // deadline and count; the rest are late.
 func TestLowerDeadlineLeavesTimeForCopyUp(t *testing.T) {
@@ -258,9 +259,12 @@ func TestLowerDeadlineLeavesTimeForCopyUp(t *testing.T) {
 	}
 	land(t, tr, reqs[0], 1, messages.MissNone)
 	// At its deadline the disk has read one of the three blocks: the grant
-	// comes then, and its copy ends before the load's deadline.
-	tr.SetNow(reqs[1].Deadline)
+	// comes 1 ms later, and its copy ends before the load's deadline.
+	tr.SetNow(reqs[1].Deadline.Add(time.Millisecond))
 	land(t, tr, reqs[1], 1, messages.MissLate)
+	if got := tr.Stats().Extra["answer_lag_us"]; got != 3000 {
+		t.Fatalf("answer lag measured at %v µs, want 3000 (a first sample of 1 ms, its deviation taken as half of it, x4)", got)
+	}
 	if !readyDone(res) {
 		t.Fatal("Ready not completed once the disk part's answer was copied up")
 	}
@@ -271,11 +275,20 @@ func TestLowerDeadlineLeavesTimeForCopyUp(t *testing.T) {
 		t.Fatalf("%d blocks findable, want 2", n)
 	}
 
+	// The next disk part leaves time for the answer's lag too.
+	now = tr.now
+	_, r = allocate(t, tr, 3, prompt(300, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+	copyUp := time.Duration(tr.Stats().Extra["copy_up_us_per_block"] * float64(time.Microsecond))
+	want := now.Add(10*time.Millisecond + 2*bs*time.Millisecond - 3*time.Millisecond - 2*copyUp)
+	if reqs = fetchRequests(r); len(reqs) != 1 || !reqs[0].Deadline.Equal(want) {
+		t.Fatalf("fetch deadlines %v, want %v: 3 ms for the lag and 2 x %v of copy up before the 18 ms budget", deadlines(reqs), want, copyUp)
+	}
+
 	// A copy up measured slower than the budget: the tiers below still get
 	// half the time left.
 	tr.copyUpPerBlock = time.Second
 	now = tr.now
-	_, r = allocate(t, tr, 3, prompt(200, 4*bs), []messages.Tier{messages.Disk, messages.Disk, messages.Disk, messages.Disk})
+	_, r = allocate(t, tr, 4, prompt(200, 4*bs), []messages.Tier{messages.Disk, messages.Disk, messages.Disk, messages.Disk})
 	reqs = fetchRequests(r)
 	if len(reqs) != 1 || !reqs[0].Deadline.Equal(now.Add(13*time.Millisecond)) {
 		t.Fatalf("fetch deadlines %v, want one at half of the 26 ms budget", deadlines(reqs))

@@ -108,6 +108,13 @@ type Tier struct {
 	// that much before their deadline for each block (lowerDeadline).
 	copyUpPerBlock time.Duration
 	copyUpTimed    bool // a copy up has been measured
+	// answerLag is how long after the deadline it was given a read cut
+	// there reaches the tier, measured on late answers (noteAnswerLag);
+	// lowerDeadline leaves that much time too.
+	answerLag      time.Duration
+	answerLagTimed bool
+	lagMean        time.Duration // answerLag's smoothed mean
+	lagDev         time.Duration // and mean deviation
 	offload        map[uint64]*offloadOp
 	// serialQueue holds offloads waiting for the one in flight
 	// (Config.SerialOffloads), each with the id it was given when started.
@@ -375,7 +382,7 @@ func (t *Tier) Stats() messages.TierStats {
 		}
 	}
 	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived),
-		"copy_up_us_per_block": float64(t.copyUpPerBlock) / float64(time.Microsecond)}
+		"copy_up_us_per_block": float64(t.copyUpPerBlock) / float64(time.Microsecond), "answer_lag_us": float64(t.answerLag) / float64(time.Microsecond)}
 	s.Tokens = make(map[string]messages.TokenCounts, len(t.tokens))
 	for ns, c := range t.tokens {
 		s.Tokens[ns] = *c
