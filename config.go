@@ -174,10 +174,11 @@ type Config struct {
 	// holds is loaded apart from the disk or remote blocks after it: when
 	// those are late, the pinned run still counts. The tiers below are asked
 	// to answer ahead of the deadline by the time the copy up of their
-	// blocks takes (measured on the GPU tier's copies, TierStats.Extra
-	// "copy_up_us_per_block"; at most half of the time left): a disk read
-	// cut there answers with the leading blocks it has read, and those are
-	// copied up before the deadline and count.
+	// blocks takes and the lag of such an answer, both measured by the GPU
+	// tier (TierStats.Extra "copy_up_us_per_block", "answer_lag_us"; at
+	// most half of the time left): a disk read cut there answers with the
+	// leading blocks it has read, and those are copied up before the
+	// deadline and count.
 	//
 	// The per-token default asks of the whole path (disk or remote, then
 	// pinned, then GPU) at least bytes-per-token / 20µs: for Llama-3-8B in

@@ -152,9 +152,10 @@ func TestRestartFirstAllocationFindsDisk(t *testing.T) {
 	}
 }
 
-// TestDiskHearsItsMisses: an allocation that finds nothing tells a disk
-// whose policy learns from misses (Adaptive, the default) about every block,
-// and a disk whose policy does not (LRU) hears nothing.
+// TestDiskHearsItsMisses: a request that found nothing below, once
+// computed (committed), tells a disk whose policy learns from misses
+// (Adaptive, the default) about every block; a disk whose policy does not
+// (LRU) hears nothing, and the GPU tier keeps nothing for it.
 func TestDiskHearsItsMisses(t *testing.T) {
 	ctx := context.Background()
 	for _, pol := range []policy.Kind{policy.Adaptive, policy.LRU} {
@@ -167,15 +168,24 @@ func TestDiskHearsItsMisses(t *testing.T) {
 			t.Fatal(err)
 		}
 		wait(t, r)
-		st, err := m.Stats(ctx)
-		if err != nil {
+		if err := m.Commit(ctx, 1, AllTokens); err != nil {
 			t.Fatal(err)
 		}
 		want := 0.0
 		if pol == policy.Adaptive {
 			want = 4
 		}
-		if got := st.Tier(Disk).Extra["misses_observed"]; got != want {
+		var got float64
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			st, err := m.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got = st.Tier(Disk).Extra["misses_observed"]; got >= want || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got != want {
 			t.Fatalf("disk policy %v: %v misses observed, want %v", pol, got, want)
 		}
 	}
@@ -373,26 +383,37 @@ func TestStatsTiersTopFirst(t *testing.T) {
 	}
 }
 
-// TestDiskLearnsMissesOfAppliedRequestsOnly: the disk's eviction policy
-// (Adaptive, which learns from misses) hears of the blocks a request
-// missed below once the request got its GPU blocks: a request refused for
-// lack of them (a scheduler asks again later) counts nothing.
-func TestDiskLearnsMissesOfAppliedRequestsOnly(t *testing.T) {
+// TestDiskLearnsMissesOfComputedRequestsOnly: the disk's eviction policy
+// (Adaptive, which learns from misses) hears of the blocks a request missed
+// below once the engine commits it: a request refused for lack of GPU
+// blocks, or given blocks and freed unused (a scheduler keeping its order
+// does that), is tried again later and counts nothing until then.
+func TestDiskLearnsMissesOfComputedRequestsOnly(t *testing.T) {
 	m := newManager(t, diskConfig(t, t.TempDir()))
 	ctx := context.Background()
 	bt := m.Layout().BlockTokens()
-	a, b, c := toks(1000, 6*bt), toks(2000, 4*bt), toks(3000, bt)
-	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a}); err != nil {
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(1000, 6*bt)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: b}); !errors.Is(err, ErrNoSpace) {
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 2, Tokens: toks(2000, 4*bt)}); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("4 blocks with 2 of 8 free: %v, want ErrNoSpace", err)
 	}
-	// The index tells the disk in order: once the third request's one
-	// block is counted, the refused request's would have been.
-	if _, err := m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: c}); err != nil {
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 4, Tokens: toks(4000, bt)}); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.Free(ctx, 4); err != nil { // freed unused
+		t.Fatal(err)
+	}
+	if _, err := m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(3000, bt)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []uint64{1, 3} {
+		if err := m.Commit(ctx, seq, AllTokens); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The index tells the disk in order: once the third request's one
+	// block is counted, the others' would have been.
 	var seen float64
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		st, err := m.Stats(ctx)
@@ -404,6 +425,6 @@ func TestDiskLearnsMissesOfAppliedRequestsOnly(t *testing.T) {
 		}
 	}
 	if seen != 7 {
-		t.Fatalf("the disk observed %v misses, want 7: the two applied requests' 6 and 1 blocks", seen)
+		t.Fatalf("the disk observed %v misses, want 7: the two computed requests' 6 and 1 blocks", seen)
 	}
 }

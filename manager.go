@@ -333,6 +333,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 		m.pinPID = root.Spawn(m.props(actors.NewPinnedActor(pcfg)))
 		gcfg.Pinned, gcfg.Index = m.pinPID, m.idxPID
+		gcfg.ReportDemand = diskMisses
 	}
 	// The GPU actor runs on its senders' goroutines (see "Dispatch" in the
 	// actors package doc): a call costs no goroutine hand-off, and the

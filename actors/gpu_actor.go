@@ -54,6 +54,9 @@ type GPUConfig struct {
 	// DoubleGetMinRatio of the prompt's blocks.
 	DoubleGetMinBlocks int
 	DoubleGetMinRatio  float64
+	// ReportDemand: the index passes the misses of computed requests on to
+	// a disk that learns from them (tier.Config.ReportDemand).
+	ReportDemand bool
 
 	// A load from a lower tier must finish within ReadBase + tokens*ReadPerToken;
 	// a late load becomes a miss. Zero ReadPerToken and ReadBase: no deadline.
@@ -109,7 +112,7 @@ func NewGPUActor(cfg GPUConfig) actor.Producer {
 		Pool: cfg.Pool, BlockBytes: cfg.Arena.BlockBytes(), Lower: cfg.Pinned != nil,
 		Ingestion: cfg.Ingestion, HotHits: cfg.HotHits,
 		OffloadThreshold: cfg.OffloadThreshold, OffloadAhead: cfg.OffloadAhead, SerialOffloads: cfg.SerialOffloads,
-		DoubleGetMinBlocks: cfg.DoubleGetMinBlocks, DoubleGetMinRatio: cfg.DoubleGetMinRatio,
+		DoubleGetMinBlocks: cfg.DoubleGetMinBlocks, DoubleGetMinRatio: cfg.DoubleGetMinRatio, ReportDemand: cfg.ReportDemand,
 		ReadBase: cfg.ReadBase, ReadPerToken: cfg.ReadPerToken, Log: cfg.Log,
 		Namespaces: cfg.Namespaces,
 	})

@@ -38,9 +38,9 @@ type IndexActor struct {
 	// block left every tier in order, pinned (the first) when it left
 	// every tier below it.
 	gpu, pinned *actor.PID
-	// missDisk hears of the blocks requests that got their GPU blocks came
-	// to the disk for and it lacked (messages.Missed, from the GPU's
-	// messages.Admitted), once IndexWatch named it.
+	// missDisk hears of the blocks requests the engine computed came to the
+	// disk for and it lacked (messages.Missed, from the GPU's
+	// messages.Demand), once IndexWatch named it.
 	missDisk *actor.PID
 	// events, when set, is the KV-event publisher: the index forwards the
 	// pinned and disk tiers' changes to it, in the order it applies them.
@@ -125,7 +125,7 @@ func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
 }
 
 // sendMisses tells the disk tier, when IndexWatch named it, which blocks of
-// the chains of requests that got their GPU blocks (messages.Admitted) came
+// the chains of requests the engine computed (messages.Demand) came
 // to it and found it without: those no tier before it in order holds (a
 // pinned hit never reaches the disk) and it does not hold either. runs are
 // the Lookup's answers: each block's serving tier, the first in order
@@ -177,7 +177,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 		a.update(ctx, m)
 	case *messages.TiersDown:
 		a.tiersDown(ctx, m.Tiers)
-	case *messages.Admitted:
+	case *messages.Demand:
 		a.sendMisses(ctx, m.Chains, m.Runs)
 	case *messages.Lookup:
 		a.busy = &busyLookup{to: ctx.Sender(), id: m.ID, chains: len(m.Chains)}
@@ -207,7 +207,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		if b := a.busy; b != nil && b.to != nil {
 			a.busy = nil
-			ctx.Send(b.to, &messages.LookupResult{ID: b.id, Tiers: make([][]messages.Tier, b.chains)})
+			ctx.Send(b.to, &messages.LookupResult{ID: b.id, Tiers: make([][]messages.Tier, b.chains), Unanswered: true})
 		}
 	case *actor.DeadLetterResponse:
 		// A lookup that reached the remote tier after it stopped: its

@@ -12,8 +12,8 @@ import (
 )
 
 // TestIndexSendsMisses: a Lookup tells the disk nothing (its request may be
-// refused for space and ask again); Admitted, for the chains of requests
-// that got their GPU blocks, tells it every block neither it nor the pinned
+// refused for space and ask again); Demand, for the chains of requests
+// the engine computed, tells it every block neither it nor the pinned
 // tier holds (a block served from pinned memory never reaches the disk; one
 // the shared tier serves is a miss here), and nothing when IndexWatch names
 // no disk.
@@ -67,9 +67,9 @@ func TestIndexSendsMisses(t *testing.T) {
 	if h := heard(); len(h) != 0 {
 		t.Fatalf("the disk heard of misses %v at a Lookup", h)
 	}
-	// Admitted: the two chains, and 7, 8, 9 whose answer was pinned, then
+	// Demand: the two chains, and 7, 8, 9 whose answer was pinned, then
 	// the shared tier, then nothing.
-	sys.Root.Send(idx, &messages.Admitted{
+	sys.Root.Send(idx, &messages.Demand{
 		Chains: append(chains, []uint64{7, 8, 9}),
 		Runs:   append(res.Tiers, []messages.Tier{messages.Pinned, messages.Remote}),
 	})
@@ -78,7 +78,7 @@ func TestIndexSendsMisses(t *testing.T) {
 	}
 	// Without a MissDisk, no one hears.
 	sys.Root.Send(idx, &IndexWatch{})
-	sys.Root.Send(idx, &messages.Admitted{Chains: [][]uint64{{9}}, Runs: [][]messages.Tier{nil}})
+	sys.Root.Send(idx, &messages.Demand{Chains: [][]uint64{{9}}, Runs: [][]messages.Tier{nil}})
 	if h := heard(); len(h) != 0 {
 		t.Fatalf("disk heard of misses %v with no MissDisk", h)
 	}

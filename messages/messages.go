@@ -428,15 +428,19 @@ type Lookup struct {
 	Digests [][]prefixhash.Digest
 }
 
-// Admitted tells the index which chains it was asked about (Lookup) belong
-// to requests that then got their GPU blocks, with the run LookupResult
-// answered for each: their misses below are demand, and the index tells
-// the disk of them (Missed). A request refused for lack of GPU blocks asks
-// again when it is tried again; counted at its Lookup, its misses would
-// count once per try. Sent by the GPU actor, one per Ready, only for chains
-// that run past what pinned memory and the disk held (the rest miss
-// nothing below); it belongs to the receiver once sent.
-type Admitted struct {
+// Demand tells the index which chains it was asked about (Lookup) belong
+// to requests the engine then computed (its first Commit of the sequence
+// after the allocation), with the run LookupResult answered for each: their
+// misses below are demand, and the index tells the disk of them (Missed).
+// A request refused for lack of GPU blocks, or given blocks and then freed
+// unused (a scheduler keeping its order, a tensor-parallel group whose
+// other rank had no room), asks again when it is tried again; counted at
+// its Lookup or its allocation, its misses would count once per try. Sent
+// by the GPU actor, at most one per Ready, only for chains that run past
+// what pinned memory and the disk held (the rest miss nothing below), and
+// only when the disk learns from misses (gpu/tier Config.ReportDemand); it
+// belongs to the receiver once sent.
+type Demand struct {
 	Chains [][]uint64
 	Runs   [][]Tier
 }
@@ -462,6 +466,10 @@ type RemoteLookupResult struct {
 type LookupResult struct {
 	ID    uint64
 	Tiers [][]Tier
+	// Unanswered: nobody looked (the index restarted, or the tiers below
+	// went away, while the Lookup waited); Tiers are empty, and say
+	// nothing about what the tiers below hold.
+	Unanswered bool
 }
 
 // BelowGone tells a tier that no tier below it holds these blocks any more:
@@ -484,9 +492,9 @@ type TiersDown struct {
 	Tiers Tier
 }
 
-// Missed tells the disk tier which blocks a request that got GPU blocks
+// Missed tells the disk tier which blocks a request the engine computed
 // came to it for and found it without: those neither pinned memory nor the
-// disk held. The index sends it, one per Admitted, when the disk's eviction
+// disk held. The index sends it, one per Demand, when the disk's eviction
 // policy learns from misses (policy.MissObserver): a block the disk lacks
 // is computed above it and reaches it much later, when pinned memory lets
 // it go, and what the disk is asked for would otherwise be seen only where

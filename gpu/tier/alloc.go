@@ -149,13 +149,13 @@ func (t *Tier) lookupDone(m *messages.LookupResult) {
 	defer func() { t.call = prev }()
 	if o := pend.ord; o != nil {
 		for k, i := range pend.waiting {
-			o.gpuAt[i], o.below[i] = pend.gpu[k], orNoRun(m.Tiers, k)
+			o.gpuAt[i], o.below[i] = pend.gpu[k], orNoRun(m, k)
 		}
 		t.allocateInOrder(o, 0)
 	} else {
 		for k, i := range pend.waiting {
 			r := &pend.reqs[i]
-			t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], orNoRun(m.Tiers, k), pend.b, i)
+			t.allocate(r, pend.keys[i], &pend.b.res.Results[i], pend.gpu[k], orNoRun(m, k), pend.b, i)
 		}
 	}
 	t.afterBatch()
@@ -163,11 +163,16 @@ func (t *Tier) lookupDone(m *messages.LookupResult) {
 	pend.b.maybeSend(t)
 }
 
-// orNoRun is runs[k], the index's answer for chain k, or noRun when it has
-// none: a request that looked up below passes allocate a run that is not nil.
-func orNoRun(runs [][]messages.Tier, k int) []messages.Tier {
-	if k < len(runs) && runs[k] != nil {
-		return runs[k]
+// orNoRun is m's answer for chain k, or noRun when it has none: a request
+// that looked up below passes allocate a run that is not nil. A Lookup
+// nobody answered (m.Unanswered) gives nil: its empty runs say nothing of
+// what the tiers below hold, so they are not demand either.
+func orNoRun(m *messages.LookupResult, k int) []messages.Tier {
+	switch {
+	case m.Unanswered:
+		return nil
+	case k < len(m.Tiers) && m.Tiers[k] != nil:
+		return m.Tiers[k]
 	}
 	return noRun
 }
@@ -225,11 +230,11 @@ func (t *Tier) carryOn(b *batchReply, at int, canceled bool) {
 // the request did not look up below. It reports whether the request parked
 // (an ordered batch carries on once it is decided: carryOn).
 func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, at int) (parked bool) {
-	run := below
+	run := below // the index's answer, kept whole for a retry and for noteDemand
 	nb := t.blocksFor(len(r.Tokens))
+	skipped := 0 // blocks below not loaded: too few for a double get
 	if len(below) > 0 && (len(below) < t.cfg.DoubleGetMinBlocks || float64(len(below)) < t.cfg.DoubleGetMinRatio*float64(nb)) {
-		t.stats.DoubleGetSkips += uint64(len(below))
-		below = nil
+		skipped, below = len(below), nil
 	}
 	maxHits := 0 // blocks: 0 no cap, < 0 none
 	if r.MaxHitTokens < 0 || (r.MaxHitTokens > 0 && r.MaxHitTokens < t.bs) {
@@ -239,15 +244,16 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	}
 	alloc, err := t.pool.AllocateRequest(blockpool.Request{Seq: blockpool.SeqID(r.Seq), Tokens: r.Tokens, NS: k.NS, Keys: k, Lookahead: r.Lookahead, MaxHits: maxHits})
 	if t.parkable(err) {
-		t.park(r, k, out, gpuAt, below, b, at)
+		t.park(r, k, out, gpuAt, run, b, at)
 		return true
 	}
 	if err != nil {
 		out.Err = err
 		return false
 	}
+	t.stats.DoubleGetSkips += uint64(skipped)
 	if run != nil {
-		t.noteAdmitted(k, gpuAt, run)
+		t.noteDemand(blockpool.SeqID(r.Seq), k, gpuAt, run)
 	}
 	out.Blocks = alloc.Blocks
 	out.Tokens[messages.GPU.Index()] = alloc.CachedTokens
@@ -354,27 +360,47 @@ func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.A
 // noRun is a Lookup's answer for a chain no lower tier holds the start of.
 var noRun = []messages.Tier{}
 
-// noteAdmitted keeps, for the index, the chain a request that got its blocks
-// looked up below (k's hashes after the first gpuAt) and the run the index
-// answered, when part of it is held by neither pinned memory nor the disk:
-// the index tells the disk of those misses (messages.Admitted). A request
-// refused for space asks again when tried again; its misses count once, when
-// it is applied.
-func (t *Tier) noteAdmitted(k *blockpool.Keys, gpuAt int, run []messages.Tier) {
+// demandChain is what a sequence looked up below: the chain's hashes
+// after its GPU hits and the index's answer.
+type demandChain struct {
+	chain []uint64
+	run   []messages.Tier
+}
+
+// noteDemand keeps, with Config.ReportDemand, the chain sequence seq, just
+// allocated, looked up below (k's hashes after the first gpuAt) and the run
+// the index answered, when part of it is held by neither pinned memory nor
+// the disk: at the sequence's first commit the index hears of it
+// (sendDemand) and tells the disk of those misses. Until then the request
+// may still be freed unused and tried again (a scheduler keeping its order,
+// a tensor-parallel group whose other rank had no room), and its misses
+// must count once.
+func (t *Tier) noteDemand(seq blockpool.SeqID, k *blockpool.Keys, gpuAt int, run []messages.Tier) {
 	chain := k.Hashes[gpuAt:]
-	if len(run) >= len(chain) && !slices.Contains(run, messages.Remote) {
+	if !t.cfg.ReportDemand || len(run) >= len(chain) && !slices.Contains(run, messages.Remote) {
 		return
-	}
-	if t.admitted == nil {
-		t.admitted = &messages.Admitted{}
-		t.toIndex(t.admitted)
 	}
 	c := make([]uint64, len(chain))
 	for j, h := range chain {
 		c[j] = uint64(h)
 	}
-	t.admitted.Chains = append(t.admitted.Chains, c)
-	t.admitted.Runs = append(t.admitted.Runs, slices.Clone(run))
+	t.demand[seq] = demandChain{chain: c, run: slices.Clone(run)}
+}
+
+// sendDemand passes seq's kept chain, if any, to the index: the engine has
+// committed the sequence, so it computes what it missed.
+func (t *Tier) sendDemand(seq blockpool.SeqID) {
+	d, ok := t.demand[seq]
+	if !ok {
+		return
+	}
+	delete(t.demand, seq)
+	if t.demandMsg == nil {
+		t.demandMsg = &messages.Demand{}
+		t.toIndex(t.demandMsg)
+	}
+	t.demandMsg.Chains = append(t.demandMsg.Chains, d.chain)
+	t.demandMsg.Runs = append(t.demandMsg.Runs, d.run)
 }
 
 // loadDeadline is the instant a load of tokens tokens for r must finish by,
@@ -587,6 +613,9 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		}
 		from := len(published)
 		published, res.Errs[i] = t.pool.Commit(seq, it.Tokens, published)
+		if res.Errs[i] == nil {
+			t.sendDemand(seq)
+		}
 		for _, id := range published[from:] {
 			t.fence[id] = it.After
 		}
@@ -674,6 +703,7 @@ func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatch
 		res.Errs[i] = t.pool.Deallocate(blockpool.SeqID(s))
 		if res.Errs[i] == nil {
 			delete(t.notReady, blockpool.SeqID(s)) // its loads end as the old sequence's
+			delete(t.demand, blockpool.SeqID(s))   // freed before it was computed
 		}
 	}
 	t.offloadResident(all)

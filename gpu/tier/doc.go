@@ -30,9 +30,19 @@
 //	late:   Deadline before CopyDone: the sequence gets fresh blocks to recompute into;
 //	        the copy still lands in the old ones, which are released when it does.
 //	split:  under a deadline, a load whose leading run pinned memory holds and whose
-//	        rest is on disk or remote sends two FetchRequests (one deadline, a timer
-//	        each); the later part publishes only after the earlier one published all
-//	        of its blocks, and is given up when the earlier one falls short.
+//	        rest is on disk or remote sends two FetchRequests (a timer each); the later
+//	        part publishes only after the earlier one published all of its blocks, and
+//	        is given up when the earlier one falls short.
+//	cut:    a part that reads below asks for an earlier deadline than its own (askBy:
+//	        less the measured copy-up time of its blocks and lag of a late answer);
+//	        the tiers below answer by then with the leading blocks they have read,
+//	        which are copied up in time and count.
+//
+// # Conversation with the prefix index
+//
+//	Lookup -> LookupResult (each chain's run below) -> allocation; at the
+//	sequence's first commit, with Config.ReportDemand, Demand (the chain and
+//	its run), from which the index tells the disk of what it missed.
 //
 // # Block state kept here
 //

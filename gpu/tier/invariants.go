@@ -43,5 +43,10 @@ func (t *Tier) CheckInvariants() error {
 			return fmt.Errorf("gpu tier: block %d has %d pins, %d copies in flight", id, n, copies[b])
 		}
 	}
+	for seq := range t.demand { // kept only until the sequence is committed or freed
+		if _, err := t.pool.NumTokens(seq); err != nil {
+			return fmt.Errorf("gpu tier: demand kept for sequence %d, which the pool does not hold: %w", seq, err)
+		}
+	}
 	return nil
 }

@@ -125,6 +125,15 @@ func (t *Tier) sendFetch(req *messages.FetchRequest) {
 		t.serialQueue = append(t.serialQueue, queuedOffload{fetch: req})
 		return
 	}
+	t.fetchOut(req)
+}
+
+// fetchOut sends a load's request to the pinned tier, noting when (for
+// noteAnswerLag).
+func (t *Tier) fetchOut(req *messages.FetchRequest) {
+	if op := t.fetches[req.ID]; op != nil {
+		op.sentAt = t.now
+	}
 	t.toPinned(req)
 }
 
@@ -240,7 +249,7 @@ func (t *Tier) finishOffload(id uint64, op *offloadOp) {
 		t.serialQueue = t.serialQueue[1:]
 		switch {
 		case next.fetch != nil:
-			t.toPinned(next.fetch)
+			t.fetchOut(next.fetch)
 		case len(next.op.blocks) == 0: // its chain was deleted while it waited
 			t.thenOffload(next.op) // no copy to wait for
 			t.finishOffload(next.id, next.op)
@@ -381,7 +390,7 @@ func (t *Tier) LowerGone() {
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(t.lookups)) {
-		t.lookupDone(&messages.LookupResult{ID: id, Tiers: make([][]messages.Tier, len(t.lookups[id].waiting))})
+		t.lookupDone(&messages.LookupResult{ID: id, Tiers: make([][]messages.Tier, len(t.lookups[id].waiting)), Unanswered: true})
 	}
 	for _, id := range slices.Sorted(maps.Keys(t.offload)) {
 		if op := t.offload[id]; op != nil && len(op.slots) == 0 {

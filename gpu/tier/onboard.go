@@ -31,9 +31,10 @@ type fetchOp struct {
 	timed    bool // a deadline timer is armed
 	deadline time.Time
 	// askBy is the deadline the tiers below are given (lowerDeadline):
-	// they answer by then with the leading blocks they have read, and
-	// copyAt is when the copy up of those started (for copyUpPerBlock).
-	askBy, copyAt time.Time
+	// they answer by then with the leading blocks they have read; sentAt
+	// is when the request went to them (a queue may hold it past askBy),
+	// copyAt when the copy up of what they granted was enqueued.
+	askBy, sentAt, copyAt time.Time
 
 	// A load under a deadline is split after the leading run pinned memory
 	// holds (see allocate): prev is the part before this one, next the part
@@ -58,7 +59,11 @@ func (t *Tier) pastDeadline(op *fetchOp) bool { return op.timed && !t.now.Before
 // fetchGranted copies the granted leading run up; the rest of the op missed.
 func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 	op, ok := t.fetches[g.ID]
-	if ok && g.Short == messages.MissLate && !op.askBy.IsZero() {
+	if ok && g.Short == messages.MissLate && !op.askBy.IsZero() && !op.sentAt.IsZero() && !op.sentAt.After(op.askBy) {
+		// A read cut at askBy. One sent after it (held in the serial queue
+		// or behind a write-down) was refused on arrival: its answer says
+		// nothing of the lag, as TCP takes no sample from a retransmitted
+		// segment (Karn).
 		t.noteAnswerLag(t.now.Sub(op.askBy))
 	}
 	if ok && t.pastDeadline(op) {
@@ -134,21 +139,34 @@ func (t *Tier) noteAnswerLag(lag time.Duration) {
 	t.answerLag = t.lagMean + 4*t.lagDev
 }
 
-// noteCopyUp folds the time op's copy up took, from the grant that started
-// it to its end on the tier's clock, into copyUpPerBlock: a moving average
-// (weight 1/4 for the newest) of the time a block took, queueing on the
-// stream included, which is what a late part's copy up will take too.
-func (t *Tier) noteCopyUp(op *fetchOp) {
-	n := len(op.slots)
+// noteCopyUp folds the time op's copy up of n blocks took on the stream
+// into copyUpPerBlock: from when it was enqueued, or when the copy before
+// it on the stream ended if that was later (copies end in order; the wait
+// behind them is not this copy's), to its end on the tier's clock. The
+// estimate is the ratio of moving averages (weight 1/4 for the newest) of
+// those times and of the blocks copied: the stream's time a block, its
+// fixed cost a copy spread over the blocks of a typical copy.
+func (t *Tier) noteCopyUp(op *fetchOp, streamFree time.Time) {
+	n := float64(len(op.slots))
 	if n == 0 || op.copyAt.IsZero() {
 		return
 	}
-	per := max(t.now.Sub(op.copyAt)/time.Duration(n), 0)
+	took := float64(max(t.now.Sub(later(op.copyAt, streamFree)), 0))
 	if !t.copyUpTimed {
-		t.copyUpPerBlock, t.copyUpTimed = per, true
+		t.copyUpTime, t.copyUpBlocks, t.copyUpTimed = took, n, true
 	} else {
-		t.copyUpPerBlock += (per - t.copyUpPerBlock) / 4
+		t.copyUpTime += (took - t.copyUpTime) / 4
+		t.copyUpBlocks += (n - t.copyUpBlocks) / 4
 	}
+	t.copyUpPerBlock = time.Duration(t.copyUpTime / t.copyUpBlocks)
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // missFrom gives up on op's blocks from index n on, for reason why: they stay
@@ -183,7 +201,7 @@ func (t *Tier) countMiss(op *fetchOp, lost int, why messages.MissReason) {
 	}
 }
 
-func (t *Tier) fetchCopied(id uint64, err error) {
+func (t *Tier) fetchCopied(id uint64, err error, streamFree time.Time) {
 	op, ok := t.fetches[id]
 	if !ok {
 		t.cfg.Log.Error("gpu tier: copy done for an unknown fetch", zap.Uint64("id", id))
@@ -192,7 +210,7 @@ func (t *Tier) fetchCopied(id uint64, err error) {
 	t.toPinned(&messages.FetchRelease{Slots: op.slots})
 	op.copied = true
 	if err == nil {
-		t.noteCopyUp(op)
+		t.noteCopyUp(op, streamFree)
 	}
 	if op.late {
 		// The sequence moved on to fresh blocks; the late copy's blocks go back.

@@ -18,7 +18,7 @@ import (
 type Ready struct {
 	Copies   []Copy
 	ToPinned []any // *messages.OffloadRequest, FetchRequest, OffloadDone, FetchRelease
-	ToIndex  []any // *messages.Lookup, *messages.Admitted
+	ToIndex  []any // *messages.Lookup, *messages.Demand
 	// Residency, with the pool's Journal on, is what became findable on
 	// the GPU or stopped being, for the KV-event publisher; then
 	// ResidencyAfter removes evicted blocks whose write down just ended.
@@ -86,7 +86,7 @@ func (t *Tier) Ready() Ready {
 	clear(spare)
 	t.spareReplies = r.Replies
 	t.out = Ready{Replies: spare[:0]}
-	t.admitted = nil // it is in r.ToIndex
+	t.demandMsg = nil // it is in r.ToIndex
 	if j := t.pool.DrainJournal(); len(j) > 0 {
 		r.Residency = &messages.Residency{Tier: messages.GPU, Changes: make([]messages.ResidencyChange, 0, len(j))}
 		for _, c := range j {
@@ -194,8 +194,10 @@ func (t *Tier) OffloadGranted(g *messages.OffloadGrant) { t.offloadGranted(g) }
 
 // CopyDone reports the end of a copy batch from Ready.Copies.
 func (t *Tier) CopyDone(c CopyID, err error) {
+	streamFree := t.lastCopyDone // when the copy before this one ended
+	t.lastCopyDone = t.now
 	if c.Fetch {
-		t.fetchCopied(c.ID, err)
+		t.fetchCopied(c.ID, err, streamFree)
 	} else {
 		t.offloadCopied(c.ID, err)
 	}

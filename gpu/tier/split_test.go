@@ -302,3 +302,123 @@ func deadlines(reqs []*messages.FetchRequest) []time.Time {
 	}
 	return out
 }
+
+// TestAnswerLagNotFromQueuedFetch: under SerialOffloads a load's request
+// waits in the GPU tier's serial queue behind an offload; sent only after
+// its askBy, the tiers below answer it at once, MissLate (the disk refuses
+// a read whose deadline has passed on arrival). That answer is not the lag
+// of a read cut at askBy and is not sampled (Karn's rule): the next disk
+// load still asks for its whole budget.
+func TestAnswerLagNotFromQueuedFetch(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
+	if res, _ := allocate(t, tr, 1, prompt(100, 2*bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	first := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
+
+	tr.copyUpPerBlock = time.Second // the reserve is capped at half the time left
+	res, r := allocate(t, tr, 2, prompt(500, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+	if res.Err != nil || len(fetchRequests(r)) != 0 || len(tr.fetches) != 1 {
+		t.Fatalf("allocation %+v, ToPinned %+v: want the fetch queued behind the offload", res, r.ToPinned)
+	}
+	var op *fetchOp
+	for _, o := range tr.fetches {
+		op = o
+	}
+	// The offload's copy ends after the load's askBy, before its deadline.
+	tr.SetNow(op.askBy.Add(op.deadline.Sub(op.askBy) * 8 / 10))
+	tr.OffloadGranted(&messages.OffloadGrant{ID: first.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	r = drain(t, tr)
+	tr.CopyDone(r.Copies[0].CopyID, nil)
+	reqs := fetchRequests(drain(t, tr))
+	if len(reqs) != 1 {
+		t.Fatal("the queued fetch was not sent after the offload")
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: reqs[0].ID, Short: messages.MissLate})
+	drain(t, tr)
+	if tr.answerLagTimed {
+		t.Fatalf("answer lag %v learned from an answer to a request sent %v after its askBy", tr.answerLag, tr.now.Sub(op.askBy))
+	}
+	tr.copyUpPerBlock = 0
+	now := tr.now
+	_, r = allocate(t, tr, 3, prompt(900, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+	budget := 10*time.Millisecond + 2*bs*time.Millisecond
+	if reqs = fetchRequests(r); len(reqs) != 1 || !reqs[0].Deadline.Equal(now.Add(budget)) {
+		t.Fatalf("next load asks by %v, want its whole budget %v", deadlines(reqs), now.Add(budget))
+	}
+}
+
+// TestAnswerLagEstimate: the first answer of a cut read comes after the
+// load's own timer made it late (askBy is the deadline while nothing is
+// measured) and is sampled all the same; later samples move the mean by
+// 1/8 and the mean deviation by 1/4 of their difference (RFC 6298), and
+// the lag kept is the mean plus four deviations.
+func TestAnswerLagEstimate(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
+	late := func(seq uint64, after time.Duration) {
+		t.Helper()
+		_, r := allocate(t, tr, seq, prompt(int(seq)*100, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+		req := fetchRequest(t, r)
+		tr.SetNow(req.Deadline)
+		tr.Deadline(req.ID)
+		drain(t, tr)
+		tr.SetNow(req.Deadline.Add(after))
+		tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Short: messages.MissLate})
+		drain(t, tr)
+	}
+	late(1, 2*time.Millisecond)
+	if tr.answerLag != 6*time.Millisecond {
+		t.Fatalf("answer lag %v after a first sample of 2 ms, want 6 ms (2 + 4 x 1)", tr.answerLag)
+	}
+	// A MissFailed answer is no sample.
+	_, r := allocate(t, tr, 2, prompt(5000, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+	req := fetchRequest(t, r)
+	tr.SetNow(req.Deadline.Add(-time.Millisecond))
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Short: messages.MissFailed})
+	drain(t, tr)
+	if tr.answerLag != 6*time.Millisecond {
+		t.Fatalf("answer lag %v after a failed read, want it unchanged", tr.answerLag)
+	}
+	// 10 ms: deviation 1 + (8 - 1)/4 = 2.75, mean 2 + 8/8 = 3, lag 14 ms.
+	// A sample before askBy counts as 0: deviation 2.75 + (3 - 2.75)/4,
+	// mean 3 - 3/8.
+	late(3, 10*time.Millisecond)
+	if tr.answerLag != 14*time.Millisecond {
+		t.Fatalf("answer lag %v after samples of 2 and 10 ms, want 14 ms", tr.answerLag)
+	}
+	tr.noteAnswerLag(-time.Millisecond)
+	if want := 2625*time.Microsecond + 4*2812500*time.Nanosecond; tr.answerLag != want {
+		t.Fatalf("answer lag %v after a negative sample, want %v", tr.answerLag, want)
+	}
+}
+
+// TestCopyUpNotInflatedByQueueing: two loads granted together, 8 blocks
+// then 1, copied up one after the other on the stream at 1 ms a block: the
+// 1-block copy's time starts when the one before it ended, and the
+// estimate stays at the stream's 1 ms a block.
+func TestCopyUpNotInflatedByQueueing(t *testing.T) {
+	tr := newTier(t, 32, Config{Lower: true})
+	pins := func(n int) []messages.Tier {
+		out := make([]messages.Tier, n)
+		for i := range out {
+			out[i] = messages.Pinned
+		}
+		return out
+	}
+	_, r1 := allocate(t, tr, 1, prompt(100, 8*bs), pins(8))
+	_, r2 := allocate(t, tr, 2, prompt(900, bs), pins(1))
+	f1, f2 := fetchRequest(t, r1), fetchRequest(t, r2)
+	tr.FetchGranted(&messages.FetchGrant{ID: f1.ID, Slots: []int{0, 1, 2, 3, 4, 5, 6, 7}, Bytes: make([][]byte, 8)})
+	tr.FetchGranted(&messages.FetchGrant{ID: f2.ID, Slots: []int{8}, Bytes: make([][]byte, 1)})
+	drain(t, tr)
+	tr.SetNow(t0.Add(8 * time.Millisecond))
+	tr.CopyDone(CopyID{ID: f1.ID, Fetch: true}, nil)
+	drain(t, tr)
+	tr.SetNow(t0.Add(9 * time.Millisecond))
+	tr.CopyDone(CopyID{ID: f2.ID, Fetch: true}, nil)
+	drain(t, tr)
+	if tr.copyUpPerBlock != time.Millisecond {
+		t.Fatalf("copy up measured at %v a block; the stream copied 9 blocks in 9 ms", tr.copyUpPerBlock)
+	}
+}

@@ -64,6 +64,11 @@ type Config struct {
 	// DoubleGetMinRatio of the prompt's blocks.
 	DoubleGetMinBlocks int
 	DoubleGetMinRatio  float64
+	// ReportDemand: once the engine first commits a sequence that looked
+	// up below, its chain and the index's answer go to the index
+	// (messages.Demand), which tells a disk that learns from misses of the
+	// blocks it lacked. Off, nothing is kept or sent.
+	ReportDemand bool
 
 	// A load from a lower tier must finish within ReadBase + tokens*ReadPerToken
 	// on the Tier's clock; a late load becomes a miss. Zero ReadPerToken and
@@ -98,16 +103,21 @@ type Tier struct {
 	fence   []gpu.Fence
 	nextID  uint64
 	lookups map[uint64]*pendingAlloc
-	// admitted is the message in out.ToIndex that gathers, until the next
-	// Ready, the chains of the requests that looked up below and got their
-	// blocks (noteAdmitted).
-	admitted *messages.Admitted
-	fetches  map[uint64]*fetchOp
+	// demand holds, per sequence allocated after a Lookup and not yet
+	// committed, the chain it looked up and the index's answer
+	// (noteDemand); demandMsg is the message in out.ToIndex that gathers,
+	// until the next Ready, those of the sequences first committed since.
+	demand    map[blockpool.SeqID]demandChain
+	demandMsg *messages.Demand
+	fetches   map[uint64]*fetchOp
 	// copyUpPerBlock is the time a block's copy up from pinned memory
 	// takes, measured (noteCopyUp): loads ask the tiers below to answer
 	// that much before their deadline for each block (lowerDeadline).
 	copyUpPerBlock time.Duration
-	copyUpTimed    bool // a copy up has been measured
+	copyUpTimed    bool    // a copy up has been measured
+	copyUpTime     float64 // moving averages of a copy up's time (ns) on the stream
+	copyUpBlocks   float64 // and of its blocks
+	lastCopyDone   time.Time
 	// answerLag is how long after the deadline it was given a read cut
 	// there reaches the tier, measured on late answers (noteAnswerLag);
 	// lowerDeadline leaves that much time too.
@@ -159,7 +169,7 @@ func New(cfg Config) *Tier {
 	return &Tier{
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
 		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
-		lookups: map[uint64]*pendingAlloc{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
+		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
 		notReady: map[blockpool.SeqID]*waiter{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
@@ -305,7 +315,7 @@ func (t *Tier) Stop() { t.stop(ErrStopped) }
 // output that event had staged (copies, messages, replies) is dropped
 // first: it cannot be trusted; only what the stop answers goes out.
 func (t *Tier) Fail(err error) {
-	t.out, t.admitted = Ready{}, nil
+	t.out, t.demandMsg = Ready{}, nil
 	t.stop(err)
 }
 
