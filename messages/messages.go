@@ -574,6 +574,11 @@ type FetchGrant struct {
 	Bytes [][]byte
 	// Short says why the grant stops before the end of the request.
 	Short MissReason
+	// StartedLate: Short is MissLate because the read below began only after
+	// the request's deadline (it waited for slots), not because a read
+	// under way was cut there; how late it comes says nothing of the lag
+	// of a cut read.
+	StartedLate bool
 }
 
 // FetchRelease drops the read references of a FetchGrant.

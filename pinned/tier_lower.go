@@ -35,6 +35,9 @@ type lowerRead struct {
 	cut      int    // blocks asked for that got no slot to read into
 	deleted  bool   // a Delete aborted some of its slots
 	ep       uint64 // flush epoch
+	// startedLate: the read below began at or after its deadline (it
+	// waited in readQ), so it is refused whole, not cut.
+	startedLate bool
 }
 
 func (t *Tier) drainingCount() int {
@@ -207,6 +210,7 @@ func (t *Tier) serveReads() {
 func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Digest, deadline time.Time) {
 	var evicted []uint64
 	f.deadline = deadline
+	f.startedLate = !deadline.IsZero() && !t.now.Before(deadline)
 	for i, h := range hashes {
 		if _, draining := t.drainOf[h]; draining {
 			break // still here, on its way down: not a second copy
@@ -311,7 +315,7 @@ func (t *Tier) finishFetch(f *lowerRead, ok []bool) {
 			if f.deleted {
 				g.Short = messages.MissEvicted
 			} else if !f.deadline.IsZero() && !t.now.Before(f.deadline) {
-				g.Short = messages.MissLate
+				g.Short, g.StartedLate = messages.MissLate, f.startedLate
 			}
 			break
 		}

@@ -190,8 +190,32 @@ func TestTierReadDeadlineGrantsWhatLanded(t *testing.T) {
 	tr.SetNow(m.Deadline)
 	tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{true, false, false}})
 	fg := fetchGrantOf(t, step(t, tr))
-	if len(fg.Slots) != 1 || fg.Slots[0] != rd.Items[0].Slot || fg.Short != messages.MissLate {
-		t.Fatalf("grant %+v, want block 5's slot %d, Short MissLate", fg, rd.Items[0].Slot)
+	if len(fg.Slots) != 1 || fg.Slots[0] != rd.Items[0].Slot || fg.Short != messages.MissLate || fg.StartedLate {
+		t.Fatalf("grant %+v, want block 5's slot %d, Short MissLate, a read cut (not StartedLate)", fg, rd.Items[0].Slot)
+	}
+}
+
+// TestTierReadStartedLate: a read that waited for a slot (the pool full,
+// its victim draining below) past its deadline is refused whole below; its
+// grant says so (StartedLate), so that the GPU tier takes no measure of a
+// cut read's lag from it.
+func TestTierReadStartedLate(t *testing.T) {
+	tr := newTestTier(t, 1, true)
+	store(t, tr, 1)
+	m := fetch(5)
+	m.Deadline = t0.Add(100 * time.Millisecond)
+	tr.Fetch(m, gpuPeer{})
+	r := step(t, tr)
+	w, ok := r.ToLower[0].(*messages.LowerWrite)
+	if !ok || len(r.ToLower) != 1 {
+		t.Fatalf("full pool: %+v, want the victim draining, no read yet", r.ToLower)
+	}
+	tr.SetNow(m.Deadline.Add(time.Millisecond))
+	tr.LowerWritten(&messages.LowerWriteDone{Slots: []int{w.Items[0].Slot}, Written: []uint64{1}})
+	rd := step(t, tr).ToLower[0].(*messages.LowerRead)
+	tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{false}})
+	if fg := fetchGrantOf(t, step(t, tr)); fg.Short != messages.MissLate || !fg.StartedLate {
+		t.Fatalf("grant %+v, want MissLate, StartedLate", fg)
 	}
 }
 

@@ -59,11 +59,12 @@ func (t *Tier) pastDeadline(op *fetchOp) bool { return op.timed && !t.now.Before
 // fetchGranted copies the granted leading run up; the rest of the op missed.
 func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 	op, ok := t.fetches[g.ID]
-	if ok && g.Short == messages.MissLate && !op.askBy.IsZero() && !op.sentAt.IsZero() && !op.sentAt.After(op.askBy) {
+	if ok && g.Short == messages.MissLate && !g.StartedLate && !op.askBy.IsZero() && !op.sentAt.IsZero() && !op.sentAt.After(op.askBy) {
 		// A read cut at askBy. One sent after it (held in the serial queue
-		// or behind a write-down) was refused on arrival: its answer says
-		// nothing of the lag, as TCP takes no sample from a retransmitted
-		// segment (Karn).
+		// or behind a write-down), or that the pinned tier began only after
+		// it (waiting for slots), was refused whole: its answer says nothing
+		// of the lag, as TCP takes no sample from a retransmitted segment
+		// (Karn).
 		t.noteAnswerLag(t.now.Sub(op.askBy))
 	}
 	if ok && t.pastDeadline(op) {

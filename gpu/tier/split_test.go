@@ -353,7 +353,8 @@ func TestAnswerLagNotFromQueuedFetch(t *testing.T) {
 // load's own timer made it late (askBy is the deadline while nothing is
 // measured) and is sampled all the same; later samples move the mean by
 // 1/8 and the mean deviation by 1/4 of their difference (RFC 6298), and
-// the lag kept is the mean plus four deviations.
+// the lag kept is the mean plus four deviations. Failed reads and reads the
+// pinned tier began only after their deadline are no samples.
 func TestAnswerLagEstimate(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
 	late := func(seq uint64, after time.Duration) {
@@ -379,6 +380,15 @@ func TestAnswerLagEstimate(t *testing.T) {
 	drain(t, tr)
 	if tr.answerLag != 6*time.Millisecond {
 		t.Fatalf("answer lag %v after a failed read, want it unchanged", tr.answerLag)
+	}
+	// Nor is a read the pinned tier began only after its deadline.
+	_, r = allocate(t, tr, 4, prompt(6000, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+	req = fetchRequest(t, r)
+	tr.SetNow(req.Deadline.Add(5 * time.Millisecond))
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Short: messages.MissLate, StartedLate: true})
+	drain(t, tr)
+	if tr.answerLag != 6*time.Millisecond {
+		t.Fatalf("answer lag %v after a read that started late, want it unchanged", tr.answerLag)
 	}
 	// 10 ms: deviation 1 + (8 - 1)/4 = 2.75, mean 2 + 8/8 = 3, lag 14 ms.
 	// A sample before askBy counts as 0: deviation 2.75 + (3 - 2.75)/4,
