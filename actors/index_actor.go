@@ -38,9 +38,9 @@ type IndexActor struct {
 	// block left every tier in order, pinned (the first) when it left
 	// every tier below it.
 	gpu, pinned *actor.PID
-	// missDisk hears of the blocks requests the engine computed came to the
-	// disk for and it lacked (messages.Missed, from the GPU's
-	// messages.Demand), once IndexWatch named it.
+	// missDisk hears of the blocks requests came to the disk for and it
+	// lacked (messages.Missed, from the GPU's messages.Demand), once
+	// IndexWatch named it.
 	missDisk *actor.PID
 	// events, when set, is the KV-event publisher: the index forwards the
 	// pinned and disk tiers' changes to it, in the order it applies them.
@@ -124,33 +124,14 @@ func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
 	return func() actor.Actor { return a }, nil
 }
 
-// sendMisses tells the disk tier, when IndexWatch named it, which blocks of
-// the chains of requests the engine computed (messages.Demand) came
-// to it and found it without: those no tier before it in order holds (a
-// pinned hit never reaches the disk) and it does not hold either. runs are
-// the Lookup's answers: each block's serving tier, the first in order
-// holding it, then the shared tier's (Remote, a miss here); no tier holds a
-// block past its run.
-func (a *IndexActor) sendMisses(ctx actor.Context, chains [][]uint64, runs [][]messages.Tier) {
-	disk := a.pos[messages.Disk.Index()]
-	if a.missDisk == nil || disk == 0 {
+// sendMisses tells the disk tier, when IndexWatch named it, of blocks that
+// requests came to it for and it lacked (messages.Demand: neither it nor
+// pinned memory held them; a pinned hit never reaches the disk).
+func (a *IndexActor) sendMisses(ctx actor.Context, m *messages.Demand) {
+	if a.missDisk == nil || a.pos[messages.Disk.Index()] == 0 || len(m.Hashes) == 0 {
 		return
 	}
-	var missed []uint64
-	for i, chain := range chains {
-		var run []messages.Tier
-		if i < len(runs) {
-			run = runs[i]
-		}
-		for j, h := range chain {
-			if j >= len(run) || a.pos[run[j].Index()] == 0 || a.pos[run[j].Index()] > disk {
-				missed = append(missed, h)
-			}
-		}
-	}
-	if len(missed) > 0 {
-		ctx.Send(a.missDisk, &messages.Missed{Hashes: missed})
-	}
+	ctx.Send(a.missDisk, &messages.Missed{Hashes: m.Hashes})
 }
 
 // Receive implements actor.Actor.
@@ -178,7 +159,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	case *messages.TiersDown:
 		a.tiersDown(ctx, m.Tiers)
 	case *messages.Demand:
-		a.sendMisses(ctx, m.Chains, m.Runs)
+		a.sendMisses(ctx, m)
 	case *messages.Lookup:
 		a.busy = &busyLookup{to: ctx.Sender(), id: m.ID, chains: len(m.Chains)}
 		a.lookup(ctx, m)

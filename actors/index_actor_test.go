@@ -12,11 +12,9 @@ import (
 )
 
 // TestIndexSendsMisses: a Lookup tells the disk nothing (its request may be
-// refused for space and ask again); Demand, for the chains of requests
-// the engine computed, tells it every block neither it nor the pinned
-// tier holds (a block served from pinned memory never reaches the disk; one
-// the shared tier serves is a miss here), and nothing when IndexWatch names
-// no disk.
+// refused for space and ask again); Demand, the blocks the GPU tier reports
+// once requests computed them or the shared tier served them, goes on to
+// the disk as Missed; and nothing does when IndexWatch names no disk.
 func TestIndexSendsMisses(t *testing.T) {
 	sys := actor.NewActorSystem()
 	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
@@ -67,18 +65,13 @@ func TestIndexSendsMisses(t *testing.T) {
 	if h := heard(); len(h) != 0 {
 		t.Fatalf("the disk heard of misses %v at a Lookup", h)
 	}
-	// Demand: the two chains, and 7, 8, 9 whose answer was pinned, then
-	// the shared tier, then nothing.
-	sys.Root.Send(idx, &messages.Demand{
-		Chains: append(chains, []uint64{7, 8, 9}),
-		Runs:   append(res.Tiers, []messages.Tier{messages.Pinned, messages.Remote}),
-	})
-	if h := heard(); len(h) != 1 || !slices.Equal(h[0], []uint64{4, 5, 6, 8, 9}) {
-		t.Fatalf("disk heard of misses %v, want [[4 5 6 8 9]]", h)
+	sys.Root.Send(idx, &messages.Demand{Hashes: []uint64{4, 5, 6}})
+	if h := heard(); len(h) != 1 || !slices.Equal(h[0], []uint64{4, 5, 6}) {
+		t.Fatalf("disk heard of misses %v, want [[4 5 6]]", h)
 	}
 	// Without a MissDisk, no one hears.
 	sys.Root.Send(idx, &IndexWatch{})
-	sys.Root.Send(idx, &messages.Demand{Chains: [][]uint64{{9}}, Runs: [][]messages.Tier{nil}})
+	sys.Root.Send(idx, &messages.Demand{Hashes: []uint64{9}})
 	if h := heard(); len(h) != 0 {
 		t.Fatalf("disk heard of misses %v with no MissDisk", h)
 	}

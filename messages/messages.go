@@ -428,21 +428,19 @@ type Lookup struct {
 	Digests [][]prefixhash.Digest
 }
 
-// Demand tells the index which chains it was asked about (Lookup) belong
-// to requests the engine then computed (its first Commit of the sequence
-// after the allocation), with the run LookupResult answered for each: their
-// misses below are demand, and the index tells the disk of them (Missed).
-// A request refused for lack of GPU blocks, or given blocks and then freed
-// unused (a scheduler keeping its order, a tensor-parallel group whose
-// other rank had no room), asks again when it is tried again; counted at
-// its Lookup or its allocation, its misses would count once per try. Sent
-// by the GPU actor, at most one per Ready, only for chains that run past
-// what pinned memory and the disk held (the rest miss nothing below), and
-// only when the disk learns from misses (gpu/tier Config.ReportDemand); it
-// belongs to the receiver once sent.
+// Demand tells the index of blocks requests asked of the tiers below
+// (Lookup) that neither pinned memory nor the disk held, once they came to
+// be: when the engine computed them (the sequence's first Commit past what
+// the cache gave it) or when the shared tier's copy of them landed on the
+// GPU. The index tells the disk of them (Missed). A request refused for
+// lack of GPU blocks, or given blocks and then freed unused (a scheduler
+// keeping its order, a tensor-parallel group whose other rank had no
+// room), asks again when it is tried again; counted at its Lookup or its
+// allocation, its misses would count once per try. Sent by the GPU actor,
+// at most one per Ready, and only when the disk learns from misses
+// (gpu/tier Config.ReportDemand); Hashes belongs to the receiver once sent.
 type Demand struct {
-	Chains [][]uint64
-	Runs   [][]Tier
+	Hashes []uint64
 }
 
 // RemoteLookup asks the remote tier's actor how many leading blocks of

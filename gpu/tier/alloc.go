@@ -3,7 +3,6 @@ package tier
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -252,9 +251,6 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		return false
 	}
 	t.stats.DoubleGetSkips += uint64(skipped)
-	if run != nil {
-		t.noteDemand(blockpool.SeqID(r.Seq), k, gpuAt, run)
-	}
 	out.Blocks = alloc.Blocks
 	out.Tokens[messages.GPU.Index()] = alloc.CachedTokens
 	t.stats.Hits += uint64(alloc.HitBlocks)
@@ -332,6 +328,13 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 			t.launchFetch(op, evictOp)
 		}
 	}
+	if run != nil {
+		held := 0 // tokens the cache gives it: GPU hits and loads
+		for _, n := range out.Tokens {
+			held += n
+		}
+		t.noteDemand(blockpool.SeqID(r.Seq), k, gpuAt, run, held)
+	}
 	t.countTokens(r.Salt, len(r.Tokens), out)
 	w.done(t)
 	return false
@@ -360,47 +363,101 @@ func (t *Tier) park(r *messages.AllocRequest, k *blockpool.Keys, out *messages.A
 // noRun is a Lookup's answer for a chain no lower tier holds the start of.
 var noRun = []messages.Tier{}
 
-// demandChain is what a sequence looked up below: the chain's hashes
-// after its GPU hits and the index's answer.
+// demandChain is what a sequence asked of the tiers below that neither
+// pinned memory nor the disk held: the block indexes in the sequence and
+// the hashes of those blocks; held is the tokens its allocation got from
+// the cache (GPU hits and loads).
 type demandChain struct {
-	chain []uint64
-	run   []messages.Tier
+	at     []int
+	hashes []uint64
+	held   int
 }
 
-// noteDemand keeps, with Config.ReportDemand, the chain sequence seq, just
-// allocated, looked up below (k's hashes after the first gpuAt) and the run
-// the index answered, when part of it is held by neither pinned memory nor
-// the disk: at the sequence's first commit the index hears of it
-// (sendDemand) and tells the disk of those misses. Until then the request
-// may still be freed unused and tried again (a scheduler keeping its order,
-// a tensor-parallel group whose other rank had no room), and its misses
-// must count once.
-func (t *Tier) noteDemand(seq blockpool.SeqID, k *blockpool.Keys, gpuAt int, run []messages.Tier) {
-	chain := k.Hashes[gpuAt:]
-	if !t.cfg.ReportDemand || len(run) >= len(chain) && !slices.Contains(run, messages.Remote) {
+// noteDemand keeps, with Config.ReportDemand, the blocks sequence seq, just
+// allocated with held tokens from the cache, looked up below (k's hashes
+// after the first gpuAt) and found neither in pinned memory nor on disk,
+// by the index's answer run: the engine computes them, or the shared tier
+// serves them. The index hears of them (messages.Demand) and tells the disk
+// of those misses when they come to be: at the sequence's first commit past
+// held tokens (sendDemand), or for blocks the shared tier served, when they
+// land on the GPU (demandLanded). Until then the request may still be freed
+// unused and tried again (a scheduler keeping its order, a tensor-parallel
+// group whose other rank had no room), and its misses must count once.
+func (t *Tier) noteDemand(seq blockpool.SeqID, k *blockpool.Keys, gpuAt int, run []messages.Tier, held int) {
+	if !t.cfg.ReportDemand {
 		return
 	}
-	c := make([]uint64, len(chain))
-	for j, h := range chain {
-		c[j] = uint64(h)
+	var d demandChain
+	for j := gpuAt; j < len(k.Hashes); j++ {
+		if i := j - gpuAt; i < len(run) && (run[i] == messages.Pinned || run[i] == messages.Disk) {
+			continue
+		}
+		d.at = append(d.at, j)
+		d.hashes = append(d.hashes, uint64(k.Hashes[j]))
 	}
-	t.demand[seq] = demandChain{chain: c, run: slices.Clone(run)}
+	if len(d.at) > 0 {
+		d.held = held
+		t.demand[seq] = d
+	}
 }
 
-// sendDemand passes seq's kept chain, if any, to the index: the engine has
-// committed the sequence, so it computes what it missed.
-func (t *Tier) sendDemand(seq blockpool.SeqID) {
+// sendDemand passes seq's kept blocks, if any, to the index once a commit
+// of tokens goes past what the cache gave the sequence: the engine computed
+// it. A commit refused only because the sequence's loads are in flight
+// (ErrNotReady) counts too: an engine that computes without waiting for
+// them (best effort) says so that way, and may free the sequence before
+// any commit is accepted.
+func (t *Tier) sendDemand(seq blockpool.SeqID, tokens int) {
 	d, ok := t.demand[seq]
 	if !ok {
 		return
 	}
+	if tokens == blockpool.AllTokens {
+		tokens, _ = t.pool.NumTokens(seq)
+	}
+	if tokens <= d.held {
+		return
+	}
 	delete(t.demand, seq)
+	t.demandOut(d.hashes)
+}
+
+// demandLanded passes on the kept blocks of seq in [from, to), which a load
+// from the shared tier just made valid on the GPU: a retry of the request
+// would hit them there and never report them.
+func (t *Tier) demandLanded(seq blockpool.SeqID, from, to int) {
+	d, ok := t.demand[seq]
+	if !ok {
+		return
+	}
+	var out []uint64
+	keep := 0
+	for i, j := range d.at {
+		if j >= from && j < to {
+			out = append(out, d.hashes[i])
+			continue
+		}
+		d.at[keep], d.hashes[keep] = j, d.hashes[i]
+		keep++
+	}
+	if len(out) == 0 {
+		return
+	}
+	if d.at, d.hashes = d.at[:keep], d.hashes[:keep]; keep == 0 {
+		delete(t.demand, seq)
+	} else {
+		t.demand[seq] = d
+	}
+	t.demandOut(out)
+}
+
+// demandOut adds hashes to this Ready's Demand.
+func (t *Tier) demandOut(hashes []uint64) {
 	if t.demandMsg == nil {
 		t.demandMsg = &messages.Demand{}
 		t.toIndex(t.demandMsg)
 	}
-	t.demandMsg.Chains = append(t.demandMsg.Chains, d.chain)
-	t.demandMsg.Runs = append(t.demandMsg.Runs, d.run)
+	t.demandMsg.Hashes = append(t.demandMsg.Hashes, hashes...)
 }
 
 // loadDeadline is the instant a load of tokens tokens for r must finish by,
@@ -609,12 +666,13 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		seq := blockpool.SeqID(it.Seq)
 		if t.notReady[seq] != nil {
 			res.Errs[i] = fmt.Errorf("%w: sequence %d", ErrNotReady, it.Seq)
+			t.sendDemand(seq, it.Tokens)
 			continue
 		}
 		from := len(published)
 		published, res.Errs[i] = t.pool.Commit(seq, it.Tokens, published)
 		if res.Errs[i] == nil {
-			t.sendDemand(seq)
+			t.sendDemand(seq, it.Tokens)
 		}
 		for _, id := range published[from:] {
 			t.fence[id] = it.After

@@ -40,9 +40,11 @@
 //
 // # Conversation with the prefix index
 //
-//	Lookup -> LookupResult (each chain's run below) -> allocation; at the
-//	sequence's first commit, with Config.ReportDemand, Demand (the chain and
-//	its run), from which the index tells the disk of what it missed.
+//	Lookup -> LookupResult (each chain's run below) -> allocation; with
+//	Config.ReportDemand, Demand (the looked-up blocks neither pinned memory
+//	nor the disk held) once the engine computed them (the sequence's first
+//	commit past what the cache gave it) or the shared tier's copies landed;
+//	the index tells the disk of them.
 //
 // # Block state kept here
 //

@@ -255,6 +255,7 @@ func (t *Tier) publishFetch(op *fetchOp) {
 		t.pool.Unpin(id)
 	}
 	t.stats.Onboarded += uint64(len(op.blocks))
+	t.demandLanded(op.w.seq, op.first, op.first+len(op.blocks))
 	op.full = len(op.blocks) == op.want
 	op.w.out.ValidTokens = (op.first + len(op.blocks)) * t.bs
 	if table, terr := t.pool.Table(t.scratch[:0], op.w.seq); terr == nil && len(op.blocks) > 0 {

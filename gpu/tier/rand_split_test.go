@@ -44,23 +44,24 @@ type rsAlloc struct {
 }
 
 type rsWorld struct {
-	t       *testing.T
-	rng     *rand.Rand
-	tr      *Tier
-	now     time.Time
-	reqs    map[uint64]*messages.FetchRequest // sent, not answered
-	offers  map[uint64]*messages.OffloadRequest
-	copies  map[CopyID]Copy // enqueued, not done
-	timers  map[uint64]time.Time
-	allocs  []*rsAlloc
-	replies map[*waiter]int
-	snaps   map[*waiter]messages.OnboardOutcome
-	nextSeq uint64
-	stopped bool
-	gone    bool
-	log     []string
-	slot    int
-	garbage map[blockpool.BlockID]bool // written by a failed copy up, not since by a good one
+	demanded map[uint64]int
+	t        *testing.T
+	rng      *rand.Rand
+	tr       *Tier
+	now      time.Time
+	reqs     map[uint64]*messages.FetchRequest // sent, not answered
+	offers   map[uint64]*messages.OffloadRequest
+	copies   map[CopyID]Copy // enqueued, not done
+	timers   map[uint64]time.Time
+	allocs   []*rsAlloc
+	replies  map[*waiter]int
+	snaps    map[*waiter]messages.OnboardOutcome
+	nextSeq  uint64
+	stopped  bool
+	gone     bool
+	log      []string
+	slot     int
+	garbage  map[blockpool.BlockID]bool // written by a failed copy up, not since by a good one
 }
 
 func (w *rsWorld) logf(f string, a ...any) { w.log = append(w.log, fmt.Sprintf(f, a...)) }
@@ -103,6 +104,16 @@ func (w *rsWorld) play(r Ready, strict bool) {
 			w.reqs[m.ID] = m
 		case *messages.OffloadRequest:
 			w.offers[m.ID] = m
+		}
+	}
+	for _, m := range r.ToIndex {
+		if d, ok := m.(*messages.Demand); ok {
+			for _, h := range d.Hashes {
+				if w.demanded == nil {
+					w.demanded = map[uint64]int{}
+				}
+				w.demanded[h]++
+			}
 		}
 	}
 	for _, id := range r.CancelTimers {
@@ -575,9 +586,25 @@ func (w *rsWorld) quiesce() {
 	}
 }
 
+// checkDemand: each allocation reports each of its blocks to the index
+// (messages.Demand) at most once.
+func (w *rsWorld) checkDemand() {
+	allocated := map[uint64]int{}
+	for _, a := range w.allocs {
+		for _, h := range keysOf(a.p).Hashes {
+			allocated[uint64(h)]++
+		}
+	}
+	for h, n := range w.demanded {
+		if n > allocated[h] {
+			w.fail("block %d reported %d times as demand, in %d allocations", h, n, allocated[h])
+		}
+	}
+}
+
 func runRandomSplit(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	cfg := Config{Lower: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond}
+	cfg := Config{Lower: true, ReportDemand: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond}
 	if rng.IntN(4) == 0 {
 		cfg.ReadBase, cfg.ReadPerToken = 0, 0 // only LoadDeadline
 	}
@@ -594,6 +621,7 @@ func runRandomSplit(t *testing.T, seed uint64, steps int) {
 		}
 	}
 	w.quiesce()
+	w.checkDemand()
 }
 
 func TestRandomSplitLoads(t *testing.T) {

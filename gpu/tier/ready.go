@@ -195,7 +195,9 @@ func (t *Tier) OffloadGranted(g *messages.OffloadGrant) { t.offloadGranted(g) }
 // CopyDone reports the end of a copy batch from Ready.Copies.
 func (t *Tier) CopyDone(c CopyID, err error) {
 	streamFree := t.lastCopyDone // when the copy before this one ended
-	t.lastCopyDone = t.now
+	if err == nil {              // a copy that failed to enqueue ends at once, not in stream order
+		t.lastCopyDone = t.now
+	}
 	if c.Fetch {
 		t.fetchCopied(c.ID, err, streamFree)
 	} else {

@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -430,5 +431,110 @@ func TestCopyUpNotInflatedByQueueing(t *testing.T) {
 	drain(t, tr)
 	if tr.copyUpPerBlock != time.Millisecond {
 		t.Fatalf("copy up measured at %v a block; the stream copied 9 blocks in 9 ms", tr.copyUpPerBlock)
+	}
+}
+
+// TestCopyUpRatioOfAverages: the copy-up estimate is a ratio of moving
+// averages (time over blocks), not a moving average of per-block times:
+// 8 blocks in 16 ms, then 1 block in 10 ms on an idle stream, give
+// (16 + (10-16)/4) / (8 + (1-8)/4) = 14.5 / 6.25 ms a block, where the
+// mean of per-block times would be 2 + (10-2)/4 = 4 ms.
+func TestCopyUpRatioOfAverages(t *testing.T) {
+	tr := newTier(t, 32, Config{Lower: true})
+	pins := func(n int) []messages.Tier {
+		out := make([]messages.Tier, n)
+		for i := range out {
+			out[i] = messages.Pinned
+		}
+		return out
+	}
+	_, r1 := allocate(t, tr, 1, prompt(100, 8*bs), pins(8))
+	f1 := fetchRequest(t, r1)
+	tr.FetchGranted(&messages.FetchGrant{ID: f1.ID, Slots: []int{0, 1, 2, 3, 4, 5, 6, 7}, Bytes: make([][]byte, 8)})
+	drain(t, tr)
+	tr.SetNow(t0.Add(16 * time.Millisecond))
+	tr.CopyDone(CopyID{ID: f1.ID, Fetch: true}, nil)
+	drain(t, tr)
+	tr.SetNow(t0.Add(100 * time.Millisecond)) // the stream idle since
+	_, r2 := allocate(t, tr, 2, prompt(900, bs), pins(1))
+	f2 := fetchRequest(t, r2)
+	tr.FetchGranted(&messages.FetchGrant{ID: f2.ID, Slots: []int{8}, Bytes: make([][]byte, 1)})
+	drain(t, tr)
+	tr.SetNow(t0.Add(110 * time.Millisecond))
+	tr.CopyDone(CopyID{ID: f2.ID, Fetch: true}, nil)
+	drain(t, tr)
+	if want := time.Duration(14.5e6 / 6.25); tr.copyUpPerBlock != want {
+		t.Fatalf("copy up %v a block, want %v", tr.copyUpPerBlock, want)
+	}
+}
+
+// TestCopyUpAfterWriteDown: a write-down ends on the same stream; a copy up
+// enqueued before it ended is timed from its end (2 blocks enqueued at t0
+// behind a write-down that ends at 5 ms, done at 7 ms: 1 ms a block). A
+// copy that failed to enqueue ends at once, out of the stream's order, and
+// does not move that mark.
+func TestCopyUpAfterWriteDown(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true, Ingestion: IngestAll})
+	if res, _ := allocate(t, tr, 1, prompt(100, 2*bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	off := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
+	tr.OffloadGranted(&messages.OffloadGrant{ID: off.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	offCopy := drain(t, tr).Copies[0].CopyID
+	_, r := allocate(t, tr, 2, prompt(900, 2*bs), []messages.Tier{messages.Pinned, messages.Pinned})
+	f := fetchRequest(t, r)
+	tr.FetchGranted(&messages.FetchGrant{ID: f.ID, Slots: []int{4, 5}, Bytes: make([][]byte, 2)})
+	drain(t, tr)
+	_, r = allocate(t, tr, 3, prompt(500, bs), []messages.Tier{messages.Pinned})
+	failed := fetchRequest(t, r)
+	tr.FetchGranted(&messages.FetchGrant{ID: failed.ID, Slots: []int{6}, Bytes: make([][]byte, 1)})
+	drain(t, tr)
+	tr.SetNow(t0.Add(5 * time.Millisecond))
+	tr.CopyDone(offCopy, nil)
+	drain(t, tr)
+	tr.SetNow(t0.Add(6 * time.Millisecond))
+	tr.CopyDone(CopyID{ID: failed.ID, Fetch: true}, errors.New("enqueue failed"))
+	drain(t, tr)
+	tr.SetNow(t0.Add(7 * time.Millisecond))
+	tr.CopyDone(CopyID{ID: f.ID, Fetch: true}, nil)
+	drain(t, tr)
+	if tr.copyUpPerBlock != time.Millisecond {
+		t.Fatalf("copy up %v a block, want 1 ms: timed from the write-down's end", tr.copyUpPerBlock)
+	}
+}
+
+// TestAnswerLagFromFetchSentBeforeAskBy: a load's request held in the
+// serial queue but sent before its askBy is cut there like any other: its
+// late answer is a lag sample.
+func TestAnswerLagFromFetchSentBeforeAskBy(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
+	if res, _ := allocate(t, tr, 1, prompt(100, 2*bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	first := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
+	tr.copyUpPerBlock = time.Millisecond
+	res, r := allocate(t, tr, 2, prompt(500, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+	if res.Err != nil || len(fetchRequests(r)) != 0 || len(tr.fetches) != 1 {
+		t.Fatalf("allocation %+v: want the fetch queued behind the offload", res)
+	}
+	var op *fetchOp
+	for _, o := range tr.fetches {
+		op = o
+	}
+	tr.SetNow(op.askBy.Add(-time.Millisecond)) // the offload ends before askBy
+	tr.OffloadGranted(&messages.OffloadGrant{ID: first.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
+	r = drain(t, tr)
+	tr.CopyDone(r.Copies[0].CopyID, nil)
+	reqs := fetchRequests(drain(t, tr))
+	if len(reqs) != 1 {
+		t.Fatal("the queued fetch was not sent after the offload")
+	}
+	tr.SetNow(op.askBy.Add(2 * time.Millisecond))
+	tr.FetchGranted(&messages.FetchGrant{ID: reqs[0].ID, Short: messages.MissLate})
+	drain(t, tr)
+	if !tr.answerLagTimed || tr.lagMean != 2*time.Millisecond {
+		t.Fatalf("answer lag timed %v, mean %v; want a 2 ms sample from a request sent before its askBy", tr.answerLagTimed, tr.lagMean)
 	}
 }

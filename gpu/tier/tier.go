@@ -64,10 +64,12 @@ type Config struct {
 	// DoubleGetMinRatio of the prompt's blocks.
 	DoubleGetMinBlocks int
 	DoubleGetMinRatio  float64
-	// ReportDemand: once the engine first commits a sequence that looked
-	// up below, its chain and the index's answer go to the index
-	// (messages.Demand), which tells a disk that learns from misses of the
-	// blocks it lacked. Off, nothing is kept or sent.
+	// ReportDemand: the blocks a sequence looked up below and found
+	// neither in pinned memory nor on disk go to the index
+	// (messages.Demand) once the engine computed them (its first commit
+	// past what the cache gave it) or the shared tier's copies of them
+	// landed; the index tells a disk that learns from misses. Off, nothing
+	// is kept or sent.
 	ReportDemand bool
 
 	// A load from a lower tier must finish within ReadBase + tokens*ReadPerToken
@@ -104,9 +106,9 @@ type Tier struct {
 	nextID  uint64
 	lookups map[uint64]*pendingAlloc
 	// demand holds, per sequence allocated after a Lookup and not yet
-	// committed, the chain it looked up and the index's answer
-	// (noteDemand); demandMsg is the message in out.ToIndex that gathers,
-	// until the next Ready, those of the sequences first committed since.
+	// computed, the blocks it looked up that neither pinned memory nor the
+	// disk held (noteDemand); demandMsg is the message in out.ToIndex that
+	// gathers, until the next Ready, those reported since.
 	demand    map[blockpool.SeqID]demandChain
 	demandMsg *messages.Demand
 	fetches   map[uint64]*fetchOp
