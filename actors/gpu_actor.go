@@ -54,8 +54,9 @@ type GPUConfig struct {
 	// DoubleGetMinRatio of the prompt's blocks.
 	DoubleGetMinBlocks int
 	DoubleGetMinRatio  float64
-	// ReportDemand: the index passes the misses of computed requests on to
-	// a disk that learns from them (tier.Config.ReportDemand).
+	// ReportDemand: the index passes the misses of requests, once computed
+	// or served by the shared tier, on to a disk that learns from them
+	// (tier.Config.ReportDemand).
 	ReportDemand bool
 
 	// A load from a lower tier must finish within ReadBase + tokens*ReadPerToken;

@@ -490,13 +490,14 @@ type TiersDown struct {
 	Tiers Tier
 }
 
-// Missed tells the disk tier which blocks a request the engine computed
-// came to it for and found it without: those neither pinned memory nor the
-// disk held. The index sends it, one per Demand, when the disk's eviction
-// policy learns from misses (policy.MissObserver): a block the disk lacks
-// is computed above it and reaches it much later, when pinned memory lets
-// it go, and what the disk is asked for would otherwise be seen only where
-// it hits. Hashes belongs to the receiver once sent.
+// Missed tells the disk tier which blocks requests came to it for and found
+// it without: those neither pinned memory nor the disk held, once computed
+// by the engine or served by the shared tier (Demand). The index sends it,
+// one per Demand, when the disk's eviction policy learns from misses
+// (policy.MissObserver): a block the disk lacks is computed above it, or
+// fetched from the shared tier, and reaches it much later, when pinned
+// memory lets it go, and what the disk is asked for would otherwise be
+// seen only where it hits. Hashes belongs to the receiver once sent.
 type Missed struct {
 	Hashes []uint64
 }

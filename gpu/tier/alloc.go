@@ -333,7 +333,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		for _, n := range out.Tokens {
 			held += n
 		}
-		t.noteDemand(blockpool.SeqID(r.Seq), k, gpuAt, run, held)
+		t.noteDemand(w, k, gpuAt, run, held)
 	}
 	t.countTokens(r.Salt, len(r.Tokens), out)
 	w.done(t)
@@ -368,6 +368,7 @@ var noRun = []messages.Tier{}
 // the hashes of those blocks; held is the tokens its allocation got from
 // the cache (GPU hits and loads).
 type demandChain struct {
+	w      *waiter // the allocation's: a load of a freed sequence's owner is not a new one's
 	at     []int
 	hashes []uint64
 	held   int
@@ -383,11 +384,11 @@ type demandChain struct {
 // land on the GPU (demandLanded). Until then the request may still be freed
 // unused and tried again (a scheduler keeping its order, a tensor-parallel
 // group whose other rank had no room), and its misses must count once.
-func (t *Tier) noteDemand(seq blockpool.SeqID, k *blockpool.Keys, gpuAt int, run []messages.Tier, held int) {
+func (t *Tier) noteDemand(w *waiter, k *blockpool.Keys, gpuAt int, run []messages.Tier, held int) {
 	if !t.cfg.ReportDemand {
 		return
 	}
-	var d demandChain
+	d := demandChain{w: w}
 	for j := gpuAt; j < len(k.Hashes); j++ {
 		if i := j - gpuAt; i < len(run) && (run[i] == messages.Pinned || run[i] == messages.Disk) {
 			continue
@@ -397,7 +398,7 @@ func (t *Tier) noteDemand(seq blockpool.SeqID, k *blockpool.Keys, gpuAt int, run
 	}
 	if len(d.at) > 0 {
 		d.held = held
-		t.demand[seq] = d
+		t.demand[w.seq] = d
 	}
 }
 
@@ -422,13 +423,18 @@ func (t *Tier) sendDemand(seq blockpool.SeqID, tokens int) {
 	t.demandOut(d.hashes)
 }
 
-// demandLanded passes on the kept blocks of seq in [from, to), which a load
-// from the shared tier just made valid on the GPU: a retry of the request
-// would hit them there and never report them.
-func (t *Tier) demandLanded(seq blockpool.SeqID, from, to int) {
-	d, ok := t.demand[seq]
-	if !ok {
-		return
+// demandLanded passes on the kept blocks in [from, to) of the allocation w
+// waits for, which a load from the shared tier just made valid on the GPU:
+// a retry of the request would hit them there and never report them. The
+// allocation may have been freed meanwhile (its blocks are still cached:
+// orphans).
+func (t *Tier) demandLanded(w *waiter, from, to int) {
+	d, ok := t.demand[w.seq]
+	orphan := !ok || d.w != w
+	if orphan {
+		if d, ok = t.orphans[w]; !ok {
+			return
+		}
 	}
 	var out []uint64
 	keep := 0
@@ -443,12 +449,42 @@ func (t *Tier) demandLanded(seq blockpool.SeqID, from, to int) {
 	if len(out) == 0 {
 		return
 	}
-	if d.at, d.hashes = d.at[:keep], d.hashes[:keep]; keep == 0 {
-		delete(t.demand, seq)
-	} else {
-		t.demand[seq] = d
+	d.at, d.hashes = d.at[:keep], d.hashes[:keep]
+	switch {
+	case orphan && keep == 0:
+		delete(t.orphans, w)
+	case orphan:
+		t.orphans[w] = d
+	case keep == 0:
+		delete(t.demand, w.seq)
+	default:
+		t.demand[w.seq] = d
 	}
 	t.demandOut(out)
+}
+
+// demandShort lowers what the cache gave the allocation w waits for to
+// tokens when one of its loads falls short: the engine computes the blocks
+// it gave up, and a commit past tokens reports its misses.
+func (t *Tier) demandShort(w *waiter, tokens int) {
+	if d, ok := t.demand[w.seq]; ok && d.w == w && tokens < d.held {
+		d.held = tokens
+		t.demand[w.seq] = d
+	}
+}
+
+// demandFreed drops what seq, freed before it was computed, kept; blocks of
+// the shared tier its loads still in flight bring up stay cached, and are
+// reported when they land (orphans, until its loads are over).
+func (t *Tier) demandFreed(seq blockpool.SeqID) {
+	d, ok := t.demand[seq]
+	if !ok {
+		return
+	}
+	delete(t.demand, seq)
+	if d.w.pending > 0 {
+		t.orphans[d.w] = d
+	}
 }
 
 // demandOut adds hashes to this Ready's Demand.
@@ -761,7 +797,7 @@ func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatch
 		res.Errs[i] = t.pool.Deallocate(blockpool.SeqID(s))
 		if res.Errs[i] == nil {
 			delete(t.notReady, blockpool.SeqID(s)) // its loads end as the old sequence's
-			delete(t.demand, blockpool.SeqID(s))   // freed before it was computed
+			t.demandFreed(blockpool.SeqID(s))
 		}
 	}
 	t.offloadResident(all)

@@ -43,9 +43,14 @@ func (t *Tier) CheckInvariants() error {
 			return fmt.Errorf("gpu tier: block %d has %d pins, %d copies in flight", id, n, copies[b])
 		}
 	}
-	for seq := range t.demand { // kept only until the sequence is committed or freed
-		if _, err := t.pool.NumTokens(seq); err != nil {
-			return fmt.Errorf("gpu tier: demand kept for sequence %d, which the pool does not hold: %w", seq, err)
+	for seq, d := range t.demand { // kept until the sequence is computed or freed
+		if _, err := t.pool.NumTokens(seq); err != nil || d.w.seq != seq {
+			return fmt.Errorf("gpu tier: demand kept for sequence %d (allocation of %d), which the pool does not hold: %v", seq, d.w.seq, err)
+		}
+	}
+	for w := range t.orphans { // kept until the freed sequence's loads are over
+		if w.pending <= 0 {
+			return fmt.Errorf("gpu tier: demand kept for freed sequence %d with no load in flight", w.seq)
 		}
 	}
 	return nil

@@ -187,6 +187,7 @@ func (t *Tier) countMiss(op *fetchOp, lost int, why messages.MissReason) {
 	if op.why == messages.MissNone {
 		op.why = why
 	}
+	t.demandShort(op.w, (op.first+len(op.blocks)-lost)*t.bs)
 	switch why {
 	case messages.MissMismatch:
 		op.w.out.Mismatch += lost
@@ -255,7 +256,7 @@ func (t *Tier) publishFetch(op *fetchOp) {
 		t.pool.Unpin(id)
 	}
 	t.stats.Onboarded += uint64(len(op.blocks))
-	t.demandLanded(op.w.seq, op.first, op.first+len(op.blocks))
+	t.demandLanded(op.w, op.first, op.first+len(op.blocks))
 	op.full = len(op.blocks) == op.want
 	op.w.out.ValidTokens = (op.first + len(op.blocks)) * t.bs
 	if table, terr := t.pool.Table(t.scratch[:0], op.w.seq); terr == nil && len(op.blocks) > 0 {

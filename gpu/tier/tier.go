@@ -37,7 +37,9 @@ var ErrStopped = fmt.Errorf("kvtier: gpu tier: %w", messages.ErrStopped)
 var ErrLowerGone = errors.New("kvtier: gpu tier: the tiers below are out of service")
 
 // ErrNotReady rejects a commit for a sequence whose Ready has not completed:
-// its blocks may still be loading, and the caller has computed nothing yet.
+// its blocks may still be loading. A caller that computed past what the
+// cache gave it without waiting (best effort) is still taken at its word
+// for the misses it computed (Config.ReportDemand).
 var ErrNotReady = errors.New("kvtier: commit before the allocation's Ready completed")
 
 // Config configures a Tier. The Tier owns Pool from now on.
@@ -110,6 +112,7 @@ type Tier struct {
 	// disk held (noteDemand); demandMsg is the message in out.ToIndex that
 	// gathers, until the next Ready, those reported since.
 	demand    map[blockpool.SeqID]demandChain
+	orphans   map[*waiter]demandChain // of freed sequences whose loads are in flight (demandFreed)
 	demandMsg *messages.Demand
 	fetches   map[uint64]*fetchOp
 	// copyUpPerBlock is the time a block's copy up from pinned memory
@@ -171,7 +174,7 @@ func New(cfg Config) *Tier {
 	return &Tier{
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
 		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
-		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
+		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, orphans: map[*waiter]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
 		notReady: map[blockpool.SeqID]*waiter{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
@@ -199,6 +202,7 @@ func (w *waiter) done(t *Tier) {
 			delete(t.notReady, w.seq)
 		}
 	}
+	delete(t.orphans, w) // its loads are over
 	t.out.Replies = append(t.out.Replies, w)
 }
 
