@@ -413,11 +413,12 @@ func (t *Tier) sendDemand(seq blockpool.SeqID, tokens int) {
 	if !ok {
 		return
 	}
+	n, err := t.pool.NumTokens(seq)
 	if tokens == blockpool.AllTokens {
-		tokens, _ = t.pool.NumTokens(seq)
+		tokens = n
 	}
-	if tokens <= d.held {
-		return
+	if err != nil || tokens > n || tokens <= d.held {
+		return // a commit past the sequence's end computed nothing it holds
 	}
 	delete(t.demand, seq)
 	t.demandOut(d.hashes)

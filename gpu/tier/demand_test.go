@@ -186,6 +186,9 @@ func TestDemandPastWhatTheCacheGave(t *testing.T) {
 			t.Fatalf("commit of %d tokens while loading: %v, Demand %v; want ErrNotReady and nothing", tokens, errs[0], demandIn(t, r))
 		}
 	}
+	if r, errs := commitTokens(t, tr, 4*bs, 1); !errors.Is(errs[0], ErrNotReady) || demandIn(t, r) != nil {
+		t.Fatalf("commit past the sequence's end while loading: %v, Demand %v; want ErrNotReady and nothing", errs[0], demandIn(t, r))
+	}
 	r2, errs := commitTokens(t, tr, 3*bs, 1)
 	want := []uint64{uint64(keys.Hashes[1]), uint64(keys.Hashes[2])}
 	if !errors.Is(errs[0], ErrNotReady) || !slices.Equal(demandIn(t, r2), want) {
