@@ -84,7 +84,9 @@ func TestReportLateDiskLoads(t *testing.T) {
 				return wait(t, r)
 			}
 			load(2, toks(500, 6*bt))
-			commitFree(ctx, m, 2)
+			if err := commitFree(ctx, m, 2); err != nil {
+				t.Fatal(err)
+			}
 			out := load(3, toks(100, 6*bt))
 			valid += out.ValidTokens / bt
 			late += out.Late
@@ -93,7 +95,9 @@ func TestReportLateDiskLoads(t *testing.T) {
 				t.Fatal(err)
 			}
 			lag += st.Tier(GPU).Extra["answer_lag_us"]
-			m.Close(ctx)
+			if err := m.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		t.Logf("| %v | %.1f | %.1f | %.0f |", dl, float64(valid)/runs, float64(late)/runs, lag/runs)
 	}
