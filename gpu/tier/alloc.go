@@ -374,10 +374,10 @@ type demandChain struct {
 	held   int
 }
 
-// noteDemand keeps, with Config.ReportDemand, the blocks sequence seq, just
-// allocated with held tokens from the cache, looked up below (k's hashes
-// after the first gpuAt) and found neither in pinned memory nor on disk,
-// by the index's answer run: the engine computes them, or the shared tier
+// noteDemand keeps, with Config.ReportDemand, the blocks the allocation w
+// waits for (sequence w.seq, just given held tokens from the cache) looked
+// up below (k's hashes after the first gpuAt) and found neither in pinned
+// memory nor on disk, by the index's answer run: the engine computes them, or the shared tier
 // serves them. The index hears of them (messages.Demand) and tells the disk
 // of those misses when they come to be: at the sequence's first commit past
 // held tokens (sendDemand), or for blocks the shared tier served, when they
