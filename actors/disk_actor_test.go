@@ -3,7 +3,6 @@ package actors
 import (
 	"errors"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,13 +338,8 @@ func TestDiskReadDeadline(t *testing.T) {
 // clock passes it.
 func TestDiskReadDeadlineOnClock(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	t0 := time.Unix(1e9, 0)
-	var now atomic.Pointer[time.Time]
-	now.Store(&t0)
-	e := newDiskEnvClock(t, 0, func() time.Time { return *now.Load() })
+	e, t0, now := clockDiskEnv(t)
 	defer e.stop()
-	e.write(1, 2)
-	e.flush()
 
 	e.gate.arm()
 	m := readMsg(1, t0.Add(10*time.Millisecond), 1)
@@ -383,13 +377,8 @@ func TestDiskReadDeadlineOnClock(t *testing.T) {
 // up in time.
 func TestDiskReadDeadlineAnswersWhatLanded(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	t0 := time.Unix(1e9, 0)
-	var now atomic.Pointer[time.Time]
-	now.Store(&t0)
-	e := newDiskEnvClock(t, 0, func() time.Time { return *now.Load() })
+	e, t0, now := clockDiskEnv(t)
 	defer e.stop()
-	e.write(1, 2)
-	e.flush()
 
 	e.gate.armData(payloadOf(2)[:64]) // block 2's read is held once it has read
 	m := readMsg(1, t0.Add(10*time.Millisecond), 1, 2)

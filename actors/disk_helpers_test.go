@@ -147,6 +147,19 @@ func oneWorkerEnv(t *testing.T) *diskEnv {
 	return e
 }
 
+// clockDiskEnv is a disk actor on a clock the test sets (now, starting at
+// t0), with blocks 1 and 2 written.
+func clockDiskEnv(t *testing.T) (e *diskEnv, t0 time.Time, now *atomic.Pointer[time.Time]) {
+	t.Helper()
+	t0 = time.Unix(1e9, 0)
+	now = new(atomic.Pointer[time.Time])
+	now.Store(&t0)
+	e = newDiskEnvClock(t, 0, func() time.Time { return *now.Load() })
+	e.write(1, 2)
+	e.flush()
+	return e, t0, now
+}
+
 // newDiskEnvClock is newDiskEnv with the actor on clock.
 func newDiskEnvClock(t *testing.T, quota int, clock func() time.Time) *diskEnv {
 	t.Helper()

@@ -13,13 +13,22 @@ import (
 // gpuOnlyCluster is n GPU-only ranks; rank small has only 2 blocks.
 func gpuOnlyCluster(t *testing.T, n, small int) *cluster {
 	t.Helper()
-	c := &cluster{t: t}
-	for r := range n {
-		blocks := 16
+	bases := make([]kvtier.Config, n)
+	for r := range bases {
+		bases[r] = kvtier.Config{GPUBlocks: 16, BlockTokens: bt}
 		if r == small {
-			blocks = 2
+			bases[r].GPUBlocks = 2
 		}
-		cfg, err := group.RankConfig(kvtier.Config{GPUBlocks: blocks, BlockTokens: bt}, r, n)
+	}
+	return clusterOf(t, bases)
+}
+
+// clusterOf is a rank per base config, each made a rank's by RankConfig.
+func clusterOf(t *testing.T, bases []kvtier.Config) *cluster {
+	t.Helper()
+	c := &cluster{t: t}
+	for r, base := range bases {
+		cfg, err := group.RankConfig(base, r, len(bases))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,25 +26,10 @@ func TestGroupAbortCountsNoDiskMisses(t *testing.T) {
 	if err := m0.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t}
-	for r := range 2 {
-		base := kvtier.Config{GPUBlocks: 2, BlockTokens: bt} // rank 1: no room for 5 blocks
-		if r == 0 {
-			base = kvtier.Config{GPUBlocks: 16, BlockTokens: bt, PinnedBytes: 8 * 4096, DiskDir: t.TempDir(), DiskBytes: 256 * (bb + 8192)}
-		}
-		cfg, err := group.RankConfig(base, r, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := kvtier.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m.Close(context.Background()) })
-		c.ms = append(c.ms, m)
-	}
-	c.regroup()
-	t.Cleanup(func() { c.local.Close() })
+	c := clusterOf(t, []kvtier.Config{
+		{GPUBlocks: 16, BlockTokens: bt, PinnedBytes: 8 * 4096, DiskDir: t.TempDir(), DiskBytes: 256 * (bb + 8192)},
+		{GPUBlocks: 2, BlockTokens: bt}, // no room for 5 blocks
+	})
 	tokens := func(base, n int) []int64 {
 		p := make([]int64, n)
 		for i := range p {

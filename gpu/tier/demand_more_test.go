@@ -33,7 +33,7 @@ func landWith(t *testing.T, tr *Tier, f *messages.FetchRequest, err error) []uin
 func TestDemandNotFromFreedOwnersLoad(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
 	a, b := prompt(100, 2*bs), prompt(500, 2*bs)
-	res, r := allocate(t, tr, 1, a, []messages.Tier{messages.Remote, messages.Remote})
+	res, r := allocate(t, tr, 1, a, onTier(messages.Remote, 2))
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
@@ -59,7 +59,7 @@ func TestDemandNotFromFreedOwnersLoad(t *testing.T) {
 func TestDemandAfterGivenUpLoad(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
 	p := prompt(100, 2*bs)
-	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Remote, messages.Remote})
+	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 2))
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
@@ -82,7 +82,7 @@ func TestDemandAfterGivenUpLoad(t *testing.T) {
 func TestDemandFromSharedLoadOfFreedSequence(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
 	p := prompt(100, 2*bs)
-	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Remote, messages.Remote})
+	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 2))
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
@@ -113,7 +113,7 @@ var errFailedCopy = blockpool.ErrBadArgument
 func TestDemandShortSharedGrant(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
 	p := prompt(100, 3*bs+1)
-	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Remote, messages.Remote, messages.Remote})
+	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 3))
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
@@ -140,7 +140,7 @@ func TestDemandShortSharedGrant(t *testing.T) {
 func TestDemandDeleteDuringSharedLoad(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
 	p := prompt(100, 3*bs+1)
-	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Remote, messages.Remote, messages.Remote})
+	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 3))
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}

@@ -206,7 +206,7 @@ func TestDemandPastWhatTheCacheGave(t *testing.T) {
 func TestDemandFromSharedTierOnce(t *testing.T) {
 	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
 	p := prompt(100, 2*bs)
-	res, r := allocate(t, tr, 1, p, []messages.Tier{messages.Remote, messages.Remote})
+	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 2))
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}

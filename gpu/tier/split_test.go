@@ -240,9 +240,7 @@ func TestLowerDeadlineLeavesTimeForCopyUp(t *testing.T) {
 	// disk part's, none: the average moves a quarter of the way to 0.
 	tr.FetchGranted(&messages.FetchGrant{ID: pin.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
 	drain(t, tr)
-	tr.SetNow(t0.Add(6 * time.Millisecond))
-	tr.CopyDone(CopyID{ID: pin.ID, Fetch: true}, nil)
-	drain(t, tr)
+	copyDoneAt(t, tr, 6*time.Millisecond, CopyID{ID: pin.ID, Fetch: true}, nil)
 	if got := tr.Stats().Extra["copy_up_us_per_block"]; got != 3000 {
 		t.Fatalf("copy up measured at %v µs a block, want 3000", got)
 	}
@@ -311,27 +309,11 @@ func deadlines(reqs []*messages.FetchRequest) []time.Time {
 // of a read cut at askBy and is not sampled (Karn's rule): the next disk
 // load still asks for its whole budget.
 func TestAnswerLagNotFromQueuedFetch(t *testing.T) {
-	tr := newTier(t, 16, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
-	if res, _ := allocate(t, tr, 1, prompt(100, 2*bs), []messages.Tier{}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
-	first := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
-
-	tr.copyUpPerBlock = time.Second // the reserve is capped at half the time left
-	res, r := allocate(t, tr, 2, prompt(500, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
-	if res.Err != nil || len(fetchRequests(r)) != 0 || len(tr.fetches) != 1 {
-		t.Fatalf("allocation %+v, ToPinned %+v: want the fetch queued behind the offload", res, r.ToPinned)
-	}
-	var op *fetchOp
-	for _, o := range tr.fetches {
-		op = o
-	}
+	tr, first, op := queuedBehindOffload(t, time.Second) // the reserve capped at half the time left
 	// The offload's copy ends after the load's askBy, before its deadline.
 	tr.SetNow(op.askBy.Add(op.deadline.Sub(op.askBy) * 8 / 10))
 	tr.OffloadGranted(&messages.OffloadGrant{ID: first.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
-	r = drain(t, tr)
-	tr.CopyDone(r.Copies[0].CopyID, nil)
+	tr.CopyDone(drain(t, tr).Copies[0].CopyID, nil)
 	reqs := fetchRequests(drain(t, tr))
 	if len(reqs) != 1 {
 		t.Fatal("the queued fetch was not sent after the offload")
@@ -343,7 +325,7 @@ func TestAnswerLagNotFromQueuedFetch(t *testing.T) {
 	}
 	tr.copyUpPerBlock = 0
 	now := tr.now
-	_, r = allocate(t, tr, 3, prompt(900, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
+	_, r := allocate(t, tr, 3, prompt(900, 2*bs), onTier(messages.Disk, 2))
 	budget := 10*time.Millisecond + 2*bs*time.Millisecond
 	if reqs = fetchRequests(r); len(reqs) != 1 || !reqs[0].Deadline.Equal(now.Add(budget)) {
 		t.Fatalf("next load asks by %v, want its whole budget %v", deadlines(reqs), now.Add(budget))
@@ -410,25 +392,14 @@ func TestAnswerLagEstimate(t *testing.T) {
 // estimate stays at the stream's 1 ms a block.
 func TestCopyUpNotInflatedByQueueing(t *testing.T) {
 	tr := newTier(t, 32, Config{Lower: true})
-	pins := func(n int) []messages.Tier {
-		out := make([]messages.Tier, n)
-		for i := range out {
-			out[i] = messages.Pinned
-		}
-		return out
-	}
-	_, r1 := allocate(t, tr, 1, prompt(100, 8*bs), pins(8))
-	_, r2 := allocate(t, tr, 2, prompt(900, bs), pins(1))
+	_, r1 := allocate(t, tr, 1, prompt(100, 8*bs), onTier(messages.Pinned, 8))
+	_, r2 := allocate(t, tr, 2, prompt(900, bs), onTier(messages.Pinned, 1))
 	f1, f2 := fetchRequest(t, r1), fetchRequest(t, r2)
 	tr.FetchGranted(&messages.FetchGrant{ID: f1.ID, Slots: []int{0, 1, 2, 3, 4, 5, 6, 7}, Bytes: make([][]byte, 8)})
 	tr.FetchGranted(&messages.FetchGrant{ID: f2.ID, Slots: []int{8}, Bytes: make([][]byte, 1)})
 	drain(t, tr)
-	tr.SetNow(t0.Add(8 * time.Millisecond))
-	tr.CopyDone(CopyID{ID: f1.ID, Fetch: true}, nil)
-	drain(t, tr)
-	tr.SetNow(t0.Add(9 * time.Millisecond))
-	tr.CopyDone(CopyID{ID: f2.ID, Fetch: true}, nil)
-	drain(t, tr)
+	copyDoneAt(t, tr, 8*time.Millisecond, CopyID{ID: f1.ID, Fetch: true}, nil)
+	copyDoneAt(t, tr, 9*time.Millisecond, CopyID{ID: f2.ID, Fetch: true}, nil)
 	if tr.copyUpPerBlock != time.Millisecond {
 		t.Fatalf("copy up measured at %v a block; the stream copied 9 blocks in 9 ms", tr.copyUpPerBlock)
 	}
@@ -441,28 +412,17 @@ func TestCopyUpNotInflatedByQueueing(t *testing.T) {
 // mean of per-block times would be 2 + (10-2)/4 = 4 ms.
 func TestCopyUpRatioOfAverages(t *testing.T) {
 	tr := newTier(t, 32, Config{Lower: true})
-	pins := func(n int) []messages.Tier {
-		out := make([]messages.Tier, n)
-		for i := range out {
-			out[i] = messages.Pinned
-		}
-		return out
-	}
-	_, r1 := allocate(t, tr, 1, prompt(100, 8*bs), pins(8))
+	_, r1 := allocate(t, tr, 1, prompt(100, 8*bs), onTier(messages.Pinned, 8))
 	f1 := fetchRequest(t, r1)
 	tr.FetchGranted(&messages.FetchGrant{ID: f1.ID, Slots: []int{0, 1, 2, 3, 4, 5, 6, 7}, Bytes: make([][]byte, 8)})
 	drain(t, tr)
-	tr.SetNow(t0.Add(16 * time.Millisecond))
-	tr.CopyDone(CopyID{ID: f1.ID, Fetch: true}, nil)
-	drain(t, tr)
+	copyDoneAt(t, tr, 16*time.Millisecond, CopyID{ID: f1.ID, Fetch: true}, nil)
 	tr.SetNow(t0.Add(100 * time.Millisecond)) // the stream idle since
-	_, r2 := allocate(t, tr, 2, prompt(900, bs), pins(1))
+	_, r2 := allocate(t, tr, 2, prompt(900, bs), onTier(messages.Pinned, 1))
 	f2 := fetchRequest(t, r2)
 	tr.FetchGranted(&messages.FetchGrant{ID: f2.ID, Slots: []int{8}, Bytes: make([][]byte, 1)})
 	drain(t, tr)
-	tr.SetNow(t0.Add(110 * time.Millisecond))
-	tr.CopyDone(CopyID{ID: f2.ID, Fetch: true}, nil)
-	drain(t, tr)
+	copyDoneAt(t, tr, 110*time.Millisecond, CopyID{ID: f2.ID, Fetch: true}, nil)
 	if want := time.Duration(14.5e6 / 6.25); tr.copyUpPerBlock != want {
 		t.Fatalf("copy up %v a block, want %v", tr.copyUpPerBlock, want)
 	}
@@ -490,15 +450,9 @@ func TestCopyUpAfterWriteDown(t *testing.T) {
 	failed := fetchRequest(t, r)
 	tr.FetchGranted(&messages.FetchGrant{ID: failed.ID, Slots: []int{6}, Bytes: make([][]byte, 1)})
 	drain(t, tr)
-	tr.SetNow(t0.Add(5 * time.Millisecond))
-	tr.CopyDone(offCopy, nil)
-	drain(t, tr)
-	tr.SetNow(t0.Add(6 * time.Millisecond))
-	tr.CopyDone(CopyID{ID: failed.ID, Fetch: true}, errors.New("enqueue failed"))
-	drain(t, tr)
-	tr.SetNow(t0.Add(7 * time.Millisecond))
-	tr.CopyDone(CopyID{ID: f.ID, Fetch: true}, nil)
-	drain(t, tr)
+	copyDoneAt(t, tr, 5*time.Millisecond, offCopy, nil)
+	copyDoneAt(t, tr, 6*time.Millisecond, CopyID{ID: failed.ID, Fetch: true}, errors.New("enqueue failed"))
+	copyDoneAt(t, tr, 7*time.Millisecond, CopyID{ID: f.ID, Fetch: true}, nil)
 	if tr.copyUpPerBlock != time.Millisecond {
 		t.Fatalf("copy up %v a block, want 1 ms: timed from the write-down's end", tr.copyUpPerBlock)
 	}
@@ -508,25 +462,10 @@ func TestCopyUpAfterWriteDown(t *testing.T) {
 // serial queue but sent before its askBy is cut there like any other: its
 // late answer is a lag sample.
 func TestAnswerLagFromFetchSentBeforeAskBy(t *testing.T) {
-	tr := newTier(t, 16, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
-	if res, _ := allocate(t, tr, 1, prompt(100, 2*bs), []messages.Tier{}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
-	first := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
-	tr.copyUpPerBlock = time.Millisecond
-	res, r := allocate(t, tr, 2, prompt(500, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
-	if res.Err != nil || len(fetchRequests(r)) != 0 || len(tr.fetches) != 1 {
-		t.Fatalf("allocation %+v: want the fetch queued behind the offload", res)
-	}
-	var op *fetchOp
-	for _, o := range tr.fetches {
-		op = o
-	}
+	tr, first, op := queuedBehindOffload(t, time.Millisecond)
 	tr.SetNow(op.askBy.Add(-time.Millisecond)) // the offload ends before askBy
 	tr.OffloadGranted(&messages.OffloadGrant{ID: first.ID, Slots: []int{0, 1}, Bytes: make([][]byte, 2)})
-	r = drain(t, tr)
-	tr.CopyDone(r.Copies[0].CopyID, nil)
+	tr.CopyDone(drain(t, tr).Copies[0].CopyID, nil)
 	reqs := fetchRequests(drain(t, tr))
 	if len(reqs) != 1 {
 		t.Fatal("the queued fetch was not sent after the offload")
@@ -537,4 +476,45 @@ func TestAnswerLagFromFetchSentBeforeAskBy(t *testing.T) {
 	if !tr.answerLagTimed || tr.lagMean != 2*time.Millisecond {
 		t.Fatalf("answer lag timed %v, mean %v; want a 2 ms sample from a request sent before its askBy", tr.answerLagTimed, tr.lagMean)
 	}
+}
+
+// onTier is n blocks' run below, all on tier x.
+func onTier(x messages.Tier, n int) []messages.Tier {
+	out := make([]messages.Tier, n)
+	for i := range out {
+		out[i] = x
+	}
+	return out
+}
+
+// copyDoneAt ends copy id with err at t0 + at on the tier's clock.
+func copyDoneAt(t *testing.T, tr *Tier, at time.Duration, id CopyID, err error) {
+	t.Helper()
+	tr.SetNow(t0.Add(at))
+	tr.CopyDone(id, err)
+	drain(t, tr)
+}
+
+// queuedBehindOffload is a tier under SerialOffloads and a 10 ms + 1 ms a
+// token read deadline, with copy up measured at copyUp a block, where a
+// 2-block disk load (sequence 2) waits in the serial queue behind the
+// offload of sequence 1's committed blocks (first, not yet granted).
+func queuedBehindOffload(t *testing.T, copyUp time.Duration) (*Tier, *messages.OffloadRequest, *fetchOp) {
+	t.Helper()
+	tr := newTier(t, 16, Config{Lower: true, Ingestion: IngestAll, SerialOffloads: true, ReadBase: 10 * time.Millisecond, ReadPerToken: time.Millisecond})
+	if res, _ := allocate(t, tr, 1, prompt(100, 2*bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	first := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
+	tr.copyUpPerBlock = copyUp
+	res, r := allocate(t, tr, 2, prompt(500, 2*bs), onTier(messages.Disk, 2))
+	if res.Err != nil || len(fetchRequests(r)) != 0 || len(tr.fetches) != 1 {
+		t.Fatalf("allocation %+v, ToPinned %+v: want the fetch queued behind the offload", res, r.ToPinned)
+	}
+	var op *fetchOp
+	for _, o := range tr.fetches {
+		op = o
+	}
+	return tr, first, op
 }
