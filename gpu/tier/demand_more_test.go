@@ -111,13 +111,7 @@ var errFailedCopy = blockpool.ErrBadArgument
 // mutant that reports op.want blocks as landed (or reports before a
 // Delete's truncation), which the package's tests let survive.
 func TestDemandShortSharedGrant(t *testing.T) {
-	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
-	p := prompt(100, 3*bs+1)
-	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 3))
-	if res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	f := fetchRequest(t, r)
+	tr, p, f := sharedLoad(t)
 	tr.FetchGranted(&messages.FetchGrant{ID: f.ID, Slots: []int{0}, Bytes: make([][]byte, 1), Short: messages.MissEvicted})
 	var landed []uint64
 	for _, c := range drain(t, tr).Copies {
@@ -138,13 +132,7 @@ func TestDemandShortSharedGrant(t *testing.T) {
 // publishes and all are reported at the commit. Kills the
 // mutant that reports before the Delete's truncation.
 func TestDemandDeleteDuringSharedLoad(t *testing.T) {
-	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
-	p := prompt(100, 3*bs+1)
-	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 3))
-	if res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	f := fetchRequest(t, r)
+	tr, p, f := sharedLoad(t)
 	// Delete the chain p[:2*bs]: its digests match blocks 0 and 1 of the load.
 	tr.Query(&messages.Query{Kind: messages.QueryDelete, Keys: keysOf(p[:2*bs]), Tokens: p[:2*bs], Reply: make(chan *messages.QueryResult, 1)})
 	drain(t, tr)
@@ -153,4 +141,17 @@ func TestDemandDeleteDuringSharedLoad(t *testing.T) {
 	if len(landed)+len(got) != 3 || len(landed) != 0 {
 		t.Fatalf("landed %v, at commit %v: want nothing landed (the Delete keeps none) and all 3 at the commit", landed, got)
 	}
+}
+
+// sharedLoad allocates sequence 1, three blocks and a token, its blocks
+// served by the shared tier, and returns its prompt and its load's request.
+func sharedLoad(t *testing.T) (*Tier, []int64, *messages.FetchRequest) {
+	t.Helper()
+	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
+	p := prompt(100, 3*bs+1)
+	res, r := allocate(t, tr, 1, p, onTier(messages.Remote, 3))
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	return tr, p, fetchRequest(t, r)
 }

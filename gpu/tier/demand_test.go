@@ -393,17 +393,6 @@ func TestDoubleGetSkipsOncePerParkedRequest(t *testing.T) {
 func denyOffloads(t *testing.T, tr *Tier) {
 	t.Helper()
 	for len(tr.offload) > 0 {
-		ids := make([]uint64, 0, len(tr.offload))
-		for id := range tr.offload {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		id := ids[0]
-		slots := make([]int, len(tr.offload[id].blocks))
-		for i := range slots {
-			slots[i] = messages.SlotDenied
-		}
-		tr.OffloadGranted(&messages.OffloadGrant{ID: id, Slots: slots, Bytes: make([][]byte, len(slots))})
-		drain(t, tr)
+		denyOffload(t, tr)
 	}
 }
