@@ -112,7 +112,7 @@ func (t *Tier) lowerDeadline(deadline time.Time, want int, from []messages.Tier)
 	if !slices.ContainsFunc(from, func(x messages.Tier) bool { return x != messages.Pinned }) {
 		return deadline
 	}
-	reserve := t.answerLag + time.Duration(want)*t.copyUpPerBlock
+	reserve := t.answerLag() + time.Duration(want)*t.copyUpPerBlock()
 	if left := deadline.Sub(t.now); reserve > left/2 {
 		reserve = max(left/2, 0)
 	}
@@ -137,7 +137,20 @@ func (t *Tier) noteAnswerLag(lag time.Duration) {
 		t.lagDev += (max(d, -d) - t.lagDev) / 4
 		t.lagMean += d / 8
 	}
-	t.answerLag = t.lagMean + 4*t.lagDev
+}
+
+// answerLag is how long to allow a cut read's answer: the mean lag plus
+// four mean deviations.
+func (t *Tier) answerLag() time.Duration { return t.lagMean + 4*t.lagDev }
+
+// copyUpPerBlock is the time a block's copy up from pinned memory takes,
+// measured (noteCopyUp; 0 before any): loads ask the tiers below to answer
+// that much before their deadline for each block (lowerDeadline).
+func (t *Tier) copyUpPerBlock() time.Duration {
+	if t.copyUpBlocks == 0 {
+		return 0
+	}
+	return time.Duration(t.copyUpTime / t.copyUpBlocks)
 }
 
 // noteCopyUp folds the time op's copy up of n blocks took on the stream
@@ -153,13 +166,12 @@ func (t *Tier) noteCopyUp(op *fetchOp, streamFree time.Time) {
 		return
 	}
 	took := float64(max(t.now.Sub(later(op.copyAt, streamFree)), 0))
-	if !t.copyUpTimed {
-		t.copyUpTime, t.copyUpBlocks, t.copyUpTimed = took, n, true
+	if t.copyUpBlocks == 0 {
+		t.copyUpTime, t.copyUpBlocks = took, n
 	} else {
 		t.copyUpTime += (took - t.copyUpTime) / 4
 		t.copyUpBlocks += (n - t.copyUpBlocks) / 4
 	}
-	t.copyUpPerBlock = time.Duration(t.copyUpTime / t.copyUpBlocks)
 }
 
 // later is the later of a and b.

@@ -285,7 +285,7 @@ func TestLowerDeadlineLeavesTimeForCopyUp(t *testing.T) {
 
 	// A copy up measured slower than the budget: the tiers below still get
 	// half the time left.
-	tr.copyUpPerBlock = time.Second
+	setCopyUp(tr, time.Second)
 	now = tr.now
 	_, r = allocate(t, tr, 4, prompt(200, 4*bs), []messages.Tier{messages.Disk, messages.Disk, messages.Disk, messages.Disk})
 	reqs = fetchRequests(r)
@@ -321,9 +321,9 @@ func TestAnswerLagNotFromQueuedFetch(t *testing.T) {
 	tr.FetchGranted(&messages.FetchGrant{ID: reqs[0].ID, Short: messages.MissLate})
 	drain(t, tr)
 	if tr.answerLagTimed {
-		t.Fatalf("answer lag %v learned from an answer to a request sent %v after its askBy", tr.answerLag, tr.now.Sub(op.askBy))
+		t.Fatalf("answer lag %v learned from an answer to a request sent %v after its askBy", tr.answerLag(), tr.now.Sub(op.askBy))
 	}
-	tr.copyUpPerBlock = 0
+	setCopyUp(tr, 0)
 	now := tr.now
 	_, r := allocate(t, tr, 3, prompt(900, 2*bs), onTier(messages.Disk, 2))
 	budget := 10*time.Millisecond + 2*bs*time.Millisecond
@@ -352,8 +352,8 @@ func TestAnswerLagEstimate(t *testing.T) {
 		drain(t, tr)
 	}
 	late(1, 2*time.Millisecond)
-	if tr.answerLag != 6*time.Millisecond {
-		t.Fatalf("answer lag %v after a first sample of 2 ms, want 6 ms (2 + 4 x 1)", tr.answerLag)
+	if tr.answerLag() != 6*time.Millisecond {
+		t.Fatalf("answer lag %v after a first sample of 2 ms, want 6 ms (2 + 4 x 1)", tr.answerLag())
 	}
 	// A MissFailed answer is no sample.
 	_, r := allocate(t, tr, 2, prompt(5000, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
@@ -361,8 +361,8 @@ func TestAnswerLagEstimate(t *testing.T) {
 	tr.SetNow(req.Deadline.Add(-time.Millisecond))
 	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Short: messages.MissFailed})
 	drain(t, tr)
-	if tr.answerLag != 6*time.Millisecond {
-		t.Fatalf("answer lag %v after a failed read, want it unchanged", tr.answerLag)
+	if tr.answerLag() != 6*time.Millisecond {
+		t.Fatalf("answer lag %v after a failed read, want it unchanged", tr.answerLag())
 	}
 	// Nor is a read the pinned tier began only after its deadline.
 	_, r = allocate(t, tr, 4, prompt(6000, 2*bs), []messages.Tier{messages.Disk, messages.Disk})
@@ -370,19 +370,19 @@ func TestAnswerLagEstimate(t *testing.T) {
 	tr.SetNow(req.Deadline.Add(5 * time.Millisecond))
 	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Short: messages.MissLate, StartedLate: true})
 	drain(t, tr)
-	if tr.answerLag != 6*time.Millisecond {
-		t.Fatalf("answer lag %v after a read that started late, want it unchanged", tr.answerLag)
+	if tr.answerLag() != 6*time.Millisecond {
+		t.Fatalf("answer lag %v after a read that started late, want it unchanged", tr.answerLag())
 	}
 	// 10 ms: deviation 1 + (8 - 1)/4 = 2.75, mean 2 + 8/8 = 3, lag 14 ms.
 	// A sample before askBy counts as 0: deviation 2.75 + (3 - 2.75)/4,
 	// mean 3 - 3/8.
 	late(3, 10*time.Millisecond)
-	if tr.answerLag != 14*time.Millisecond {
-		t.Fatalf("answer lag %v after samples of 2 and 10 ms, want 14 ms", tr.answerLag)
+	if tr.answerLag() != 14*time.Millisecond {
+		t.Fatalf("answer lag %v after samples of 2 and 10 ms, want 14 ms", tr.answerLag())
 	}
 	tr.noteAnswerLag(-time.Millisecond)
-	if want := 2625*time.Microsecond + 4*2812500*time.Nanosecond; tr.answerLag != want {
-		t.Fatalf("answer lag %v after a negative sample, want %v", tr.answerLag, want)
+	if want := 2625*time.Microsecond + 4*2812500*time.Nanosecond; tr.answerLag() != want {
+		t.Fatalf("answer lag %v after a negative sample, want %v", tr.answerLag(), want)
 	}
 }
 
@@ -400,8 +400,8 @@ func TestCopyUpNotInflatedByQueueing(t *testing.T) {
 	drain(t, tr)
 	copyDoneAt(t, tr, 8*time.Millisecond, CopyID{ID: f1.ID, Fetch: true}, nil)
 	copyDoneAt(t, tr, 9*time.Millisecond, CopyID{ID: f2.ID, Fetch: true}, nil)
-	if tr.copyUpPerBlock != time.Millisecond {
-		t.Fatalf("copy up measured at %v a block; the stream copied 9 blocks in 9 ms", tr.copyUpPerBlock)
+	if tr.copyUpPerBlock() != time.Millisecond {
+		t.Fatalf("copy up measured at %v a block; the stream copied 9 blocks in 9 ms", tr.copyUpPerBlock())
 	}
 }
 
@@ -423,8 +423,8 @@ func TestCopyUpRatioOfAverages(t *testing.T) {
 	tr.FetchGranted(&messages.FetchGrant{ID: f2.ID, Slots: []int{8}, Bytes: make([][]byte, 1)})
 	drain(t, tr)
 	copyDoneAt(t, tr, 110*time.Millisecond, CopyID{ID: f2.ID, Fetch: true}, nil)
-	if want := time.Duration(14.5e6 / 6.25); tr.copyUpPerBlock != want {
-		t.Fatalf("copy up %v a block, want %v", tr.copyUpPerBlock, want)
+	if want := time.Duration(14.5e6 / 6.25); tr.copyUpPerBlock() != want {
+		t.Fatalf("copy up %v a block, want %v", tr.copyUpPerBlock(), want)
 	}
 }
 
@@ -453,8 +453,8 @@ func TestCopyUpAfterWriteDown(t *testing.T) {
 	copyDoneAt(t, tr, 5*time.Millisecond, offCopy, nil)
 	copyDoneAt(t, tr, 6*time.Millisecond, CopyID{ID: failed.ID, Fetch: true}, errors.New("enqueue failed"))
 	copyDoneAt(t, tr, 7*time.Millisecond, CopyID{ID: f.ID, Fetch: true}, nil)
-	if tr.copyUpPerBlock != time.Millisecond {
-		t.Fatalf("copy up %v a block, want 1 ms: timed from the write-down's end", tr.copyUpPerBlock)
+	if tr.copyUpPerBlock() != time.Millisecond {
+		t.Fatalf("copy up %v a block, want 1 ms: timed from the write-down's end", tr.copyUpPerBlock())
 	}
 }
 
@@ -507,7 +507,7 @@ func queuedBehindOffload(t *testing.T, copyUp time.Duration) (*Tier, *messages.O
 	}
 	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
 	first := drain(t, tr).ToPinned[0].(*messages.OffloadRequest)
-	tr.copyUpPerBlock = copyUp
+	setCopyUp(tr, copyUp)
 	res, r := allocate(t, tr, 2, prompt(500, 2*bs), onTier(messages.Disk, 2))
 	if res.Err != nil || len(fetchRequests(r)) != 0 || len(tr.fetches) != 1 {
 		t.Fatalf("allocation %+v, ToPinned %+v: want the fetch queued behind the offload", res, r.ToPinned)
@@ -518,3 +518,6 @@ func queuedBehindOffload(t *testing.T, copyUp time.Duration) (*Tier, *messages.O
 	}
 	return tr, first, op
 }
+
+// setCopyUp sets the copy-up estimate to d a block.
+func setCopyUp(tr *Tier, d time.Duration) { tr.copyUpTime, tr.copyUpBlocks = float64(d), 1 }

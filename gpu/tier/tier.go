@@ -115,22 +115,16 @@ type Tier struct {
 	orphans   map[*waiter]demandChain // of freed sequences whose loads are in flight (demandFreed)
 	demandMsg *messages.Demand
 	fetches   map[uint64]*fetchOp
-	// copyUpPerBlock is the time a block's copy up from pinned memory
-	// takes, measured (noteCopyUp): loads ask the tiers below to answer
-	// that much before their deadline for each block (lowerDeadline).
-	copyUpPerBlock time.Duration
-	copyUpTimed    bool    // a copy up has been measured
-	copyUpTime     float64 // moving averages of a copy up's time (ns) on the stream
-	copyUpBlocks   float64 // and of its blocks
-	lastCopyDone   time.Time
-	// answerLag is how long after the deadline it was given a read cut
-	// there reaches the tier, measured on late answers (noteAnswerLag);
-	// lowerDeadline leaves that much time too.
-	answerLag      time.Duration
-	answerLagTimed bool
-	lagMean        time.Duration // answerLag's smoothed mean
-	lagDev         time.Duration // and mean deviation
-	offload        map[uint64]*offloadOp
+	// Moving averages of a copy up's time (ns) on the stream and of its
+	// blocks (noteCopyUp; 0 blocks: none measured yet), for copyUpPerBlock.
+	copyUpTime, copyUpBlocks float64
+	lastCopyDone             time.Time
+	// The smoothed mean and mean deviation of how long after the deadline
+	// it was given a read cut there reaches the tier (noteAnswerLag), for
+	// answerLag; answerLagTimed once a late answer was measured.
+	lagMean, lagDev time.Duration
+	answerLagTimed  bool
+	offload         map[uint64]*offloadOp
 	// serialQueue holds offloads waiting for the one in flight
 	// (Config.SerialOffloads), each with the id it was given when started.
 	serialQueue []queuedOffload
@@ -398,7 +392,7 @@ func (t *Tier) Stats() messages.TierStats {
 		}
 	}
 	s.Extra = map[string]float64{"free": float64(ps.Free), "free_cached": float64(ps.FreeCached), "sequences": float64(ps.Sequences), "revived": float64(ps.Revived),
-		"copy_up_us_per_block": float64(t.copyUpPerBlock) / float64(time.Microsecond), "answer_lag_us": float64(t.answerLag) / float64(time.Microsecond)}
+		"copy_up_us_per_block": float64(t.copyUpPerBlock()) / float64(time.Microsecond), "answer_lag_us": float64(t.answerLag()) / float64(time.Microsecond)}
 	s.Tokens = make(map[string]messages.TokenCounts, len(t.tokens))
 	for ns, c := range t.tokens {
 		s.Tokens[ns] = *c
