@@ -51,6 +51,8 @@ type IndexActor struct {
 	// busy is the Lookup being answered, so that a failure half-way
 	// through still answers it (as finding nothing below).
 	busy *busyLookup
+	// lookupFault is IndexConfig.lookupFault.
+	lookupFault func(*messages.Lookup)
 }
 
 type busyLookup struct {
@@ -90,6 +92,9 @@ type IndexConfig struct {
 	// Remote (the shared tier's actor) and Events (the KV-event publisher)
 	// may be nil.
 	Remote, Events *actor.PID
+	// lookupFault, set by tests, runs at the start of every lookup: a
+	// panic there is the index failing half-way through one.
+	lookupFault func(*messages.Lookup)
 }
 
 // NewIndexActor returns the actor's producer (one actor per producer: its
@@ -120,7 +125,7 @@ func NewIndexActor(cfg IndexConfig) (actor.Producer, error) {
 	// leave an entry that is wrong; that costs a miss, never a wrong block,
 	// as every tier verifies what it serves.
 	a := &IndexActor{log: cfg.Log, residency: make(map[uint64]messages.Tier), order: order, pos: pos, known: seen,
-		remote: cfg.Remote, remoteActor: cfg.Remote, events: cfg.Events, pending: map[uint64]*remotePending{}}
+		remote: cfg.Remote, remoteActor: cfg.Remote, events: cfg.Events, pending: map[uint64]*remotePending{}, lookupFault: cfg.lookupFault}
 	return func() actor.Actor { return a }, nil
 }
 
@@ -217,6 +222,9 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 // trip for the batch) about what no local tier holds.
 func (a *IndexActor) lookup(ctx actor.Context, m *messages.Lookup) {
 	a.lookups++
+	if a.lookupFault != nil {
+		a.lookupFault(m)
+	}
 	res := &messages.LookupResult{ID: m.ID, Tiers: make([][]messages.Tier, len(m.Chains))}
 	var ask *messages.RemoteLookup
 	var p *remotePending

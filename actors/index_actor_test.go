@@ -114,3 +114,43 @@ func TestIndexServesInConfiguredOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexFailureMidLookupAnswersUnanswered: an index that fails half-way
+// through a Lookup answers it Unanswered after its restart (one empty run a
+// chain: the asker learns nothing of the tiers below, and does not wait for
+// ever), keeps its residency, and answers the next Lookup as before.
+func TestIndexFailureMidLookupAnswersUnanswered(t *testing.T) {
+	sys := actor.NewActorSystem()
+	fail := make(chan struct{}, 1)
+	fail <- struct{}{}
+	p, err := NewIndexActor(IndexConfig{Log: zap.NewNop(), Tiers: []messages.Tier{messages.Pinned}, lookupFault: func(*messages.Lookup) {
+		select {
+		case <-fail:
+			panic("index fails mid-lookup")
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := sys.Root.Spawn(actor.PropsFromProducer(p, actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Second, actor.DefaultDecider))))
+	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Pinned, Added: []uint64{1, 2}})
+	chains := [][]uint64{{1, 2, 3}, {1}}
+	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 5, Chains: chains}, testWait).Result()
+	if err != nil {
+		t.Fatalf("the lookup the index failed in was not answered: %v", err)
+	}
+	res := r.(*messages.LookupResult)
+	if !res.Unanswered || res.ID != 5 || len(res.Tiers) != 2 || len(res.Tiers[0]) != 0 || len(res.Tiers[1]) != 0 {
+		t.Fatalf("failed lookup answered %+v, want ID 5, Unanswered, two empty runs", res)
+	}
+	r, err = sys.Root.RequestFuture(idx, &messages.Lookup{ID: 6, Chains: chains}, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = r.(*messages.LookupResult)
+	want := []messages.Tier{messages.Pinned, messages.Pinned}
+	if res.Unanswered || res.ID != 6 || !slices.Equal(res.Tiers[0], want) || !slices.Equal(res.Tiers[1], want[:1]) {
+		t.Fatalf("lookup after the restart answered %+v, want runs %v and %v", res, want, want[:1])
+	}
+}
