@@ -229,6 +229,11 @@ func (t *Tier) carryOn(b *batchReply, at int, canceled bool) {
 // the request did not look up below. It reports whether the request parked
 // (an ordered batch carries on once it is decided: carryOn).
 func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messages.AllocResult, gpuAt int, below []messages.Tier, b *batchReply, at int) (parked bool) {
+	if !t.lower() {
+		// A parked request retried after LowerGone: its lookup's answer
+		// names tiers that will answer nothing now.
+		below = nil
+	}
 	run := below // the index's answer, kept whole for a retry and for noteDemand
 	nb := t.blocksFor(len(r.Tokens))
 	skipped := 0 // blocks below not loaded: too few for a double get
@@ -277,6 +282,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		t.offloadResident(hot)
 	}
 	// Blocks the lower tiers hold, contiguous after the GPU hits.
+	var ops []*fetchOp
 	start := alloc.HitBlocks
 	if maxHits < 0 {
 		below = nil
@@ -302,7 +308,6 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		}
 		w.loading = true
 		t.notReady[w.seq] = w
-		var ops []*fetchOp
 		for from, to := 0, cut; from < len(load); from, to = to, len(load) {
 			op := &fetchOp{w: w, first: start + from, want: to - from, timed: timed, deadline: deadline}
 			if timed {
@@ -324,16 +329,18 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 			t.fetches[op.id] = op
 			ops = append(ops, op)
 		}
-		for _, op := range ops {
-			t.launchFetch(op, evictOp)
-		}
 	}
+	// Before the loads start: one may give up at once (its deadline has
+	// passed), and what it gave up must lower held.
 	if run != nil {
 		held := 0 // tokens the cache gives it: GPU hits and loads
 		for _, n := range out.Tokens {
 			held += n
 		}
 		t.noteDemand(w, k, gpuAt, run, held)
+	}
+	for _, op := range ops {
+		t.launchFetch(op, evictOp)
 	}
 	t.countTokens(r.Salt, len(r.Tokens), out)
 	w.done(t)

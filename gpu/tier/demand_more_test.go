@@ -3,6 +3,7 @@ package tier
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/blockpool"
 	"github.com/kvtier/kvtier/messages"
@@ -154,4 +155,31 @@ func sharedLoad(t *testing.T) (*Tier, []int64, *messages.FetchRequest) {
 		t.Fatal(res.Err)
 	}
 	return tr, p, fetchRequest(t, r)
+}
+
+// TestDemandAfterLoadGivenUpAtOnce: a request whose LoadDeadline has already
+// passed gives its load up inside its own allocation (before any request
+// below); the blocks it was to load from the shared tier are computed by
+// the engine, so its commit reports them — what the cache gave it must be
+// lowered before the loads start, not after.
+func TestDemandAfterLoadGivenUpAtOnce(t *testing.T) {
+	tr := newTier(t, 16, Config{Lower: true, ReportDemand: true})
+	p := prompt(100, 2*bs)
+	k := blockpool.ComputeKeys("", p, bs, true)
+	var res *messages.AllocateBatchResult
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 1, Tokens: p, LoadDeadline: t0.Add(-time.Millisecond)}},
+		[]*blockpool.Keys{k}, func(r *messages.AllocateBatchResult) { res = r })
+	lk := drain(t, tr).ToIndex[0].(*messages.Lookup)
+	tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: [][]messages.Tier{onTier(messages.Remote, 2)}})
+	drain(t, tr)
+	if res == nil || res.Results[0].Err != nil {
+		t.Fatalf("allocation %+v", res)
+	}
+	if out := res.Results[0].Ready.Outcome(); out.ValidTokens != 0 || out.Late != 2 {
+		t.Fatalf("outcome %+v, want both blocks late", out)
+	}
+	got := demandIn(t, commit(t, tr, 1))
+	if want := []uint64{uint64(k.Hashes[0]), uint64(k.Hashes[1])}; !slices.Equal(got, want) {
+		t.Errorf("Demand %v at the commit of the recomputed prompt, want %v", got, want)
+	}
 }

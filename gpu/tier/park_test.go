@@ -2,6 +2,8 @@ package tier
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/kvtier/kvtier/blockpool"
@@ -101,5 +103,60 @@ func TestStopAnswersParked(t *testing.T) {
 	res := <-m.Reply
 	if !errors.Is(res.Append.Errs[0], ErrStopped) || !errors.Is(res.Allocate.Results[0].Err, ErrStopped) {
 		t.Fatalf("answer after Stop: append %v, allocation %v; want ErrStopped", res.Append.Errs[0], res.Allocate.Results[0].Err)
+	}
+}
+
+// TestParkedRetryAfterLowerGoneLoadsNothing: a request parked for GPU
+// blocks with part of its prompt on disk is applied only after the tiers
+// below went away: the write-downs it waited on were granted before, and
+// their copies end after LowerGone. It must not load from the tiers below —
+// nothing would answer, and its load would stay in flight for ever — but
+// compute the whole prompt.
+func TestParkedRetryAfterLowerGoneLoadsNothing(t *testing.T) {
+	tr := parkSetup(t)
+	reqs, keys := batchOf([]uint64{4}, [][]int64{prompt(5000, 4*bs)})
+	res := allocateWith(tr, false, reqs, keys)
+	lk := drain(t, tr).ToIndex[0].(*messages.Lookup)
+	tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: [][]messages.Tier{{messages.Disk, messages.Disk}}})
+	if drain(t, tr); len(tr.parked) != 1 {
+		t.Fatalf("%d parked, want sequence 4", len(tr.parked))
+	}
+	var copies []Copy
+	for _, id := range slices.Sorted(maps.Keys(tr.offload)) {
+		slots := make([]int, len(tr.offload[id].blocks))
+		for i := range slots {
+			slots[i] = 10 + i
+		}
+		tr.OffloadGranted(&messages.OffloadGrant{ID: id, Slots: slots, Bytes: make([][]byte, len(slots))})
+		copies = append(copies, drain(t, tr).Copies...)
+	}
+	tr.LowerGone()
+	drain(t, tr)
+	if *res != nil {
+		t.Fatal("answered before the write-downs' copies ended")
+	}
+	var fetches int // load requests (the copies' ends are reported to pinned memory as ever)
+	for _, c := range copies {
+		tr.CopyDone(c.CopyID, nil)
+		for _, m := range drain(t, tr).ToPinned {
+			if _, ok := m.(*messages.FetchRequest); ok {
+				fetches++
+			}
+		}
+	}
+	if *res == nil || (*res).Results[0].Err != nil {
+		t.Fatalf("after the copies: %+v", *res)
+	}
+	got := (*res).Results[0]
+	if got.Tokens.Of(messages.Disk) != 0 || fetches != 0 {
+		t.Errorf("%d tokens from disk, %d load requests after LowerGone: want none", got.Tokens.Of(messages.Disk), fetches)
+	}
+	select {
+	case <-got.Ready.Done():
+	default:
+		t.Error("Ready not complete: the allocation waits on a load nobody answers")
+	}
+	if n := tr.Stats().InFlight; n != 0 || len(tr.fetches) != 0 {
+		t.Errorf("%d operations in flight, %d loads, with nothing outstanding", n, len(tr.fetches))
 	}
 }
