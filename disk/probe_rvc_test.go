@@ -1,7 +1,13 @@
 package disk
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvtier/kvtier/policy"
 )
 
 // Probe (review rvC): PlanWrite evicts a victim and leaves its whole header
@@ -49,5 +55,87 @@ func TestProbeRvCCrashBeforeWriteResurrectsRemovedVictim(t *testing.T) {
 				t.Fatalf("block %d, removed (durably) before the crash, is back after Open (report %+v); read: %v", v.Hash, rep, rerr)
 			}
 		})
+	}
+}
+
+// instantPayloadFS passes everything to FS except a slot file's payload
+// writes, which succeed at once without writing, its fdatasync, which
+// fails with EIO, and Allocate, which sizes nothing (the test needs no
+// space): the shape of a write whose payload landed and whose fdatasync
+// failed, with the payload write as short as can be.
+type instantPayloadFS struct {
+	FS
+	sb      int64
+	failOne *atomic.Bool // the next fdatasync fails
+}
+
+func (f instantPayloadFS) OpenFile(name string, direct bool) (File, error) {
+	inner, err := f.FS.OpenFile(name, direct)
+	if err != nil {
+		return nil, err
+	}
+	return instantPayloadFile{File: inner, sb: f.sb, failOne: f.failOne}, nil
+}
+
+type instantPayloadFile struct {
+	File
+	sb      int64
+	failOne *atomic.Bool
+}
+
+func (f instantPayloadFile) WriteAt(p []byte, off int64) (int, error) {
+	if off%f.sb == BlockSize {
+		return len(p), nil
+	}
+	return f.File.WriteAt(p, off)
+}
+func (f instantPayloadFile) Sync() error {
+	if f.failOne.CompareAndSwap(true, false) {
+		return unix.EIO // the payload's fdatasync
+	}
+	return f.File.Sync()
+}
+
+func (f instantPayloadFile) Allocate(int64) error { return nil }
+
+// Probe (review rvC): WriteOp.execute sums the payload on a goroutine while
+// the payload is written; when the payload's fdatasync fails it returns
+// without receiving the sum, so the goroutine goes on reading the payload
+// after Execute returned. The payload is the caller's: the disk actor lends
+// a pinned slot's bytes until LowerWriteDone, after which the pinned tier
+// reuses the slot, and Manager.Close unmaps the pool (pinned.Pool.Discard):
+// a checksum still running then faults. (The race detector does not see
+// it: xxhash reads in assembly.) The probe looks for the goroutine right
+// after Execute returned.
+func TestProbeRvCPayloadReadAfterExecuteReturns(t *testing.T) {
+	const payloadBytes = 256 << 20 // long enough to sum that the goroutine is caught running
+	sb := SlotBytes(payloadBytes)
+	failOne := new(atomic.Bool)
+	cfg := Config{Dir: t.TempDir(), CapacityBytes: sb, PayloadBytes: payloadBytes, Fingerprint: 1,
+		Policy: policy.LRU, Sync: true /* split write: payload, fdatasync, header */, NoDirectIO: true,
+		FS: instantPayloadFS{FS: OSFS{}, sb: sb, failOne: failOne}}
+	s, _ := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	payload := make([]byte, payloadBytes)
+	// A goroutine of the test framework may end meanwhile and hide one:
+	// try a few times.
+	for try := range 5 {
+		op, err := s.PlanWrite(metaFor(uint64(7 + try)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		failOne.Store(true)
+		before := runtime.NumGoroutine()
+		err = op.Execute(payload)
+		// From here the caller owns payload again (the actor answers
+		// LowerWriteDone once Execute returned).
+		after := runtime.NumGoroutine()
+		s.CompleteWrite(op, err)
+		if err == nil {
+			t.Fatal("write with a failing fdatasync succeeded")
+		}
+		if after > before {
+			t.Fatalf("Execute returned (%v) with %d goroutine(s) it started still running: its checksum still reads the payload", err, after-before)
+		}
 	}
 }
