@@ -139,3 +139,37 @@ func TestProbeRvCPayloadReadAfterExecuteReturns(t *testing.T) {
 		}
 	}
 }
+
+// Probe (review rvC): Open opens slot files 0..Files-1 and leaves any other
+// slot file in the directory as it is. A store reopened with fewer Files
+// does not see the records in the files it dropped (a delete of those blocks
+// finds nothing to remove), and reopened later with more Files indexes them
+// again: a block whose removal was acknowledged in between is served.
+func TestProbeRvCFewerFilesThenMoreResurrectsRemovedBlock(t *testing.T) {
+	cfg := testConfig(t, 4)
+	cfg.Files = 2
+	s, _ := mustOpen(t, cfg)
+	mustWrite(t, s, 1) // slot 0, file 0
+	mustWrite(t, s, 2) // slot 1, file 1
+	name, _, _ := s.slotLocation(2)
+	mustClose(t, s)
+	if name != slotFileName(cfg.Dir, 1) {
+		t.Fatalf("block 2 in %s, want file 1", name)
+	}
+
+	one := cfg
+	one.Files = 1
+	one.CapacityBytes = 2 * SlotBytes(testPayload)
+	s, _ = mustOpen(t, one)
+	mustWrite(t, s, 2) // the same block again, in file 0
+	if err := s.RemoveSync(2); err != nil {
+		t.Fatal(err) // acknowledged: its header is zeroed
+	}
+	mustClose(t, s)
+
+	s, rep := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if s.Contains(2) {
+		t.Fatalf("block 2, removed before, is back when the store is reopened with Files=2 again (report %+v)", rep)
+	}
+}
