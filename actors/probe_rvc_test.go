@@ -1,0 +1,74 @@
+package actors
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// Probe (review rvC), the disk actor's side of
+// disk.TestProbeRvCCrashBeforeWriteResurrectsRemovedVictim: a write whose
+// I/O has not started (here held at its first WriteAt) has evicted block V
+// and left V's header in its slot. V is written again and deleted, and the
+// delete is answered (its header zeroed on disk). A crash now, whose image
+// is the slot files as they are, brings V back at the next Open.
+func TestProbeRvCDeletedVictimBackAfterCrash(t *testing.T) {
+	e := newDiskEnv(t, 0)
+	if d := e.write(seq(testDiskSlots)...); len(d.Written) != testDiskSlots { // full
+		t.Fatalf("written %v", d.Written)
+	}
+	e.flush()
+	e.nextUpdate() // Added 1..32
+
+	e.gate.armWrite()
+	held := e.sys.Root.RequestFuture(e.pid, writeMsg(1000), testWait)
+	<-e.gate.entered // block 1000's write holds at its first WriteAt, nothing written
+	u := e.nextUpdate()
+	if len(u.Remove) != 1 {
+		t.Fatalf("update %+v, want the victim removed", u)
+	}
+	v := u.Remove[0]
+
+	if d := e.write(v); len(d.Written) != 1 { // V again, in another slot (evicting another block)
+		t.Fatalf("V written again: %+v", d)
+	}
+	if res := e.query(messages.QueryDelete, v); res.Err != nil || res.Deleted != 1 {
+		t.Fatalf("delete of %d: %+v", v, res)
+	}
+
+	// The crash image: the slot files as they are now.
+	img := t.TempDir()
+	names, err := filepath.Glob(filepath.Join(e.dir, "slots-*.kv"))
+	if err != nil || len(names) == 0 {
+		t.Fatalf("slot files: %v %v", names, err)
+	}
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(img, filepath.Base(name)), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.gate.release <- struct{}{}
+	if _, err := held.Result(); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+
+	st, _, err := disk.Open(disk.Config{Dir: img, CapacityBytes: testDiskSlots * disk.SlotBytes(testDiskPayload),
+		PayloadBytes: testDiskPayload, Fingerprint: 0xd15c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Contains(v) {
+		dst := disk.AlignedBuffer(testDiskPayload)
+		_, _, rerr := st.ReadSyncDigest(v, digestOf(v), dst)
+		t.Fatalf("block %d, deleted (answered, header zeroed) before the crash, is back after Open; read: %v", v, rerr)
+	}
+}
