@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/messages"
@@ -70,5 +71,36 @@ func TestProbeRvCDeletedVictimBackAfterCrash(t *testing.T) {
 		dst := disk.AlignedBuffer(testDiskPayload)
 		_, _, rerr := st.ReadSyncDigest(v, digestOf(v), dst)
 		t.Fatalf("block %d, deleted (answered, header zeroed) before the crash, is back after Open; read: %v", v, rerr)
+	}
+}
+
+// Probe (review rvC): a read cancelled at its deadline before any I/O
+// (dropUnwanted) is completed in the store as a successful read, so the
+// store counts it in Reads and BytesRead (the tier's bytes_read): bytes
+// that never left the disk.
+func TestProbeRvCCancelledReadCountsNoBytes(t *testing.T) {
+	e := oneWorkerEnv(t)
+	defer e.stop()
+	base := e.stats().Extra["bytes_read"]
+
+	e.gate.arm()
+	f1 := e.sys.Root.RequestFuture(e.pid, readMsg(1, time.Time{}, 1), testWait) // holds the one worker
+	recv(t, e.gate.entered)
+	m2 := readMsg(2, time.Now().Add(20*time.Millisecond), 2) // queued behind it, cancelled at its deadline
+	res, err := e.sys.Root.RequestFuture(e.pid, m2, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRead(t, m2, res.(*messages.LowerReadDone), false)
+	s := e.stats()
+	e.gate.release <- struct{}{}
+	if _, err := f1.Result(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Extra["cancelled"] != 1 {
+		t.Fatalf("stats %+v: want the late read cancelled", s.Extra)
+	}
+	if got := s.Extra["bytes_read"] - base; got != 0 {
+		t.Fatalf("bytes_read grew by %v while the only read that did I/O was still held: the cancelled read counted as read", got)
 	}
 }
