@@ -173,3 +173,38 @@ func TestProbeRvCFewerFilesThenMoreResurrectsRemovedBlock(t *testing.T) {
 		t.Fatalf("block 2, removed before, is back when the store is reopened with Files=2 again (report %+v)", rep)
 	}
 }
+
+// Probe (review rvC): a header Open cannot read (an I/O error during the
+// scan) is dropped, but its slot is neither zeroed nor marked stale, so its
+// record stays on disk untouched (Close scrubs only stale slots). Once the
+// error has passed, a later Open indexes it again, even though the block was
+// written again and removed (acknowledged) in between.
+func TestProbeRvCUnreadableHeaderAtOpenComesBackAfterRemoval(t *testing.T) {
+	cfg, ffs := faultConfig(t, 3, true)
+	s, _ := mustOpen(t, cfg)
+	mustWrite(t, s, 5) // slot 0
+	mustWrite(t, s, 1) // slot 1
+	if err := s.RemoveSync(5); err != nil {
+		t.Fatal(err)
+	}
+	_, off, _ := s.slotLocation(1)
+	mustClose(t, s)
+
+	// Open cannot read slot 1's header this once.
+	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: func(_ string, o int64, n int) bool { return o == off && n == BlockSize }})
+	s, rep := mustOpen(t, cfg)
+	if rep.Dropped[DropIOError] != 1 || s.Contains(1) {
+		t.Fatalf("open with slot 1 unreadable: %+v", rep)
+	}
+	mustWrite(t, s, 1) // the block again, in another slot
+	if err := s.RemoveSync(1); err != nil {
+		t.Fatal(err) // acknowledged
+	}
+	mustClose(t, s)
+
+	s, rep = mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if s.Contains(1) {
+		t.Fatalf("block 1, removed before, is back from the slot Open could not read once (report %+v)", rep)
+	}
+}
