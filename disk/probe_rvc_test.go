@@ -208,3 +208,38 @@ func TestProbeRvCUnreadableHeaderAtOpenComesBackAfterRemoval(t *testing.T) {
 		t.Fatalf("block 1, removed before, is back from the slot Open could not read once (report %+v)", rep)
 	}
 }
+
+// Probe (review rvC): ReadOp.Execute promises to fill dst[:op.Len()], but
+// under O_DIRECT, when dst is aligned and its capacity covers the payload
+// rounded up to BlockSize, it reads into dst[:padded]: the bytes past
+// len(dst) (another slot or buffer of the caller's, sharing the backing
+// array) are overwritten with whatever follows the payload on disk.
+func TestProbeRvCDirectReadWritesPastDst(t *testing.T) {
+	cfg := testConfig(t, 2)
+	s, _ := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if s.Mode() != IODirect {
+		t.Skip("needs O_DIRECT")
+	}
+	m := metaFor(3)
+	payload := AlignedBuffer(100)
+	for i := range payload {
+		payload[i] = 0x11
+	}
+	if _, _, err := s.WriteSync(m, payload); err != nil {
+		t.Fatal(err)
+	}
+	backing := AlignedBuffer(2 * BlockSize)
+	for i := range backing {
+		backing[i] = 0xEE // the caller's other data, after dst
+	}
+	dst := backing[:100]
+	if _, n, err := s.ReadSyncDigest(3, m.Digest, dst); err != nil || n != 100 {
+		t.Fatalf("read: %d bytes, %v", n, err)
+	}
+	for i := 100; i < len(backing); i++ {
+		if backing[i] != 0xEE {
+			t.Fatalf("byte %d past len(dst) = 100 overwritten (%#x): the read went past dst", i, backing[i])
+		}
+	}
+}
