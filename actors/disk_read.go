@@ -154,9 +154,9 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 	delete(a.readJobs, op)
 	err := j.err
 	if j.cancelled {
-		// Execute never ran. Completing with nil keeps the block on disk
-		// (an error would remove it); no waiter gets the unread buffer.
-		a.store.CompleteRead(op, nil)
+		// Execute never ran: the block stays on disk, the store counts no
+		// read, and no waiter gets the unread buffer.
+		a.store.CompleteRead(op, disk.ErrReadCanceled)
 	} else {
 		a.store.CompleteRead(op, err)
 		if err != nil && op.Removed() {

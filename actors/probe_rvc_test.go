@@ -74,11 +74,11 @@ func TestProbeRvCDeletedVictimBackAfterCrash(t *testing.T) {
 	}
 }
 
-// Probe (review rvC): a read cancelled at its deadline before any I/O
-// (dropUnwanted) is completed in the store as a successful read, so the
-// store counts it in Reads and BytesRead (the tier's bytes_read): bytes
-// that never left the disk.
-func TestProbeRvCCancelledReadCountsNoBytes(t *testing.T) {
+// TestDiskCancelledReadCountsNoRead: a read cancelled at its deadline
+// before any I/O (dropUnwanted) counts no read in the store. It used to be
+// completed as a successful read (review of 2026-11-27), counted in Reads
+// and BytesRead (the tier's bytes_read): bytes that never left the disk.
+func TestDiskCancelledReadCountsNoRead(t *testing.T) {
 	e := oneWorkerEnv(t)
 	defer e.stop()
 	base := e.stats().Extra["bytes_read"]

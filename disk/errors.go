@@ -29,6 +29,10 @@ var (
 	// *CorruptError and the block is dropped. Both are counted in
 	// Stats.VerifyMismatch.
 	ErrDigestMismatch = errors.New("kvtier: disk: digest mismatch")
+	// ErrReadCanceled is what a caller passes to CompleteRead for a read
+	// it gave up before Execute ran: the slot is unpinned, the block stays,
+	// and nothing is counted (neither a read nor a read error).
+	ErrReadCanceled = errors.New("kvtier: disk: read canceled before it ran")
 	// ErrTooLarge means a payload is longer than Config.PayloadBytes.
 	ErrTooLarge = errors.New("kvtier: disk: payload too large")
 	// ErrClosed means the Store was closed.

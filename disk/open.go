@@ -29,7 +29,9 @@ const scanWorkers = 8
 // OSFS implements), e.g. after fallocate ran out of space part way; slot
 // files that held data before are left with their records and their old
 // length (one it grew is cut back; a smaller capacity cuts files only
-// once everything else has succeeded). The caller MUST Close the Store.
+// once everything else has succeeded, and so does a smaller Files remove
+// the slot files past it, with their records). The caller MUST Close the
+// Store.
 func Open(cfg Config) (*Store, OpenReport, error) {
 	start := time.Now()
 	cfg, err := cfg.withDefaults()
@@ -56,6 +58,7 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		_ = lock.Close()
 		return nil, OpenReport{}, err
 	}
+	removeExtra(cfg.FS, cfg.Dir, lay.files, cfg.Logger)
 	s := &Store{
 		splitWriteMin: defaultSplitWriteMin,
 		cfg:           cfg,
@@ -153,16 +156,36 @@ func (s *Store) rebuild() OpenReport {
 		s.log.Debug("kvtier: disk: dropping record", zap.Int("slot", i), zap.Stringer("reason", reason), zap.Error(sc.err))
 	}
 
-	// Zero dropped headers so later opens do not count them again. A
-	// failure only means the record is seen and dropped again next time.
+	// Zero dropped headers so later opens do not count them again — also
+	// a header the scan could not read: it may hold a valid record that
+	// a later Open reads, after the block was written elsewhere and removed
+	// there. A slot whose zeroing fails stays stale, for a write to
+	// overwrite or Close to scrub; with Config.Sync the zeroing is synced.
 	zero := AlignedBuffer(BlockSize)
+	zeroed := make([]bool, len(s.files))
 	for i, d := range drop {
-		if !d || found[i].err != nil {
+		if !d {
 			continue
 		}
 		f, off := s.lay.locate(i)
-		if _, err := s.files[f].WriteAt(zero, off); err != nil {
+		if err := writeFull(s.files[f], zero, off); err != nil {
 			s.log.Warn("kvtier: disk: zeroing dropped header", zap.Int("slot", i), zap.Error(err))
+			s.slots[i].stale = true
+			continue
+		}
+		zeroed[f] = true
+	}
+	for f, z := range zeroed {
+		if !z || !s.cfg.Sync {
+			continue
+		}
+		if err := s.files[f].Sync(); err != nil {
+			s.log.Warn("kvtier: disk: syncing zeroed headers", zap.Int("file", f), zap.Error(err))
+			for i, d := range drop {
+				if fi, _ := s.lay.locate(i); d && fi == f {
+					s.slots[i].stale = true
+				}
+			}
 		}
 	}
 

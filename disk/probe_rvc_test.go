@@ -98,16 +98,17 @@ func (f instantPayloadFile) Sync() error {
 
 func (f instantPayloadFile) Allocate(int64) error { return nil }
 
-// Probe (review rvC): WriteOp.execute sums the payload on a goroutine while
-// the payload is written; when the payload's fdatasync fails it returns
-// without receiving the sum, so the goroutine goes on reading the payload
-// after Execute returned. The payload is the caller's: the disk actor lends
-// a pinned slot's bytes until LowerWriteDone, after which the pinned tier
-// reuses the slot, and Manager.Close unmaps the pool (pinned.Pool.Discard):
-// a checksum still running then faults. (The race detector does not see
-// it: xxhash reads in assembly.) The probe looks for the goroutine right
-// after Execute returned.
-func TestProbeRvCPayloadReadAfterExecuteReturns(t *testing.T) {
+// TestWriteExecuteReturnsAfterItsChecksum: WriteOp.execute sums the payload
+// on a goroutine while the payload is written; when the payload's fdatasync
+// fails it still waits for the sum before it returns (it did not: the
+// goroutine went on reading the payload after Execute returned, review of
+// 2026-11-27). The payload is the caller's: the disk actor lends a pinned
+// slot's bytes until LowerWriteDone, after which the pinned tier reuses the
+// slot, and Manager.Close unmaps the pool (pinned.Pool.Discard): a checksum
+// still running then faults. (The race detector does not see it: xxhash
+// reads in assembly.) The test looks for the goroutine right after Execute
+// returned.
+func TestWriteExecuteReturnsAfterItsChecksum(t *testing.T) {
 	const payloadBytes = 256 << 20 // long enough to sum that the goroutine is caught running
 	sb := SlotBytes(payloadBytes)
 	failOne := new(atomic.Bool)
@@ -140,12 +141,13 @@ func TestProbeRvCPayloadReadAfterExecuteReturns(t *testing.T) {
 	}
 }
 
-// Probe (review rvC): Open opens slot files 0..Files-1 and leaves any other
-// slot file in the directory as it is. A store reopened with fewer Files
-// does not see the records in the files it dropped (a delete of those blocks
-// finds nothing to remove), and reopened later with more Files indexes them
-// again: a block whose removal was acknowledged in between is served.
-func TestProbeRvCFewerFilesThenMoreResurrectsRemovedBlock(t *testing.T) {
+// TestFewerFilesRemovesTheFilesPastThem: Open opens slot files
+// 0..Files-1; a store reopened with fewer Files removes the slot files past
+// them. It used to leave them (review of 2026-11-27): a delete of their
+// blocks found nothing to remove, and a store reopened later with more
+// Files indexed them again — a block whose removal was acknowledged in
+// between was served.
+func TestFewerFilesRemovesTheFilesPastThem(t *testing.T) {
 	cfg := testConfig(t, 4)
 	cfg.Files = 2
 	s, _ := mustOpen(t, cfg)
@@ -174,12 +176,12 @@ func TestProbeRvCFewerFilesThenMoreResurrectsRemovedBlock(t *testing.T) {
 	}
 }
 
-// Probe (review rvC): a header Open cannot read (an I/O error during the
-// scan) is dropped, but its slot is neither zeroed nor marked stale, so its
-// record stays on disk untouched (Close scrubs only stale slots). Once the
-// error has passed, a later Open indexes it again, even though the block was
-// written again and removed (acknowledged) in between.
-func TestProbeRvCUnreadableHeaderAtOpenComesBackAfterRemoval(t *testing.T) {
+// TestUnreadableHeaderAtOpenIsScrubbed: a header Open cannot read (an I/O
+// error during the scan) is dropped and its slot zeroed (stale, for Close,
+// if that fails too). It used to be left untouched (review of 2026-11-27):
+// once the error passed, a later Open indexed it again, though the block
+// was written again and removed (acknowledged) in between.
+func TestUnreadableHeaderAtOpenIsScrubbed(t *testing.T) {
 	cfg, ffs := faultConfig(t, 3, true)
 	s, _ := mustOpen(t, cfg)
 	mustWrite(t, s, 5) // slot 0
@@ -209,12 +211,13 @@ func TestProbeRvCUnreadableHeaderAtOpenComesBackAfterRemoval(t *testing.T) {
 	}
 }
 
-// Probe (review rvC): ReadOp.Execute promises to fill dst[:op.Len()], but
-// under O_DIRECT, when dst is aligned and its capacity covers the payload
-// rounded up to BlockSize, it reads into dst[:padded]: the bytes past
-// len(dst) (another slot or buffer of the caller's, sharing the backing
-// array) are overwritten with whatever follows the payload on disk.
-func TestProbeRvCDirectReadWritesPastDst(t *testing.T) {
+// TestDirectReadWritesNothingPastDst: under O_DIRECT ReadOp.Execute reads
+// in place only into a dst at least as long as the payload rounded up to
+// BlockSize. It used to read into dst[:padded] whenever dst's capacity
+// allowed (review of 2026-11-27): the bytes past len(dst) (another slot or
+// buffer of the caller's, sharing the backing array) were overwritten with
+// whatever follows the payload on disk.
+func TestDirectReadWritesNothingPastDst(t *testing.T) {
 	cfg := testConfig(t, 2)
 	s, _ := mustOpen(t, cfg)
 	defer mustClose(t, s)

@@ -117,8 +117,10 @@ func (s *Store) PlanRead(hash uint64, digest [32]byte) (op *ReadOp, first bool, 
 // and the payload checksum. A mismatch returns a *CorruptError (errors.Is ErrCorrupt) and
 // clears dst[:op.Len()], so bad bytes are never handed out as data. It
 // touches no Store state and may run on any goroutine. Under O_DIRECT an
-// aligned dst with capacity for the rounded-up length is read in place;
-// any other goes through a bounce buffer. dst shorter than op.Len() panics.
+// aligned dst at least as long as the rounded-up length is read in place
+// (its bytes past op.Len() up to that length are overwritten); any other
+// goes through a bounce buffer. Nothing past len(dst) is written, whatever
+// its capacity. dst shorter than op.Len() panics.
 func (op *ReadOp) Execute(dst []byte) error {
 	if op.done {
 		panic("kvtier: disk: ReadOp.Execute after CompleteRead")
@@ -130,7 +132,7 @@ func (op *ReadOp) Execute(dst []byte) error {
 	buf := out
 	if op.direct {
 		padded := int(roundUp(op.payloadLen))
-		if isAligned(dst) && cap(dst) >= padded {
+		if isAligned(dst) && len(dst) >= padded {
 			buf = dst[:padded]
 		} else {
 			buf = AlignedBuffer(padded)
@@ -260,8 +262,10 @@ func readFull(f File, p []byte, off int64) error {
 
 // CompleteRead consumes op and unpins its slot. With err != nil (corrupt
 // record or I/O error) the block is removed: unpublished at once and its
-// slot freed, and err is counted in Stats.ReadErrors. Every waiter of a
-// coalesced op shares err. Completing an op twice panics.
+// slot freed, and err is counted in Stats.ReadErrors; with an err matching
+// ErrReadCanceled (Execute never ran) the block stays and nothing is
+// counted. Every waiter of a coalesced op shares err. Completing an op
+// twice panics.
 func (s *Store) CompleteRead(op *ReadOp, err error) {
 	if op.done {
 		panic("kvtier: disk: CompleteRead called twice")
@@ -277,6 +281,7 @@ func (s *Store) CompleteRead(op *ReadOp, err error) {
 		panic("kvtier: disk: CompleteRead on an unpinned slot")
 	}
 	switch {
+	case errors.Is(err, ErrReadCanceled):
 	case err != nil && op.removed:
 		// The removal's scrub raced this read: a miss, not a fault.
 		s.log.Debug("kvtier: disk: read of a removed block failed", zap.Uint64("hash", op.hash), zap.Error(err))

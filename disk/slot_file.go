@@ -130,6 +130,33 @@ func removeCreated(fsys FS, created map[string]bool, log *zap.Logger) {
 	}
 }
 
+// removeExtra removes the slot files numbered from files up, left by a
+// store opened before with more Files: their records cannot be reached
+// now, and a later Open with more Files again would index them, bringing
+// back blocks removed meanwhile from the files still in use. It stops at
+// the first number with no file (a store with fewer files removed those
+// past them). It runs once everything else in Open has succeeded; a file it
+// cannot remove is logged, and its records may come back that way, as
+// they may on a file system with no Remove (OSFS has one).
+func removeExtra(fsys FS, dir string, files int, log *zap.Logger) {
+	r, ok := fsys.(Remover)
+	if !ok {
+		return
+	}
+	for i := files; ; i++ {
+		name := slotFileName(dir, i)
+		err := r.Remove(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if err != nil {
+			log.Error("kvtier: disk: removing a slot file past Config.Files", zap.String("file", name), zap.Error(err))
+			return
+		}
+		log.Info("kvtier: disk: removed a slot file past Config.Files, with its records", zap.String("file", name))
+	}
+}
+
 // openAll opens and sizes every slot file. Where the file system cannot
 // reserve blocks it checks that the free space covers the holes left, and
 // refuses (ErrInsufficientSpace) otherwise: a sparse file larger than the

@@ -92,10 +92,11 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 // Execute writes payload and header: in one pwritev for a payload under
 // defaultSplitWriteMin without Config.Sync, else the payload and then the
 // header (with fdatasync after each when Config.Sync). It touches no Store
-// state and may run on any goroutine. Under O_DIRECT a payload that is
-// BlockSize-aligned with capacity for its rounded-up length is written in
-// place; any other is copied into a bounce buffer first. payload is not
-// retained.
+// state and may run on any goroutine. Under O_DIRECT a BlockSize-aligned
+// payload whose length is a multiple of BlockSize is written in place; any
+// other is copied into a bounce buffer first. Nothing past len(payload) is
+// read, and payload is not retained: it is the caller's again when Execute
+// returns.
 //
 // A write that fails zeroes the slot's header block before it returns: the
 // slot may hold a whole header of this block (the bytes landed, the error
@@ -137,8 +138,8 @@ func (op *WriteOp) execute(payload []byte) error {
 	buf := payload
 	if op.direct {
 		padded := int(roundUp(int64(len(payload))))
-		if isAligned(payload) && cap(payload) >= padded {
-			buf = payload[:padded]
+		if isAligned(payload) && len(payload) == padded {
+			buf = payload // nothing past len(payload) is read, whatever its capacity
 		} else {
 			buf = AlignedBuffer(padded)
 			copy(buf, payload)
@@ -159,6 +160,7 @@ func (op *WriteOp) execute(payload []byte) error {
 	}
 	if op.sync {
 		if err := op.file.Sync(); err != nil {
+			<-sum // the payload is the caller's again once Execute returns
 			return fmt.Errorf("kvtier: disk: sync payload %016x: %w", op.rec.meta.Hash, err)
 		}
 	}
