@@ -144,6 +144,11 @@ type DiskActor struct {
 	// doomed maps hashes deleted while their write was in flight to the
 	// deletes waiting on them: the write is removed (durably) as it lands.
 	doomed map[uint64][]*diskDeleteReq
+	// overwritten maps hashes deleted while a write in flight overwrites
+	// a slot still holding an evicted record of them (Store.Overwriting)
+	// to the deletes waiting for those writes: answered before, a crash
+	// would bring the record back.
+	overwritten map[uint64][]*diskDeleteReq
 
 	// Reads.
 	readSeq  uint64
@@ -183,6 +188,7 @@ func NewDiskActor(cfg DiskConfig) (actor.Producer, error) {
 			unannounced: make(map[uint64]*diskWriteReq),
 			writing:     make(map[uint64]*diskWriteReq),
 			doomed:      make(map[uint64][]*diskDeleteReq),
+			overwritten: make(map[uint64][]*diskDeleteReq),
 			reads:       make(map[uint64]*diskReadReq),
 			readJobs:    make(map[*disk.ReadOp]*diskReadJob),
 		}

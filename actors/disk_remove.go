@@ -23,13 +23,19 @@ type diskDeleteReq struct {
 // remove unpublishes every listed hash at once (they leave the index now)
 // and hands the header scrubs to the workers; a hash whose write is in
 // flight is removed as the write lands; the query is answered when
-// the last scrub completes, so a block reported deleted stays deleted after
-// a crash. A scrub that fails leaves the block deleted in this process and
-// sets QueryResult.Err.
+// the last scrub completes, and after the writes in flight that overwrite
+// an evicted record of a listed hash, so a block reported deleted stays
+// deleted after a crash. A scrub that fails (or such a write that left the
+// record in place) leaves the block deleted in this process and sets
+// QueryResult.Err.
 func (a *DiskActor) remove(ctx actor.Context, m *messages.LowerQuery) {
 	req := &diskDeleteReq{reply: m.Reply}
 	var removed []uint64
 	for i, h := range m.Hashes {
+		if a.store.Overwriting(h) { // answered once those writes end (victimGone)
+			a.overwritten[h] = append(a.overwritten[h], req)
+			req.pending++
+		}
 		if a.store.Contains(h) && !a.holds(h, m.Digests, i) {
 			continue // another block under the same hash: not this chain's
 		}
@@ -88,6 +94,32 @@ func (a *DiskActor) replyDelete(req *diskDeleteReq) {
 		res.Err = fmt.Errorf("kvtier: actors: %d disk removals may not survive a crash: %w", len(req.errs), errors.Join(req.errs...))
 	}
 	req.reply <- res
+}
+
+// victimGone ends, once no write in flight overwrites an evicted record of
+// h any more, the deletes that waited for that; scrubbed says whether the
+// write that just completed overwrote (or zeroed) the record, and if not,
+// the deletes report that the removal may not survive a crash.
+func (a *DiskActor) victimGone(h uint64, scrubbed bool) {
+	reqs, ok := a.overwritten[h]
+	if !ok {
+		return
+	}
+	if !scrubbed {
+		err := fmt.Errorf("kvtier: actors: disk removal of %016x: a write that evicted an earlier record of it did not land, the record stays until the store closes: %w", h, disk.ErrNotDurable)
+		for _, req := range reqs {
+			req.errs = append(req.errs, err)
+		}
+	}
+	if a.store.Overwriting(h) {
+		return // another write still overwrites one
+	}
+	delete(a.overwritten, h)
+	for _, req := range reqs {
+		if req.pending--; req.pending == 0 {
+			a.replyDelete(req)
+		}
+	}
 }
 
 // undoom lets h's write in flight land for good: a write of the same block

@@ -119,6 +119,9 @@ func (a *DiskActor) finishWrite(ctx actor.Context, j *diskJob) {
 	}
 	a.store.CompleteWrite(j.write, err)
 	a.writesInFlight--
+	if v, ok := j.write.Victim(); ok {
+		a.victimGone(v.Hash, j.write.Scrubbed())
+	}
 	req := j.wreq
 	h := j.write.Meta().Hash
 	if a.writing[h] == req {

@@ -3,6 +3,7 @@ package disk
 import (
 	"errors"
 	"fmt"
+	"maps"
 )
 
 // CheckInvariants walks the whole store and reports the first
@@ -22,6 +23,7 @@ func (s *Store) CheckInvariants() error {
 		inFree[i] = true
 	}
 	var free, writing, live, doomed, pinned, removing int
+	overwriting := map[uint64]int{}
 	for i := range s.slots {
 		sl := &s.slots[i]
 		if sl.pins < 0 {
@@ -45,6 +47,9 @@ func (s *Store) CheckInvariants() error {
 		case slotWriting, slotLive:
 			if sl.state == slotWriting {
 				writing++
+				if sl.overwriting {
+					overwriting[sl.overwrites]++
+				}
 				if sl.pins != 0 {
 					bad("slot %d pinned while being written", i)
 				}
@@ -79,6 +84,9 @@ func (s *Store) CheckInvariants() error {
 	if writing != s.writing || doomed != s.doomed || pinned != s.pinned || removing != s.removing {
 		bad("counters writing=%d doomed=%d pinned=%d removing=%d, walk found %d %d %d %d",
 			s.writing, s.doomed, s.pinned, s.removing, writing, doomed, pinned, removing)
+	}
+	if !maps.Equal(overwriting, s.overwriting) {
+		bad("overwriting %v, writing slots overwrite %v", s.overwriting, overwriting)
 	}
 	if free+writing+live+doomed != len(s.slots) {
 		bad("states sum to %d of %d slots", free+writing+live+doomed, len(s.slots))

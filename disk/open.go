@@ -70,6 +70,7 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		slots:         make([]slot, lay.slots),
 		index:         make(map[uint64]int32, lay.slots),
 		reads:         make(map[uint64]*ReadOp),
+		overwriting:   make(map[uint64]int),
 		pol:           pol,
 		zero:          AlignedBuffer(BlockSize),
 	}

@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -98,15 +99,25 @@ func (s *Store) CompleteRemove(op *RemoveOp, err error) {
 }
 
 // RemoveSync plans, executes and completes one removal on the calling
-// goroutine. It returns an error matching ErrNotFound if hash is not live;
-// any other error means the block is gone from the store but its header
-// may come back after a crash.
+// goroutine. It returns an error matching ErrNotFound if hash is not live
+// and no write in flight overwrites a record of it; any other error means
+// the block is gone from the store but a header of it may come back after
+// a crash: ErrNotDurable while a write overwrites one (Overwriting; a
+// RemoveSync after that write completed makes the removal durable).
 func (s *Store) RemoveSync(hash uint64) error {
 	op, err := s.PlanRemove(hash)
-	if err != nil {
+	if err != nil && !(errors.Is(err, ErrNotFound) && s.Overwriting(hash)) {
 		return err
 	}
-	err = op.Execute()
-	s.CompleteRemove(op, err)
-	return err
+	if op != nil {
+		err = op.Execute()
+		s.CompleteRemove(op, err)
+		if err != nil {
+			return err
+		}
+	}
+	if s.Overwriting(hash) {
+		return fmt.Errorf("kvtier: disk: remove %016x: a write in flight still overwrites a record of it: %w", hash, ErrNotDurable)
+	}
+	return nil
 }

@@ -38,6 +38,11 @@ type slot struct {
 	stale bool
 	// scrubbing marks a doomed slot whose RemoveOp has not completed.
 	scrubbing bool
+	// overwrites, in a writing slot PlanWrite evicted a block from, is
+	// that block's hash (overwriting set): its header stays in the slot
+	// until the write's header lands, or the failed write zeroes it.
+	overwrites  uint64
+	overwriting bool
 }
 
 // Store is a crash-consistent block store over preallocated slot files.
@@ -64,6 +69,9 @@ type Store struct {
 	closed bool
 
 	writing, doomed, pinned, removing int
+	// overwriting counts, per hash, the writing slots whose header is
+	// still that evicted block's (slot.overwrites).
+	overwriting map[uint64]int
 
 	// splitWriteMin is the smallest payload written apart from its header
 	// (defaultSplitWriteMin; benchmarks move it to compare both ways).
@@ -123,6 +131,14 @@ func (s *Store) WritingMeta(hash uint64) (Meta, bool) {
 	}
 	return s.slots[i].meta, true
 }
+
+// Overwriting reports whether a write in flight is overwriting a slot whose
+// header is still a record of hash: PlanWrite evicted hash there, and the
+// header goes when the write lands or, failing, zeroes it. A removal of
+// hash is durable only once no write overwrites it: until then a crash
+// would bring the evicted record back at Open (RemoveSync then returns
+// ErrNotDurable; the disk actor answers a delete after those writes).
+func (s *Store) Overwriting(hash uint64) bool { return s.overwriting[hash] > 0 }
 
 // Writing reports whether hash has a write planned and not yet completed.
 func (s *Store) Writing(hash uint64) bool {

@@ -39,8 +39,16 @@ type WriteOp struct {
 func (op *WriteOp) Meta() Meta { return op.rec.meta }
 
 // Victim returns the block PlanWrite evicted to make room, if any. The
-// victim is already unpublished; the caller updates its own index.
+// victim is already unpublished; the caller updates its own index. Its
+// header stays in the slot until the write lands (Store.Overwriting).
 func (op *WriteOp) Victim() (Meta, bool) { return op.victim, op.evicted }
+
+// Scrubbed reports, once CompleteWrite consumed op, whether its slot's
+// header no longer holds an earlier record: the write landed, or it failed
+// and zeroed the header. Otherwise (a write that never ran, or whose
+// zeroing failed) the slot is stale until Close, and an evicted victim's
+// record would come back after a crash.
+func (op *WriteOp) Scrubbed() bool { return op.executed || op.scrubbed }
 
 // PlanWrite reserves a slot for m. It takes a free slot, or else asks the
 // policy for an unpinned victim, which is unpublished at once and reported
@@ -73,7 +81,10 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 		op.slot = i
 		s.stats.Evictions++
 	}
-	s.slots[op.slot] = slot{state: slotWriting, meta: m, generation: s.gen}
+	s.slots[op.slot] = slot{state: slotWriting, meta: m, generation: s.gen, overwrites: op.victim.Hash, overwriting: op.evicted}
+	if op.evicted {
+		s.overwriting[op.victim.Hash]++
+	}
 	s.index[m.Hash] = op.slot
 	s.writing++
 	f, off := s.lay.locate(int(op.slot))
@@ -240,6 +251,12 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 		panic("kvtier: disk: CompleteWrite for a slot that is not being written by this op")
 	}
 	s.writing--
+	if sl.overwriting {
+		if s.overwriting[sl.overwrites]--; s.overwriting[sl.overwrites] == 0 {
+			delete(s.overwriting, sl.overwrites)
+		}
+		sl.overwriting = false
+	}
 	if err == nil && !op.executed {
 		err = fmt.Errorf("kvtier: disk: complete write %016x: Execute did not run: %w", op.rec.meta.Hash, io.ErrShortWrite)
 	}

@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"errors"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -10,51 +11,61 @@ import (
 	"github.com/kvtier/kvtier/policy"
 )
 
-// Probe (review rvC): PlanWrite evicts a victim and leaves its whole header
-// in the slot until the new write's header lands. If the process crashes
-// before that (the write still queued behind the workers, or its payload
-// landed and its header not yet), Open indexes the victim again, even
-// though, meanwhile, the victim was written elsewhere and removed, and the
-// removal was acknowledged as durable (RemoveOp zeroed its header). The
-// failed-write variant is covered by TestFailedWriteCannotResurrectRemovedBlock;
-// a crash is the same hole without the scrub.
-func TestProbeRvCCrashBeforeWriteResurrectsRemovedVictim(t *testing.T) {
-	for _, name := range []string{"not-started"} { // the write never reached a worker before the crash
-		t.Run(name, func(t *testing.T) {
-			cfg, _ := faultConfig(t, 3, true)
-			s, _ := mustOpen(t, cfg)
-			for h := uint64(1); h <= 3; h++ {
-				mustWrite(t, s, h)
-			}
-			op, err := s.PlanWrite(metaFor(9))
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, ok := op.Victim()
-			if !ok {
-				t.Fatal("no victim")
-			}
-			other := uint64(1)
-			if other == v.Hash {
-				other = 2
-			}
-			if err := s.RemoveSync(other); err != nil {
-				t.Fatal(err)
-			}
-			mustWrite(t, s, v.Hash) // the victim again, in another slot
-			if err := s.RemoveSync(v.Hash); err != nil {
-				t.Fatal(err) // acknowledged: its header is zeroed
-			}
-			checkInv(t, s)
-			s.crash() // op 9 never completed
-			s, rep := mustOpen(t, cfg)
-			defer mustClose(t, s)
-			if s.Contains(v.Hash) {
-				dst := AlignedBuffer(testPayload)
-				_, _, rerr := s.ReadSyncDigest(v.Hash, digestFor(v.Hash), dst)
-				t.Fatalf("block %d, removed (durably) before the crash, is back after Open (report %+v); read: %v", v.Hash, rep, rerr)
-			}
-		})
+// TestRemoveOfOverwrittenVictim: PlanWrite evicts a victim whose header
+// stays in the slot until the new write's header lands. A removal of the
+// victim meanwhile (here after it was written again elsewhere) is not
+// durable — a crash would bring the old record back at Open — and says so
+// (ErrNotDurable; it used to return nil, review of 2026-11-27); once the
+// write has landed, the removal holds across a crash. The failed-write
+// variant is TestFailedWriteCannotResurrectRemovedBlock.
+func TestRemoveOfOverwrittenVictim(t *testing.T) {
+	cfg, _ := faultConfig(t, 3, true)
+	s, _ := mustOpen(t, cfg)
+	for h := uint64(1); h <= 3; h++ {
+		mustWrite(t, s, h)
+	}
+	op, err := s.PlanWrite(metaFor(9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := op.Victim()
+	if !ok || !s.Overwriting(v.Hash) {
+		t.Fatalf("victim %v (%t), overwriting %t", v, ok, s.Overwriting(v.Hash))
+	}
+	other := uint64(1)
+	if other == v.Hash {
+		other = 2
+	}
+	if err := s.RemoveSync(other); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, v.Hash) // the victim again, in another slot
+	if err := s.RemoveSync(v.Hash); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("removal of the victim while the write evicting it is in flight: %v, want ErrNotDurable", err)
+	}
+	if s.Contains(v.Hash) {
+		t.Fatal("the victim is still contained after its removal")
+	}
+	checkInv(t, s)
+	if err := op.Execute(payloadFor(9, testPayload)); err != nil {
+		t.Fatal(err)
+	}
+	s.CompleteWrite(op, nil)
+	if s.Overwriting(v.Hash) {
+		t.Fatal("still overwriting after the write landed")
+	}
+	if err := s.RemoveSync(v.Hash); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("removal after the write landed: %v, want ErrNotFound (nothing of it left)", err)
+	}
+	checkInv(t, s)
+	s.crash()
+	s, rep := mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if s.Contains(v.Hash) {
+		t.Fatalf("block %d is back after Open (report %+v)", v.Hash, rep)
+	}
+	if !s.Contains(9) {
+		t.Fatal("the landed write is gone after Open")
 	}
 }
 

@@ -10,13 +10,14 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
-// Probe (review rvC), the disk actor's side of
-// disk.TestProbeRvCCrashBeforeWriteResurrectsRemovedVictim: a write whose
-// I/O has not started (here held at its first WriteAt) has evicted block V
-// and left V's header in its slot. V is written again and deleted, and the
-// delete is answered (its header zeroed on disk). A crash now, whose image
-// is the slot files as they are, brings V back at the next Open.
-func TestProbeRvCDeletedVictimBackAfterCrash(t *testing.T) {
+// TestDiskDeleteWaitsForWriteOverwritingVictim, the disk actor's side of
+// disk.TestRemoveOfOverwrittenVictim: a write whose I/O has not started
+// (held at its first WriteAt) has evicted block V, whose header stays in
+// its slot until that write lands. V is written again and deleted: the
+// delete is answered only once the held write has landed, and a crash
+// after the answer does not bring V back. (It used to be answered at
+// once, review of 2026-11-27: a crash image taken then served V at Open.)
+func TestDiskDeleteWaitsForWriteOverwritingVictim(t *testing.T) {
 	e := newDiskEnv(t, 0)
 	if d := e.write(seq(testDiskSlots)...); len(d.Written) != testDiskSlots { // full
 		t.Fatalf("written %v", d.Written)
@@ -36,11 +37,29 @@ func TestProbeRvCDeletedVictimBackAfterCrash(t *testing.T) {
 	if d := e.write(v); len(d.Written) != 1 { // V again, in another slot (evicting another block)
 		t.Fatalf("V written again: %+v", d)
 	}
-	if res := e.query(messages.QueryDelete, v); res.Err != nil || res.Deleted != 1 {
+	reply := make(chan *messages.QueryResult, 1)
+	e.sys.Root.Send(e.pid, &messages.LowerQuery{Kind: messages.QueryDelete, Hashes: []uint64{v}, Reply: reply})
+	// The scrub of V's live copy ends (no doomed slot left) while the
+	// write evicting its earlier record is still held.
+	for deadline := time.Now().Add(testWait); e.stats().Extra["doomed"] != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the scrub of V's live copy did not end")
+		}
+	}
+	select {
+	case res := <-reply:
+		t.Fatalf("delete of %d answered %+v while the write evicting an earlier record of it is held", v, res)
+	default:
+	}
+	e.gate.release <- struct{}{}
+	if _, err := held.Result(); err != nil {
+		t.Fatal(err)
+	}
+	if res := recv(t, reply); res.Err != nil || res.Deleted != 1 {
 		t.Fatalf("delete of %d: %+v", v, res)
 	}
 
-	// The crash image: the slot files as they are now.
+	// The crash image: the slot files as they are once the delete is answered.
 	img := t.TempDir()
 	names, err := filepath.Glob(filepath.Join(e.dir, "slots-*.kv"))
 	if err != nil || len(names) == 0 {
@@ -55,10 +74,6 @@ func TestProbeRvCDeletedVictimBackAfterCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.gate.release <- struct{}{}
-	if _, err := held.Result(); err != nil {
-		t.Fatal(err)
-	}
 	e.stop()
 
 	st, _, err := disk.Open(disk.Config{Dir: img, CapacityBytes: testDiskSlots * disk.SlotBytes(testDiskPayload),
@@ -70,7 +85,7 @@ func TestProbeRvCDeletedVictimBackAfterCrash(t *testing.T) {
 	if st.Contains(v) {
 		dst := disk.AlignedBuffer(testDiskPayload)
 		_, _, rerr := st.ReadSyncDigest(v, digestOf(v), dst)
-		t.Fatalf("block %d, deleted (answered, header zeroed) before the crash, is back after Open; read: %v", v, rerr)
+		t.Fatalf("block %d, deleted (answered) before the crash, is back after Open; read: %v", v, rerr)
 	}
 }
 
