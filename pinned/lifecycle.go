@@ -93,7 +93,22 @@ func (p *Pool) Acquire(k Key) (slot int, ok bool) {
 	return slot, true
 }
 
-// Release drops a reader reference taken by Acquire. Releasing the last
+// Hold takes a reader reference on k's slot if k is Resident, as Acquire
+// does, but records no access and counts no hit: for the tier's own reads
+// of a block (a write-through to the tier below), which are not uses. The
+// caller passes the slot to Release exactly once.
+func (p *Pool) Hold(k Key) (slot int, ok bool) {
+	slot, ok = p.Lookup(k)
+	if !ok {
+		return -1, false
+	}
+	p.slots[slot].refs++
+	p.refs++
+	p.checkAfter("Hold")
+	return slot, true
+}
+
+// Release drops a reader reference taken by Acquire or Hold. Releasing the last
 // reference of a Doomed slot frees it. It panics if the slot has no
 // readers.
 func (p *Pool) Release(slot int) {

@@ -55,3 +55,29 @@ func TestSlotBytesAreIsolated(t *testing.T) {
 		seen[s] = true
 	}
 }
+
+// TestHoldIsNoUse: Hold (the tier's own read, a write-through) takes a
+// reference that stops eviction, as Acquire does, but counts no hit and is
+// no access: under LRU the held key stays the oldest once released.
+func TestHoldIsNoUse(t *testing.T) {
+	p := newPool(t, 3, 64, policy.LRU)
+	a := put(t, p, 1)
+	put(t, p, 2)
+	put(t, p, 3)
+	slot, ok := p.Hold(1)
+	if !ok || slot != a {
+		t.Fatalf("Hold(1) = %d, %t; want slot %d", slot, ok, a)
+	}
+	v := p.Evict(1)
+	if len(v) != 1 || v[0].Key != 2 {
+		t.Fatalf("evicted %v while key 1 was held, want key 2", v)
+	}
+	p.Free(v[0].Slot)
+	p.Release(slot)
+	if st := p.Stats(); st.Hits != 0 {
+		t.Fatalf("%d hits counted for a Hold", st.Hits)
+	}
+	if v := p.Evict(1); len(v) != 1 || v[0].Key != 1 {
+		t.Fatalf("evicted %v, want key 1 (held, never used since it was put)", v)
+	}
+}

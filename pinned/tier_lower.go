@@ -100,7 +100,7 @@ func (t *Tier) writeThrough(hashes []uint64) {
 		if _, pending := t.draining[slot]; pending {
 			continue
 		}
-		slot, _ = t.pool.Acquire(h)
+		slot, _ = t.pool.Hold(h) // a copy down is no use of the block
 		t.draining[slot] = false
 		t.drainEp[slot] = t.cause
 		t.begin(t.cause)
