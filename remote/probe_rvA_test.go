@@ -4,14 +4,45 @@ package remote
 // against and names the bug in its doc comment.
 
 import (
+	"bytes"
 	"context"
-	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// privateCluster starts a 3-node cluster of its own (as the drills do) and
+// returns its addresses.
+func privateCluster(t *testing.T) []string {
+	t.Helper()
+	needServerBinaries(t)
+	var addrs []string
+	for range 3 {
+		addrs = append(addrs, startServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000"))
+	}
+	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("cluster create: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ok := true
+		for _, a := range addrs {
+			out, _ := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", strings.Split(a, ":")[1], "cluster", "info").Output()
+			ok = ok && bytes.Contains(out, []byte("cluster_state:ok"))
+		}
+		if ok {
+			return addrs
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("private cluster never became ok")
+		}
+	}
+}
 
 // TestProbeGetBadDstChangesNoState: a Get whose Dst is not PayloadBytes long
 // is bad input. It must be refused (or at worst be a miss) and change no
@@ -49,11 +80,7 @@ func TestProbeGetBadDstChangesNoState(t *testing.T) {
 // block that is gone. The probe holds writes on the node of one chunk
 // (CLIENT PAUSE WRITE, 1.5 s) during a Put.
 func TestProbeSeveralAddrsIsACluster(t *testing.T) {
-	a := os.Getenv("KVTIER_REDIS_CLUSTER")
-	if a == "" {
-		t.Skip("needs $KVTIER_REDIS_CLUSTER")
-	}
-	addrs := strings.Split(a, ",")
+	addrs := privateCluster(t) // its nodes are paused: not the shared servers
 	for _, c := range []struct {
 		name    string
 		cluster bool
@@ -120,5 +147,68 @@ func TestProbeSeveralAddrsIsACluster(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProbeTornReadDeletesAFreshBlock: a peer rewrites a block (same key:
+// same prefix, model and namespace, but other bytes, as a recompute with
+// another batch shape gives) while a reader reads it. On a cluster the
+// reader's record and chunk GETs go to different nodes, so it can pair the
+// old record with a new chunk: a Corrupt verdict, correct as a miss. But Get
+// then deletes the block (record and chunks) without checking that what it
+// judged is still there, so it deletes the peer's fresh, intact block: the
+// writer's Put reported it stored and no reader ever finds it. The probe
+// holds one chunk's node (CLIENT PAUSE ALL) so that the writer's chunk SET
+// runs just before the reader's chunk GET.
+func TestProbeTornReadDeletesAFreshBlock(t *testing.T) {
+	addrs := privateCluster(t)
+	ctx := context.Background()
+	s := open(t, Config{Addrs: addrs, Cluster: true})
+	raw := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer raw.Close()
+	var a Block
+	var chunkNode *redis.Client
+	for seed := uint64(1); chunkNode == nil; seed++ {
+		a = blocks(5, 1, seed)[0]
+		rn, err := raw.MasterForKey(ctx, s.recordKey(a.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range s.chunks {
+			cn, err := raw.MasterForKey(ctx, s.chunkKey(a.Key, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cn.Options().Addr != rn.Options().Addr {
+				chunkNode = cn
+				break
+			}
+		}
+	}
+	put(t, s, []Block{a})
+	b := a // the peer's recompute: same key, other bytes
+	b.Payload = bytes.Clone(a.Payload)
+	for i := range b.Payload {
+		b.Payload[i] ^= 0x5A
+	}
+	if err := chunkNode.Do(ctx, "CLIENT", "PAUSE", 800, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	putDone := make(chan error, 1)
+	go func() { putDone <- s.Put(ctx, []Block{b})[0] }()
+	time.Sleep(200 * time.Millisecond) // the writer's chunk SET waits at the paused node first
+	getDone := make(chan Outcome, 1)
+	go func() {
+		dst := make([]byte, payload)
+		getDone <- s.Get(ctx, []GetItem{{Key: a.Key, Hash: a.Hash, Dst: dst}})[0]
+	}()
+	if err := <-putDone; err != nil {
+		t.Fatalf("the peer's Put: %v", err)
+	}
+	t.Logf("the reader during the rewrite: %v", <-getDone)
+	dst := make([]byte, payload)
+	o := s.Get(ctx, []GetItem{{Key: b.Key, Hash: b.Hash, Dst: dst}})[0]
+	if o != Hit || !bytes.Equal(dst, b.Payload) {
+		t.Errorf("after the rewrite the peer's block reads %v (want hit with its bytes): the torn reader deleted it", o)
 	}
 }
