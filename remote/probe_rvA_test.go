@@ -212,3 +212,37 @@ func TestProbeTornReadDeletesAFreshBlock(t *testing.T) {
 		t.Errorf("after the rewrite the peer's block reads %v (want hit with its bytes): the torn reader deleted it", o)
 	}
 }
+
+// TestProbeFailedPutDeletesAPeersBlock: on a standalone server, a Put
+// whose chunk SET fails deletes the block's key (checkPut: "deletes the
+// records of blocks whose chunks did not all land") even when its own
+// record SET failed too, i.e. when the record there is a peer's, intact and
+// untouched by this Put. A server out of memory under noeviction refuses
+// every SET (OOM) but takes DEL: a node's failed write-through then
+// destroys the block another node stored. The failed Put should change
+// nothing (delete only a record it wrote itself).
+func TestProbeFailedPutDeletesAPeersBlock(t *testing.T) {
+	needServerBinaries(t)
+	addr := startServer(t, "--maxmemory-policy", "noeviction")
+	ctx := context.Background()
+	s := open(t, Config{Addrs: []string{addr}})
+	raw := redis.NewClient(&redis.Options{Addr: addr})
+	defer raw.Close()
+	peer := blocks(9, 1, 9)
+	put(t, s, peer) // the peer's block, stored and intact
+	if err := raw.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	again := peer[0] // this node's write-through of the same block
+	errs := s.Put(ctx, []Block{again})
+	t.Logf("the Put on a full server: %v", errs[0])
+	if errs[0] == nil {
+		t.Fatal("the Put succeeded on a server refusing writes: the probe did not probe")
+	}
+	if err := raw.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out, dst := get(t, s, peer); out[0] != Hit || !bytes.Equal(dst[0], peer[0].Payload) {
+		t.Errorf("the peer's block after another node's failed Put: %v (want hit): the failed Put deleted it", out[0])
+	}
+}
