@@ -13,7 +13,8 @@ import (
 // WriteQuotaBytes and ReadTimeout are not checked: a negative value is
 // silently replaced by the default (NewRemoteActor's "<= 0: default"), so a
 // caller's mistake (a sign slip, a duration computed wrong) runs with
-// settings it never asked for instead of a clear error.
+// settings it never asked for instead of a clear error. A WriteQuotaBytes
+// smaller than one block is accepted too, and denies every write.
 func TestProbeRemoteConfigNegativeFieldsRefused(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -21,6 +22,9 @@ func TestProbeRemoteConfigNegativeFieldsRefused(t *testing.T) {
 	}{
 		{"WriteQuotaBytes", RemoteConfig{WriteQuotaBytes: -1}},
 		{"ReadTimeout", RemoteConfig{ReadTimeout: -time.Second}},
+		// Below one block (here 64 B a token x 4 tokens): every remote write
+		// is denied, for ever, and the tier silently stores nothing.
+		{"WriteQuotaBytes below one block", RemoteConfig{WriteQuotaBytes: 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := c.r
@@ -30,7 +34,7 @@ func TestProbeRemoteConfigNegativeFieldsRefused(t *testing.T) {
 				_ = m.Close(context.Background())
 			}
 			if !errors.Is(err, ErrBadConfig) {
-				t.Errorf("New with a negative Remote.%s: %v, want ErrBadConfig", c.name, err)
+				t.Errorf("New with Remote.%s: %v, want ErrBadConfig", c.name, err)
 			}
 		})
 	}
