@@ -246,3 +246,61 @@ func TestProbeFailedPutDeletesAPeersBlock(t *testing.T) {
 		t.Errorf("the peer's block after another node's failed Put: %v (want hit): the failed Put deleted it", out[0])
 	}
 }
+
+// TestProbeFailedClusterRewriteCorruptsAPeersBlock: on a cluster a Put
+// overwrites the chunk keys in place first and writes the commit record in a
+// second round trip. When that second trip fails (here the record's node
+// holds writes past the Put's deadline), the Put reports failure, yet the
+// peer's record now points at this Put's chunks: the peer's intact block
+// reads Corrupt and is deleted. A failed Put should change nothing (e.g.
+// chunk keys named by a per-write id kept in the record, or skip blocks the
+// tier already holds, as LowerWrite's doc says lower tiers do).
+func TestProbeFailedClusterRewriteCorruptsAPeersBlock(t *testing.T) {
+	addrs := privateCluster(t)
+	ctx := context.Background()
+	s := open(t, Config{Addrs: addrs, Cluster: true})
+	raw := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer raw.Close()
+	// A block none of whose chunks is on its record's node.
+	var a Block
+	var recNode *redis.Client
+	for seed := uint64(1); recNode == nil; seed++ {
+		a = blocks(11, 1, seed)[0]
+		rn, err := raw.MasterForKey(ctx, s.recordKey(a.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		apart := true
+		for i := range s.chunks {
+			cn, err := raw.MasterForKey(ctx, s.chunkKey(a.Key, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			apart = apart && cn.Options().Addr != rn.Options().Addr
+		}
+		if apart {
+			recNode = rn
+		}
+	}
+	put(t, s, []Block{a}) // the peer's block
+	b := a                // this node's recompute: same key, other bytes
+	b.Payload = bytes.Clone(a.Payload)
+	for i := range b.Payload {
+		b.Payload[i] ^= 0xA5
+	}
+	if err := recNode.Do(ctx, "CLIENT", "PAUSE", 1000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := s.Put(pctx, []Block{b})[0]
+	cancel()
+	t.Logf("the rewrite: %v", err)
+	if err == nil {
+		t.Fatal("the rewrite succeeded with its record's node paused past its deadline: the probe did not probe")
+	}
+	time.Sleep(time.Second) // the pause ends; the timed-out record SET died with its connection
+	dst := make([]byte, payload)
+	if o := s.Get(ctx, []GetItem{{Key: a.Key, Hash: a.Hash, Dst: dst}})[0]; o != Hit || !bytes.Equal(dst, a.Payload) {
+		t.Errorf("the peer's block after a failed rewrite: %v (want hit with the peer's bytes)", o)
+	}
+}
