@@ -44,26 +44,35 @@ func privateCluster(t *testing.T) []string {
 	}
 }
 
-// TestProbeGetBadDstChangesNoState: a Get whose Dst is not PayloadBytes long
+// TestProbeGetBadDstChangesNoState: a Get whose Dst is not PayloadBytes long,
+// or whose Hash is not the block's (the digest in the key names the block;
+// a record that verifies under it with another hash means the caller erred)
 // is bad input. It must be refused (or at worst be a miss) and change no
 // state; instead Get calls the intact stored block Corrupt ("record names
-// another block": r.PayloadLen != len(Dst)) and deletes it from the shared
-// tier, for every node.
+// another block": r.PayloadLen != len(Dst), r.Hash != it.Hash) and deletes
+// it from the shared tier, for every node.
 func TestProbeGetBadDstChangesNoState(t *testing.T) {
 	ctx := context.Background()
 	for name, cfg := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			s := open(t, cfg)
-			bs := blocks(7, 1, 7)
-			put(t, s, bs)
-			short := make([]byte, payload-1)
-			out := s.Get(ctx, []GetItem{{Key: bs[0].Key, Hash: bs[0].Hash, Dst: short}})
-			t.Logf("Get with a %d-byte Dst: %v", len(short), out[0])
-			if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 1 {
-				t.Errorf("after a Get with a bad Dst the intact block is gone from the shared tier: Lookup = %d, %v (want 1)", n, err)
-			}
-			if out, _ := get(t, s, bs); out[0] != Hit {
-				t.Errorf("a correct Get after the bad one: %v, want hit", out[0])
+			for _, c := range []struct {
+				what string
+				item func(b Block) GetItem
+			}{
+				{"a Dst one byte short", func(b Block) GetItem { return GetItem{Key: b.Key, Hash: b.Hash, Dst: make([]byte, payload-1)} }},
+				{"another Hash", func(b Block) GetItem { return GetItem{Key: b.Key, Hash: b.Hash + 1, Dst: make([]byte, payload)} }},
+			} {
+				bs := blocks(7, 1, 7)
+				put(t, s, bs)
+				out := s.Get(ctx, []GetItem{c.item(bs[0])})
+				t.Logf("Get with %s: %v", c.what, out[0])
+				if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 1 {
+					t.Errorf("after a Get with %s the intact block is gone from the shared tier: Lookup = %d, %v (want 1)", c.what, n, err)
+				}
+				if out, _ := get(t, s, bs); out[0] != Hit {
+					t.Errorf("a correct Get after the one with %s: %v, want hit", c.what, out[0])
+				}
 			}
 		})
 	}
