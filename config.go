@@ -31,7 +31,7 @@ const (
 // RemoteConfig configures the shared tier on Redis (package remote).
 type RemoteConfig struct {
 	// Addrs: one address is a standalone server unless Cluster is set;
-	// several are a Redis Cluster.
+	// several are a Redis Cluster (Cluster is set for them).
 	Addrs              []string
 	Cluster            bool
 	Username, Password string
@@ -41,8 +41,9 @@ type RemoteConfig struct {
 	Prefix     string
 	TTL        time.Duration
 	ChunkBytes int
-	// WriteQuotaBytes bounds writes in flight (default 256 MiB): over it a
-	// write is denied and counted. ReadTimeout bounds a lookup and a read
+	// WriteQuotaBytes bounds writes in flight (default 256 MiB; at least
+	// one block): over it a write is denied and counted. ReadTimeout
+	// (>= 0) bounds a lookup and a read
 	// without a load deadline of its own (default 1s): a slow server is a
 	// miss, never a hang.
 	WriteQuotaBytes int64
@@ -337,8 +338,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Remote != nil && c.PinnedBytes == 0 {
 		bad("Remote", c.Remote.Addrs, "the remote tier needs a pinned tier above it (PinnedBytes > 0)")
 	}
-	if c.Remote != nil && len(c.Remote.Addrs) == 0 {
-		bad("Remote", c.Remote.Addrs, "needs at least one server address")
+	if r := c.Remote; r != nil {
+		if len(r.Addrs) == 0 {
+			bad("Remote", r.Addrs, "needs at least one server address")
+		}
+		if r.WriteQuotaBytes < 0 {
+			bad("Remote.WriteQuotaBytes", r.WriteQuotaBytes, "must be >= 0 (0: 256 MiB)")
+		}
+		if r.ReadTimeout < 0 {
+			bad("Remote.ReadTimeout", r.ReadTimeout, "must be >= 0 (0: 1s)")
+		}
 	}
 	if c.DiskDir != "" {
 		if c.PinnedBytes == 0 {
@@ -399,6 +408,9 @@ func (c Config) checkGeometry() []error {
 	}
 	if slot := disk.SlotBytes(int(bb)); c.DiskDir != "" && (slot <= 0 || c.DiskBytes/slot < 1) {
 		errs = append(errs, &ConfigError{"DiskBytes", c.DiskBytes, fmt.Sprintf("less than one %d-byte disk slot", slot)})
+	}
+	if r := c.Remote; r != nil && r.WriteQuotaBytes > 0 && r.WriteQuotaBytes < bb {
+		errs = append(errs, &ConfigError{"Remote.WriteQuotaBytes", r.WriteQuotaBytes, fmt.Sprintf("less than one %d-byte block: every write would be denied", bb)})
 	}
 	return errs
 }

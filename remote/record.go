@@ -12,7 +12,7 @@ import (
 //
 //	offset  size  field
 //	0       4     magic "KVTR"
-//	4       2     format version (1)
+//	4       2     format version (2; 1 had CRC-32C chunk sums)
 //	6       2     reserved, 0
 //	8       8     fingerprint: the block format (model shape, block size, hash scheme, model id)
 //	16      8     namespace id (prefixhash.Namespace.ID)
@@ -22,7 +22,7 @@ import (
 //	68      4     chunk size in bytes
 //	72      8     payload length in bytes
 //	80      4     chunk count n
-//	84      8*n   CRC-32C of each chunk
+//	84      8*n   xxh64 of each chunk
 //	84+8n   8     xxh64 of every byte above
 //
 // A reader takes a block only if the record parses, its checksum holds, its
@@ -30,7 +30,7 @@ import (
 // present with the recorded length and checksum. Anything else is a miss.
 const (
 	recMagic   = "KVTR"
-	recVersion = 1
+	recVersion = 2
 	recFixed   = 84
 )
 

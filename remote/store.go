@@ -6,11 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"strconv"
 	"time"
-	"unsafe"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -29,7 +28,8 @@ var (
 // Config configures a Store.
 type Config struct {
 	// Addrs are the server addresses ("host:port"). One address is a
-	// standalone server unless Cluster is set; several are a Redis Cluster.
+	// standalone server unless Cluster is set; several are a Redis Cluster
+	// (Cluster is set for them).
 	Addrs    []string
 	Cluster  bool
 	Username string
@@ -68,6 +68,10 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Addrs) == 0 {
 		bad("Addrs", c.Addrs, "at least one server address is required")
 	}
+	// The client is a cluster client for several addresses, whose pipelines
+	// run their nodes' parts in parallel: Put must write the records after
+	// the chunks land, in a second round trip.
+	c.Cluster = c.Cluster || len(c.Addrs) > 1
 	if c.Prefix == "" {
 		c.Prefix = "kvtier"
 	}
@@ -184,31 +188,60 @@ type Block struct {
 	Payload []byte // PayloadBytes long; read only during Put
 }
 
-// Put stores blocks and returns one error per block (nil: stored). On a
-// standalone server every chunk and then every commit record go in one
+// Put stores blocks and returns one error per block (nil: stored). A
+// block whose commit record is already there (another node stored it)
+// is left as it is and reported stored: rewriting its chunks under a live
+// record would make it unreadable for a while, or for good if the rewrite
+// failed half-way. This costs one round trip of EXISTS first. Then, on a
+// standalone server, every chunk and then every commit record go in one
 // pipelined round trip: the server runs a connection's commands in order,
 // so no reader finds a record before its chunks; a block a chunk of which
-// failed to land gets an error and its record is deleted (a reader that
-// meets it first finds a chunk missing: a Corrupt miss). On a cluster,
-// whose nodes run a pipeline's parts in parallel, the records go in a
-// second round trip, only for blocks whose chunks all landed.
+// failed to land gets an error and its record, if this Put's was set and is
+// still there, is deleted (a reader that meets it first finds a chunk
+// missing: a Corrupt miss). On a cluster, whose nodes run a pipeline's parts
+// in parallel, the records go in a second round trip, only for blocks
+// whose chunks all landed.
 func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 	single := !s.cfg.Cluster
 	errs := make([]error, len(blocks))
 	cb := s.cfg.ChunkBytes
 	pipe := s.c.Pipeline()
-	cmds := make([][]*redis.StatusCmd, len(blocks))
-	recs := make([][]byte, len(blocks))
+	exists := make([]*redis.IntCmd, len(blocks))
 	for i, b := range blocks {
 		if len(b.Payload) != s.cfg.PayloadBytes {
 			errs[i] = fmt.Errorf("%w: payload of %d bytes, blocks are %d", ErrBadConfig, len(b.Payload), s.cfg.PayloadBytes)
+			continue
+		}
+		exists[i] = pipe.Exists(ctx, s.recordKey(b.Key))
+	}
+	if pipe.Len() == 0 {
+		return errs
+	}
+	_, _ = pipe.Exec(ctx)
+	write := make([]bool, len(blocks))
+	for i, c := range exists {
+		if c == nil {
+			continue
+		}
+		switch n, err := c.Result(); {
+		case err != nil:
+			errs[i] = unavailable(err)
+		case n == 0:
+			write[i] = true
+		}
+	}
+	pipe = s.c.Pipeline()
+	cmds := make([][]*redis.StatusCmd, len(blocks))
+	recs := make([][]byte, len(blocks))
+	for i, b := range blocks {
+		if !write[i] {
 			continue
 		}
 		r := record{Fingerprint: s.cfg.Fingerprint, Namespace: b.Namespace, Digest: b.Digest, Hash: b.Hash,
 			Tokens: uint32(b.Tokens), ChunkBytes: uint32(cb), PayloadLen: uint64(len(b.Payload)), Sums: make([]uint64, s.chunks)}
 		for c := range s.chunks {
 			part := b.Payload[c*cb : min((c+1)*cb, len(b.Payload))]
-			r.Sums[c] = chunkSum(part)
+			r.Sums[c] = xxhash.Sum64(part)
 			cmds[i] = append(cmds[i], pipe.Set(ctx, s.chunkKey(b.Key, c), part, s.cfg.TTL+time.Minute))
 		}
 		recs[i] = r.encode()
@@ -220,19 +253,19 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 	if single {
 		rcmds = make([]*redis.StatusCmd, len(blocks))
 		for i, b := range blocks {
-			if errs[i] == nil {
+			if write[i] {
 				rcmds[i] = pipe.Set(ctx, s.recordKey(b.Key), recs[i], s.cfg.TTL)
 			}
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	if single {
-		return s.checkPut(ctx, blocks, errs, cmds, rcmds)
+		return s.checkPut(ctx, blocks, errs, cmds, rcmds, recs)
 	}
 	rp := s.c.Pipeline()
 	rcmds = make([]*redis.StatusCmd, len(blocks))
 	for i, b := range blocks {
-		if errs[i] != nil {
+		if !write[i] {
 			continue
 		}
 		for _, c := range cmds[i] {
@@ -257,18 +290,22 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 }
 
 // checkPut reports a one-round-trip Put's outcome per block and deletes the
-// records of blocks whose chunks did not all land (best effort: a record
-// left behind is a Corrupt miss for its first reader, which deletes it).
-func (s *Store) checkPut(ctx context.Context, blocks []Block, errs []error, cmds [][]*redis.StatusCmd, rcmds []*redis.StatusCmd) []error {
-	var bad []Key
+// records this Put set for blocks whose chunks did not all land, where
+// they are still this Put's (best effort: a record left behind is a
+// Corrupt miss for its first reader, which deletes it). Chunks are left to
+// expire: they may be a peer's.
+func (s *Store) checkPut(ctx context.Context, blocks []Block, errs []error, cmds [][]*redis.StatusCmd, rcmds []*redis.StatusCmd, recs [][]byte) []error {
+	var bad []judged
 	for i, b := range blocks {
-		if errs[i] != nil {
+		if rcmds[i] == nil {
 			continue
 		}
 		for _, c := range cmds[i] {
 			if err := c.Err(); err != nil {
 				errs[i] = unavailable(err)
-				bad = append(bad, b.Key)
+				if rcmds[i].Err() == nil {
+					bad = append(bad, judged{b.Key, recs[i]})
+				}
 				break
 			}
 		}
@@ -277,10 +314,32 @@ func (s *Store) checkPut(ctx context.Context, blocks []Block, errs []error, cmds
 		}
 	}
 	if len(bad) > 0 && ctx.Err() == nil {
-		_, _ = s.Delete(ctx, bad)
+		s.deleteIfUnchanged(ctx, bad)
 	}
 	return errs
 }
+
+// judged is a commit record a caller found bad, as it read (or wrote) it.
+type judged struct {
+	key Key
+	rec []byte
+}
+
+// deleteIfUnchanged deletes each record whose value is still the one
+// judged bad, in one pipelined round trip (a script per record: compare
+// and delete on the server). A record rewritten meanwhile (a peer stored
+// the block again) stays. Best effort: a failure leaves the same miss for
+// the next reader.
+func (s *Store) deleteIfUnchanged(ctx context.Context, bad []judged) {
+	pipe := s.c.Pipeline()
+	for _, b := range bad {
+		pipe.Eval(ctx, deleteIfScript, []string{s.recordKey(b.key)}, b.rec)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// deleteIfScript deletes KEYS[1] if its value is ARGV[1].
+const deleteIfScript = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`
 
 // Lookup returns how many leading keys of a chain have a commit record, in
 // one pipelined round trip. A record found here may still fail
@@ -340,9 +399,14 @@ type GetItem struct {
 
 // Get reads blocks in one pipelined round trip (each block's commit record
 // and its chunks: their count is fixed by PayloadBytes and ChunkBytes) and
-// copies each payload that verifies against its record into its Dst. Dst is written only for a Hit; other bytes of a missed
-// block may have been written and must not be used. Corrupt blocks are
-// deleted, so the next lookup misses at once.
+// copies each payload that verifies against its record into its Dst. Dst is
+// written only for a Hit; other bytes of a missed block may have been
+// written and must not be used. Corrupt blocks are deleted, if their record
+// is still the one read (a peer may have stored the block again since: a
+// torn read of a rewrite is no reason to delete it), so the next lookup
+// misses at once. An item whose Dst is not PayloadBytes long is Failed, and
+// one whose record names another Hash under its key (the caller's hash
+// and digest disagree) Missing: neither touches what is stored.
 func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 	out := make([]Outcome, len(items))
 	if len(items) == 0 {
@@ -352,15 +416,27 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 	rcmds := make([]*redis.StringCmd, len(items))
 	ccmds := make([][]*redis.StringCmd, len(items))
 	for i, it := range items {
+		if len(it.Dst) != s.cfg.PayloadBytes {
+			out[i] = Failed
+			continue
+		}
 		rcmds[i] = pipe.Get(ctx, s.recordKey(it.Key))
 		for c := range s.chunks {
 			ccmds[i] = append(ccmds[i], pipe.Get(ctx, s.chunkKey(it.Key, c)))
 		}
 	}
+	if pipe.Len() == 0 {
+		return out
+	}
 	_, _ = pipe.Exec(ctx)
 	recs := make([]record, len(items))
-	var bad []Key
+	raw := make([][]byte, len(items))
+	var damaged []Key // not a value this format writes
+	var bad []judged
 	for i, it := range items {
+		if out[i] != 0 {
+			continue
+		}
 		b, err := rcmds[i].Bytes()
 		switch {
 		case errors.Is(err, redis.Nil):
@@ -368,7 +444,7 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 			continue
 		case wrongType(err):
 			out[i] = Corrupt // not a value this format writes: damage
-			bad = append(bad, it.Key)
+			damaged = append(damaged, it.Key)
 			continue
 		case err != nil:
 			out[i] = Failed
@@ -376,15 +452,19 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 		}
 		r, err := decodeRecord(b)
 		if err == nil && (r.Fingerprint != s.cfg.Fingerprint || r.Namespace != it.Namespace || r.Digest != it.Digest ||
-			r.Hash != it.Hash || r.PayloadLen != uint64(len(it.Dst)) || len(r.Sums) != s.chunks) {
+			r.PayloadLen != uint64(s.cfg.PayloadBytes) || len(r.Sums) != s.chunks) {
 			err = fmt.Errorf("%w: record names another block", ErrCorrupt)
 		}
 		if err != nil {
 			out[i] = Corrupt
-			bad = append(bad, it.Key)
+			bad = append(bad, judged{it.Key, b})
 			continue
 		}
-		recs[i] = r
+		if r.Hash != it.Hash {
+			out[i] = Missing // the key's block, but not the one the caller's hash names
+			continue
+		}
+		recs[i], raw[i] = r, b
 	}
 	for i, it := range items {
 		if out[i] != 0 {
@@ -396,7 +476,7 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 			b, err := cmd.Result() // a string: copied once, into Dst
 			want := it.Dst[c*cb : min((c+1)*cb, len(it.Dst))]
 			switch {
-			case errors.Is(err, redis.Nil) || wrongType(err) || (err == nil && (len(b) != len(want) || chunkSumString(b) != recs[i].Sums[c])):
+			case errors.Is(err, redis.Nil) || wrongType(err) || (err == nil && (len(b) != len(want) || xxhash.Sum64String(b) != recs[i].Sums[c])):
 				out[i] = Corrupt // a chunk evicted, expired or overwritten under its record
 			case err != nil:
 				out[i] = Failed
@@ -407,11 +487,16 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 			break
 		}
 		if out[i] == Corrupt {
-			bad = append(bad, it.Key)
+			bad = append(bad, judged{it.Key, raw[i]})
 		}
 	}
-	if len(bad) > 0 && ctx.Err() == nil {
-		_, _ = s.Delete(ctx, bad) // best effort: a failure leaves the same miss for the next reader
+	if ctx.Err() == nil {
+		if len(damaged) > 0 {
+			_, _ = s.Delete(ctx, damaged) // best effort: a failure leaves the same miss for the next reader
+		}
+		if len(bad) > 0 {
+			s.deleteIfUnchanged(ctx, bad)
+		}
 	}
 	return out
 }
@@ -487,13 +572,3 @@ func (s *Store) LookupChains(ctx context.Context, chains [][]Key) ([]int, error)
 // AddHook instruments the Store's client (counting round trips, tracing):
 // see redis.Hook. Add hooks before the Store is shared.
 func (s *Store) AddHook(h redis.Hook) { s.c.AddHook(h) }
-
-// Chunk checksums are CRC-32C (hardware-accelerated on amd64 and arm64):
-// they catch damage, not forgery; the key's SHA-256 digest names the block.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func chunkSum(b []byte) uint64 { return uint64(crc32.Checksum(b, castagnoli)) }
-
-func chunkSumString(s string) uint64 {
-	return uint64(crc32.Update(0, castagnoli, unsafe.Slice(unsafe.StringData(s), len(s))))
-}

@@ -7,15 +7,12 @@ import (
 	"time"
 )
 
-// TestProbeRemoteConfigNegativeFieldsRefused: Config is "validated by New",
-// and every other count or duration that must be positive is refused with
-// ErrBadConfig (DiskWriteQuota, WriteQuota, HotHits...). RemoteConfig's
-// WriteQuotaBytes and ReadTimeout are not checked: a negative value is
-// silently replaced by the default (NewRemoteActor's "<= 0: default"), so a
-// caller's mistake (a sign slip, a duration computed wrong) runs with
-// settings it never asked for instead of a clear error. A WriteQuotaBytes
-// smaller than one block is accepted too, and denies every write.
-func TestProbeRemoteConfigNegativeFieldsRefused(t *testing.T) {
+// TestRemoteConfigBadFieldsRefused: New refuses, with ErrBadConfig, a
+// negative RemoteConfig.WriteQuotaBytes or ReadTimeout and a write quota
+// below one block, as it refuses every other bad count or duration. They
+// used to be taken (review of 2026-11-27): a negative value silently became
+// the default, and a quota below one block denied every write for ever.
+func TestRemoteConfigBadFieldsRefused(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		r    RemoteConfig

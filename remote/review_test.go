@@ -1,7 +1,7 @@
 package remote
 
-// Probes from review rvA: each test here fails on the code it was written
-// against and names the bug in its doc comment.
+// Tests from the review of the remote tier of 2026-11-27: each failed on
+// the code before its fix and names the bug in its doc comment.
 
 import (
 	"bytes"
@@ -44,14 +44,14 @@ func privateCluster(t *testing.T) []string {
 	}
 }
 
-// TestProbeGetBadDstChangesNoState: a Get whose Dst is not PayloadBytes long,
+// TestGetBadItemChangesNoState: a Get whose Dst is not PayloadBytes long,
 // or whose Hash is not the block's (the digest in the key names the block;
 // a record that verifies under it with another hash means the caller erred)
-// is bad input. It must be refused (or at worst be a miss) and change no
-// state; instead Get calls the intact stored block Corrupt ("record names
-// another block": r.PayloadLen != len(Dst), r.Hash != it.Hash) and deletes
-// it from the shared tier, for every node.
-func TestProbeGetBadDstChangesNoState(t *testing.T) {
+// is bad input: Failed (a short Dst) or Missing (another hash), and
+// nothing changes. Get used to call the intact stored block Corrupt
+// ("record names another block": r.PayloadLen != len(Dst), r.Hash !=
+// it.Hash) and delete it from the shared tier, for every node.
+func TestGetBadItemChangesNoState(t *testing.T) {
 	ctx := context.Background()
 	for name, cfg := range servers(t) {
 		t.Run(name, func(t *testing.T) {
@@ -78,7 +78,7 @@ func TestProbeGetBadDstChangesNoState(t *testing.T) {
 	}
 }
 
-// TestProbeSeveralAddrsIsACluster: Config says "several [addresses] are a
+// TestSeveralAddrsIsACluster: Config says "several [addresses] are a
 // Redis Cluster", and New does make a cluster client for them
 // (redis.NewUniversalClient: len(Addrs) > 1), but Put picks its write path
 // from the Cluster flag alone (single := !s.cfg.Cluster). With several
@@ -88,7 +88,7 @@ func TestProbeGetBadDstChangesNoState(t *testing.T) {
 // block Corrupt and deletes it, and the writer's Put reports success for a
 // block that is gone. The probe holds writes on the node of one chunk
 // (CLIENT PAUSE WRITE, 1.5 s) during a Put.
-func TestProbeSeveralAddrsIsACluster(t *testing.T) {
+func TestSeveralAddrsIsACluster(t *testing.T) {
 	addrs := privateCluster(t) // its nodes are paused: not the shared servers
 	for _, c := range []struct {
 		name    string
@@ -159,78 +159,69 @@ func TestProbeSeveralAddrsIsACluster(t *testing.T) {
 	}
 }
 
-// TestProbeTornReadDeletesAFreshBlock: a peer rewrites a block (same key:
-// same prefix, model and namespace, but other bytes, as a recompute with
-// another batch shape gives) while a reader reads it. On a cluster the
-// reader's record and chunk GETs go to different nodes, so it can pair the
-// old record with a new chunk: a Corrupt verdict, correct as a miss. But Get
-// then deletes the block (record and chunks) without checking that what it
-// judged is still there, so it deletes the peer's fresh, intact block: the
-// writer's Put reported it stored and no reader ever finds it. The probe
-// holds one chunk's node (CLIENT PAUSE ALL) so that the writer's chunk SET
-// runs just before the reader's chunk GET.
-func TestProbeTornReadDeletesAFreshBlock(t *testing.T) {
-	addrs := privateCluster(t)
+// TestPutKeepsAStoredBlock: a Put of a block whose commit record is there
+// (a peer stored it; here with other bytes, as a recompute with another
+// batch shape gives) leaves it as it is and reports it stored. It used to
+// rewrite the chunks in place under the live record (review of
+// 2026-11-27): a reader in between paired the old record with a new chunk,
+// judged the block Corrupt and deleted the peer's fresh block, and a
+// rewrite that failed half-way left the record over chunks that were not
+// its own.
+func TestPutKeepsAStoredBlock(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, Config{Addrs: addrs, Cluster: true})
-	raw := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer raw.Close()
-	var a Block
-	var chunkNode *redis.Client
-	for seed := uint64(1); chunkNode == nil; seed++ {
-		a = blocks(5, 1, seed)[0]
-		rn, err := raw.MasterForKey(ctx, s.recordKey(a.Key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range s.chunks {
-			cn, err := raw.MasterForKey(ctx, s.chunkKey(a.Key, i))
-			if err != nil {
-				t.Fatal(err)
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			a := blocks(5, 1, 5)[0]
+			put(t, s, []Block{a})
+			b := a // the peer's recompute: same key, other bytes
+			b.Payload = bytes.Clone(a.Payload)
+			for i := range b.Payload {
+				b.Payload[i] ^= 0x5A
 			}
-			if cn.Options().Addr != rn.Options().Addr {
-				chunkNode = cn
-				break
+			if err := s.Put(ctx, []Block{b})[0]; err != nil {
+				t.Fatalf("Put of a stored block: %v", err)
 			}
-		}
-	}
-	put(t, s, []Block{a})
-	b := a // the peer's recompute: same key, other bytes
-	b.Payload = bytes.Clone(a.Payload)
-	for i := range b.Payload {
-		b.Payload[i] ^= 0x5A
-	}
-	if err := chunkNode.Do(ctx, "CLIENT", "PAUSE", 800, "ALL").Err(); err != nil {
-		t.Fatal(err)
-	}
-	putDone := make(chan error, 1)
-	go func() { putDone <- s.Put(ctx, []Block{b})[0] }()
-	time.Sleep(200 * time.Millisecond) // the writer's chunk SET waits at the paused node first
-	getDone := make(chan Outcome, 1)
-	go func() {
-		dst := make([]byte, payload)
-		getDone <- s.Get(ctx, []GetItem{{Key: a.Key, Hash: a.Hash, Dst: dst}})[0]
-	}()
-	if err := <-putDone; err != nil {
-		t.Fatalf("the peer's Put: %v", err)
-	}
-	t.Logf("the reader during the rewrite: %v", <-getDone)
-	dst := make([]byte, payload)
-	o := s.Get(ctx, []GetItem{{Key: b.Key, Hash: b.Hash, Dst: dst}})[0]
-	if o != Hit || !bytes.Equal(dst, b.Payload) {
-		t.Errorf("after the rewrite the peer's block reads %v (want hit with its bytes): the torn reader deleted it", o)
+			if out, dst := get(t, s, []Block{a}); out[0] != Hit || !bytes.Equal(dst[0], a.Payload) {
+				t.Errorf("after the second Put the block reads %v (want hit with the first writer's bytes)", out[0])
+			}
+		})
 	}
 }
 
-// TestProbeFailedPutDeletesAPeersBlock: on a standalone server, a Put
-// whose chunk SET fails deletes the block's key (checkPut: "deletes the
-// records of blocks whose chunks did not all land") even when its own
-// record SET failed too, i.e. when the record there is a peer's, intact and
-// untouched by this Put. A server out of memory under noeviction refuses
-// every SET (OOM) but takes DEL: a node's failed write-through then
-// destroys the block another node stored. The failed Put should change
-// nothing (delete only a record it wrote itself).
-func TestProbeFailedPutDeletesAPeersBlock(t *testing.T) {
+// TestDeleteIfUnchanged: the verdict of a reader (or a failed Put's clean
+// up) deletes a commit record only if it is still the one judged: a record
+// rewritten meanwhile stays.
+func TestDeleteIfUnchanged(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			bs := blocks(3, 1, 13)
+			put(t, s, bs)
+			rec, err := s.c.Get(ctx, s.recordKey(bs[0].Key)).Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.deleteIfUnchanged(ctx, []judged{{bs[0].Key, append(bytes.Clone(rec), 0)}})
+			if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 1 {
+				t.Fatalf("after a delete judged on other bytes: Lookup = %d, %v; want the record kept", n, err)
+			}
+			s.deleteIfUnchanged(ctx, []judged{{bs[0].Key, rec}})
+			if n, err := s.Lookup(ctx, keys(bs)); err != nil || n != 0 {
+				t.Fatalf("after a delete judged on its bytes: Lookup = %d, %v; want it gone", n, err)
+			}
+		})
+	}
+}
+
+// TestFailedPutDeletesNoPeersBlock: on a standalone server out of memory
+// under noeviction (every SET refused with OOM, DEL taken), a Put of a
+// block a peer stored reports it stored and leaves it; a Put of a new block
+// fails and deletes nothing. (A failed Put used to delete the block's
+// record even where its own SET had failed, i.e. a peer's intact block:
+// review of 2026-11-27.)
+func TestFailedPutDeletesNoPeersBlock(t *testing.T) {
 	needServerBinaries(t)
 	addr := startServer(t, "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
@@ -242,29 +233,28 @@ func TestProbeFailedPutDeletesAPeersBlock(t *testing.T) {
 	if err := raw.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	again := peer[0] // this node's write-through of the same block
-	errs := s.Put(ctx, []Block{again})
-	t.Logf("the Put on a full server: %v", errs[0])
-	if errs[0] == nil {
-		t.Fatal("the Put succeeded on a server refusing writes: the probe did not probe")
+	if err := s.Put(ctx, []Block{peer[0]})[0]; err != nil {
+		t.Errorf("this node's write-through of the stored block on a full server: %v, want stored (skipped)", err)
+	}
+	if err := s.Put(ctx, blocks(9, 1, 10))[0]; err == nil {
+		t.Fatal("a new block's Put succeeded on a server refusing writes")
 	}
 	if err := raw.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if out, dst := get(t, s, peer); out[0] != Hit || !bytes.Equal(dst[0], peer[0].Payload) {
-		t.Errorf("the peer's block after another node's failed Put: %v (want hit): the failed Put deleted it", out[0])
+		t.Errorf("the peer's block after another node's failed Put: %v (want hit)", out[0])
 	}
 }
 
-// TestProbeFailedClusterRewriteCorruptsAPeersBlock: on a cluster a Put
-// overwrites the chunk keys in place first and writes the commit record in a
-// second round trip. When that second trip fails (here the record's node
-// holds writes past the Put's deadline), the Put reports failure, yet the
-// peer's record now points at this Put's chunks: the peer's intact block
-// reads Corrupt and is deleted. A failed Put should change nothing (e.g.
-// chunk keys named by a per-write id kept in the record, or skip blocks the
-// tier already holds, as LowerWrite's doc says lower tiers do).
-func TestProbeFailedClusterRewriteCorruptsAPeersBlock(t *testing.T) {
+// TestClusterRewriteLeavesAPeersBlock: on a cluster a Put writes the chunk
+// keys first and the commit record in a second round trip. A Put of a block
+// a peer stored, while the record's node holds writes past the Put's
+// deadline, leaves the peer's block readable. (It used to overwrite the
+// chunks in place and fail on the record: the peer's record pointed at
+// this Put's chunks, its block read Corrupt and was deleted — review of
+// 2026-11-27. Now the stored block is not written again.)
+func TestClusterRewriteLeavesAPeersBlock(t *testing.T) {
 	addrs := privateCluster(t)
 	ctx := context.Background()
 	s := open(t, Config{Addrs: addrs, Cluster: true})
@@ -304,9 +294,6 @@ func TestProbeFailedClusterRewriteCorruptsAPeersBlock(t *testing.T) {
 	err := s.Put(pctx, []Block{b})[0]
 	cancel()
 	t.Logf("the rewrite: %v", err)
-	if err == nil {
-		t.Fatal("the rewrite succeeded with its record's node paused past its deadline: the probe did not probe")
-	}
 	time.Sleep(time.Second) // the pause ends; the timed-out record SET died with its connection
 	dst := make([]byte, payload)
 	if o := s.Get(ctx, []GetItem{{Key: a.Key, Hash: a.Hash, Dst: dst}})[0]; o != Hit || !bytes.Equal(dst, a.Payload) {
