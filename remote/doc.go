@@ -8,12 +8,15 @@
 // prefix: another model, tenant or layout never finds a block, so what a
 // reader cannot read under its own key is damage, not a peer's block. The
 // record
-// carries the same and a checksum per chunk; anything missing, short, stale
-// or corrupt is a miss (and is deleted), never data.
+// carries the same and an xxh64 per chunk; anything missing, short, stale
+// or corrupt is a miss (and its record is deleted, if still the one read),
+// never data.
 //
 // Costs: a prefix lookup is one pipelined round trip (EXISTS per block); a
-// write is two (chunks, then records); a read is two (records, then the
-// chunks of the records that verified). Every call is bounded by its
+// write is two on a standalone server (which blocks are stored already,
+// then chunks and records in order) and three on a cluster (the records
+// after the chunks landed); a read is one (records and chunks, verified
+// together). A block already stored is not written again. Every call is bounded by its
 // context: a slow or absent server turns into Failed or an error, never a
 // hang, and the client reconnects by itself when the server returns.
 //
