@@ -6,6 +6,7 @@ package remote
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -298,5 +299,28 @@ func TestClusterRewriteLeavesAPeersBlock(t *testing.T) {
 	dst := make([]byte, payload)
 	if o := s.Get(ctx, []GetItem{{Key: a.Key, Hash: a.Hash, Dst: dst}})[0]; o != Hit || !bytes.Equal(dst, a.Payload) {
 		t.Errorf("the peer's block after a failed rewrite: %v (want hit with the peer's bytes)", o)
+	}
+}
+
+// TestZeroDigestRefused: a block with a zero digest is not stored (every
+// such block of a namespace would share one key, told apart by its 64-bit
+// hash alone) and not looked for; a payload of the wrong size neither.
+func TestZeroDigestRefused(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			b := blocks(17, 2, 17)
+			b[0].Digest = [32]byte{}
+			b[1].Payload = b[1].Payload[:payload-1]
+			for i, err := range s.Put(ctx, b) {
+				if !errors.Is(err, ErrBadBlock) {
+					t.Errorf("Put of block %d: %v, want ErrBadBlock", i, err)
+				}
+			}
+			if o := s.Get(ctx, []GetItem{{Key: b[0].Key, Hash: b[0].Hash, Dst: make([]byte, payload)}})[0]; o != Failed {
+				t.Errorf("Get with a zero digest: %v, want failed", o)
+			}
+		})
 	}
 }

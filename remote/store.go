@@ -21,6 +21,10 @@ var (
 	// ErrCorrupt: a stored record or chunk failed verification. Readers
 	// see it as a miss (Corrupt), never as data.
 	ErrCorrupt = errors.New("kvtier: remote: corrupt record")
+	// ErrBadBlock: a Block given to Put is not one this Store stores: a
+	// payload not PayloadBytes long, or a zero digest (every such block
+	// would share one key per namespace, told apart by a 64-bit hash only).
+	ErrBadBlock = errors.New("kvtier: remote: bad block")
 	// ErrUnavailable: Redis could not be reached or answered an error.
 	ErrUnavailable = errors.New("kvtier: remote: server unavailable")
 )
@@ -209,7 +213,11 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 	exists := make([]*redis.IntCmd, len(blocks))
 	for i, b := range blocks {
 		if len(b.Payload) != s.cfg.PayloadBytes {
-			errs[i] = fmt.Errorf("%w: payload of %d bytes, blocks are %d", ErrBadConfig, len(b.Payload), s.cfg.PayloadBytes)
+			errs[i] = fmt.Errorf("%w: payload of %d bytes, blocks are %d", ErrBadBlock, len(b.Payload), s.cfg.PayloadBytes)
+			continue
+		}
+		if b.Digest == ([32]byte{}) {
+			errs[i] = fmt.Errorf("%w: block %016x has a zero digest", ErrBadBlock, b.Hash)
 			continue
 		}
 		exists[i] = pipe.Exists(ctx, s.recordKey(b.Key))
@@ -404,9 +412,10 @@ type GetItem struct {
 // written and must not be used. Corrupt blocks are deleted, if their record
 // is still the one read (a peer may have stored the block again since: a
 // torn read of a rewrite is no reason to delete it), so the next lookup
-// misses at once. An item whose Dst is not PayloadBytes long is Failed, and
-// one whose record names another Hash under its key (the caller's hash
-// and digest disagree) Missing: neither touches what is stored.
+// misses at once. An item whose Dst is not PayloadBytes long or whose
+// digest is zero is Failed, and one whose record names another Hash under
+// its key (the caller's hash and digest disagree) Missing: neither touches
+// what is stored.
 func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 	out := make([]Outcome, len(items))
 	if len(items) == 0 {
@@ -416,8 +425,8 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 	rcmds := make([]*redis.StringCmd, len(items))
 	ccmds := make([][]*redis.StringCmd, len(items))
 	for i, it := range items {
-		if len(it.Dst) != s.cfg.PayloadBytes {
-			out[i] = Failed
+		if len(it.Dst) != s.cfg.PayloadBytes || it.Digest == ([32]byte{}) {
+			out[i] = Failed // not a block this Store stores (see ErrBadBlock)
 			continue
 		}
 		rcmds[i] = pipe.Get(ctx, s.recordKey(it.Key))
