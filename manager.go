@@ -66,9 +66,10 @@ var (
 	// ends after the actor took it is applied in full and answered normally.
 	ErrCanceled = messages.ErrCanceled
 	// ErrNotDurable says Delete dropped blocks from every tier in memory but
-	// could not scrub a disk record (after a crash it may come back), or
-	// could not reach a stopped tier (ErrTierDown): the disk's records, or
-	// the remote tier's copies, which other nodes may still serve.
+	// could not scrub a disk record (after a crash it may come back), could
+	// not reach a stopped tier (ErrTierDown): the disk's records, or the
+	// remote tier's copies, which other nodes may still serve; or the remote
+	// tier's delete failed (remote.ErrUnavailable, a timeout).
 	ErrNotDurable = errors.New("kvtier: delete not durable on disk")
 	// ErrFailed says the GPU actor failed (it panicked, a defect): its tier
 	// stopped, every call still waiting on it and every later call fails
@@ -1109,8 +1110,8 @@ func (m *Manager) DeleteChain(ctx context.Context, c Chain) (int, error) {
 			}
 			m.system.Root.Send(m.evPID, gone)
 		}
-		if err != nil {
-			return n, fmt.Errorf("kvtier: remote tier delete: %w", err)
+		if err != nil { // other nodes may still be served the chain from there
+			return n, fmt.Errorf("%w: the remote tier: %w", ErrNotDurable, err)
 		}
 	}
 	return n, nil

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/kvtier/kvtier/remote"
 )
 
 // TestRemoteConfigBadFieldsRefused: New refuses, with ErrBadConfig, a
@@ -34,5 +36,22 @@ func TestRemoteConfigBadFieldsRefused(t *testing.T) {
 				t.Errorf("New with Remote.%s: %v, want ErrBadConfig", c.name, err)
 			}
 		})
+	}
+}
+
+// TestDeleteWithRemoteUnreachableNotDurable: a Delete whose remote part
+// fails (nothing answers at the address) returns ErrNotDurable wrapping
+// remote.ErrUnavailable: other nodes may still be served the chain from
+// there. (It returned a plain error, review of 2026-11-27.)
+func TestDeleteWithRemoteUnreachableNotDurable(t *testing.T) {
+	m, err := New(Config{GPUBlocks: 16, BlockTokens: bt, PinnedBytes: 16 * 4096,
+		Remote: &RemoteConfig{Addrs: []string{"127.0.0.1:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	_, err = m.Delete(context.Background(), make([]int64, 2*bt), "")
+	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, remote.ErrUnavailable) {
+		t.Fatalf("Delete with the remote tier unreachable: %v, want ErrNotDurable wrapping remote.ErrUnavailable", err)
 	}
 }
