@@ -51,6 +51,7 @@ type lowerRead struct {
 	to   *actor.PID
 	req  *messages.LowerRead
 	ok   []bool
+	kept []bool        // read from a tier that keeps it on this node (the disk in service)
 	miss []int         // indexes of req.Items sent to the remote tier
 	at   messages.Tier // the tier asked now: Disk, then Remote
 }
@@ -76,7 +77,7 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 		a.writeDone(ctx, m)
 	case *messages.LowerRead:
 		a.nextID++
-		r := &lowerRead{to: ctx.Sender(), req: m, ok: make([]bool, len(m.Items))}
+		r := &lowerRead{to: ctx.Sender(), req: m, ok: make([]bool, len(m.Items)), kept: make([]bool, len(m.Items))}
 		for i := range m.Items {
 			r.miss = append(r.miss, i)
 		}
@@ -181,15 +182,19 @@ func (a *LowerActor) ask(ctx actor.Context, id uint64, r *lowerRead, tier messag
 		return
 	}
 	delete(a.reads, id)
-	ctx.Send(r.to, &messages.LowerReadDone{ID: r.req.ID, OK: r.ok, From: both})
+	ctx.Send(r.to, &messages.LowerReadDone{ID: r.req.ID, OK: r.ok, From: both, Kept: r.kept})
 }
 
 // readAnswered takes the answer of the tier r is at (nil OK: all missed).
 func (a *LowerActor) readAnswered(ctx actor.Context, id uint64, r *lowerRead, ok []bool) {
 	var miss []int
+	// A block read from the disk stays there; one from the remote tier is
+	// kept on this node only when there is no disk to drain it to.
+	kept := r.at == messages.Disk || a.gone&messages.Disk != 0
 	for j, i := range r.miss {
 		if j < len(ok) && ok[j] {
 			r.ok[i] = true
+			r.kept[i] = kept
 		} else {
 			miss = append(miss, i)
 		}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -72,5 +73,50 @@ func TestLowerActorRestartKeepsRequestsInFlight(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a write in flight across the fan-out actor's restart was never answered")
+	}
+}
+
+// servingTier is a fake lower tier that answers a read at once, finding
+// the items whose hash is in has.
+type servingTier struct {
+	from messages.Tier
+	has  map[uint64]bool
+}
+
+func (f *servingTier) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*messages.LowerRead); ok {
+		done := &messages.LowerReadDone{ID: m.ID, OK: make([]bool, len(m.Items)), From: f.from}
+		for i, it := range m.Items {
+			done.OK[i] = f.has[it.Hash]
+		}
+		ctx.Respond(done)
+	}
+}
+
+// TestLowerReadKeptOnlyFromDisk: the fan-out's answer says which blocks the
+// tier they were read from keeps on this node: one the disk served is kept,
+// one only the remote tier had is not (pinned memory drains it to the disk
+// when it leaves, instead of dropping it as held below; review of
+// 2026-11-27), one nobody had is a miss.
+func TestLowerReadKeptOnlyFromDisk(t *testing.T) {
+	sys := actor.NewActorSystem()
+	disk := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &servingTier{from: messages.Disk, has: map[uint64]bool{1: true}}
+	}))
+	remote := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &servingTier{from: messages.Remote, has: map[uint64]bool{1: true, 2: true}}
+	}))
+	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(disk, remote, nil, zap.NewNop())))
+	read := &messages.LowerRead{ID: 9, Items: []messages.LowerReadItem{{Hash: 1}, {Hash: 2}, {Hash: 3}}}
+	r, err := sys.Root.RequestFuture(lower, read, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := r.(*messages.LowerReadDone)
+	if want := []bool{true, true, false}; !slices.Equal(done.OK, want) {
+		t.Fatalf("OK %v, want %v", done.OK, want)
+	}
+	if want := []bool{true, false, false}; !slices.Equal(done.Kept, want) {
+		t.Fatalf("Kept %v, want %v: only the block read from the disk stays on this node", done.Kept, want)
 	}
 }

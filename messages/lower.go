@@ -100,11 +100,17 @@ type LowerRead struct {
 // verified payload; false means a miss (not held, corrupt, I/O error, past
 // the deadline, digest mismatch) and the slot's bytes are unspecified. From
 // this message on the pinned actor owns every slot of the request again.
-// From names the tier that answers, as in LowerWriteDone.
+// From names the tier that answers, as in LowerWriteDone. Kept, when set
+// (by the fan-out over the disk and the remote tier), says per item
+// whether the tier it was read from keeps it on this node: a block the
+// disk lacked and the remote tier served is not, and pinned memory drains
+// it to the disk when it leaves, as it does a block only the remote tier
+// took. nil: every block read is kept below.
 type LowerReadDone struct {
 	ID   uint64
 	OK   []bool
 	From Tier
+	Kept []bool
 }
 
 // LowerQuery asks a lower tier about hashes; the disk actor answers it (the

@@ -273,7 +273,9 @@ func (t *Tier) lowerRead(m *messages.LowerReadDone) {
 			got[i] = true
 			t.digests[it.Slot] = f.digests[i]
 			t.pool.Commit(it.Slot)
-			t.pool.SetBelow(it.Slot, true) // read from the disk, which keeps it
+			// Read from a tier below that keeps it (the fan-out says which:
+			// one the remote tier served is drained to the disk).
+			t.pool.SetBelow(it.Slot, m.Kept == nil || (i < len(m.Kept) && m.Kept[i]))
 			added = append(added, it.Hash)
 			t.stats.Onboarded++
 		} else {

@@ -267,3 +267,19 @@ func TestTierDeleteDuringFill(t *testing.T) {
 		t.Fatal("a deleted chain became resident")
 	}
 }
+
+// TestTierReadKeptBelowOnlyWhereSaid: a block read from below is marked
+// held below (dropped, not drained, when it leaves) unless the answer's Kept
+// says the tier it came from does not keep it on this node (the remote
+// tier, behind the fan-out): that one is drained to the disk.
+func TestTierReadKeptBelowOnlyWhereSaid(t *testing.T) {
+	tr := newTestTier(t, 4, true)
+	tr.Fetch(fetch(5, 6), gpuPeer{})
+	rd := step(t, tr).ToLower[0].(*messages.LowerRead)
+	tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{true, true}, Kept: []bool{true, false}})
+	step(t, tr)
+	if !tr.pool.Below(rd.Items[0].Slot) || tr.pool.Below(rd.Items[1].Slot) {
+		t.Fatalf("below: %t, %t; want block 5 held below, block 6 (read from the remote tier) not",
+			tr.pool.Below(rd.Items[0].Slot), tr.pool.Below(rd.Items[1].Slot))
+	}
+}
