@@ -79,8 +79,7 @@ func TestRvDForgedSquatterDeniesVictimCache(t *testing.T) {
 // it checks the invariants, that only committed prefixes are findable, that
 // a pinned block is never reused (its generation does not change), and that
 // every hit holds the digest of the prompt's own prefix.
-func runOpsRvD(t *testing.T, data []byte) {
-	const blocks, size = 16, 2
+func runOpsRvD(t *testing.T, data []byte, blocks, size int) {
 	p, err := New(Config{NumBlocks: blocks, BlockSize: size, Digests: true, Journal: true})
 	if err != nil {
 		t.Fatal(err)
@@ -242,13 +241,18 @@ func TestRvDModelOwnerCalls(t *testing.T) {
 		for i := range data {
 			data[i] = byte(r.IntN(256))
 		}
-		runOpsRvD(t, data)
+		runOpsRvD(t, data, 16, 2)
+		runOpsRvD(t, data, 6, 1)
+		runOpsRvD(t, data, 10, 3)
 	}
 }
 
 func FuzzRvDPoolOwnerCalls(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 5, 4, 2, 9, 5, 1, 1, 2, 1})
-	f.Fuzz(func(t *testing.T, data []byte) { runOpsRvD(t, data) })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		runOpsRvD(t, data, 16, 2)
+		runOpsRvD(t, data, 6, 1)
+	})
 }
 
 // TestRvDUncachedPrefixOrphansBlockRecompute: deleting a prompt (the GPU
