@@ -1,6 +1,8 @@
 package blockpool
 
 import (
+	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -292,5 +294,29 @@ func TestRvDUncachedPrefixOrphansBlockRecompute(t *testing.T) {
 	}
 	if r.HitBlocks != 2 {
 		t.Fatalf("the recomputed, committed prompt (held by sequence 2) hits %d of 2 blocks: the deleted prefix's orphaned child keeps its hash", r.HitBlocks)
+	}
+}
+
+// TestRvDHugeBlockSizeOverflows: Config.validate bounds NumBlocks but not
+// BlockSize, and the pool's token arithmetic (numBlocksFor's tokens+BlockSize-1,
+// checkLookahead's NumBlocks*BlockSize) wraps for a BlockSize near MaxInt.
+// With BlockSize MaxInt, Allocate of two tokens succeeds with a table of no
+// blocks (and CheckInvariants accepts it: numBlocksFor(2) is -1); with four
+// blocks of MaxInt/2 tokens every Allocate is a NoSpaceError "need 1, 4
+// free". Expected: New refuses such a config with ErrBadConfig (its capacity
+// in tokens does not fit an int), or the pool serves it correctly.
+func TestRvDHugeBlockSizeOverflows(t *testing.T) {
+	for _, cfg := range []Config{{NumBlocks: 1, BlockSize: math.MaxInt}, {NumBlocks: 4, BlockSize: math.MaxInt / 2}} {
+		p, err := New(cfg)
+		if errors.Is(err, ErrBadConfig) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		a, err := p.Allocate(1, []int64{1, 2}, "")
+		if err != nil || len(a.Blocks) != 1 {
+			t.Errorf("%+v accepted; Allocate of 2 tokens: blocks %v, err %v (want one block, or ErrBadConfig from New)", cfg, a.Blocks, err)
+		}
 	}
 }
