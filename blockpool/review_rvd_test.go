@@ -238,7 +238,7 @@ func runOpsRvD(t *testing.T, data []byte, blocks, size int) {
 
 func TestRvDModelOwnerCalls(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for range 3000 {
+	for range 800 {
 		data := make([]byte, 400)
 		for i := range data {
 			data[i] = byte(r.IntN(256))
