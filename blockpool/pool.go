@@ -2,6 +2,7 @@ package blockpool
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"unsafe"
 
@@ -39,6 +40,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: NumBlocks %d exceeds %d", ErrBadConfig, c.NumBlocks, 1<<31-1)
 	case c.BlockSize <= 0:
 		return fmt.Errorf("%w: BlockSize %d must be >= 1", ErrBadConfig, c.BlockSize)
+	case c.BlockSize > (math.MaxInt/2)/c.NumBlocks:
+		// Token counts (a sequence's, with lookahead, rounded up to whole
+		// blocks) must not wrap.
+		return fmt.Errorf("%w: %d blocks of %d tokens: the pool's tokens overflow an int", ErrBadConfig, c.NumBlocks, c.BlockSize)
 	case c.VocabSize < 0:
 		return fmt.Errorf("%w: VocabSize %d must be >= 0", ErrBadConfig, c.VocabSize)
 	}
@@ -909,12 +914,23 @@ func (p *Pool) relink(table []BlockID) {
 }
 
 // publish makes a filled block findable by its hash and reports whether it did.
-// The first block published for a hash keeps it; a duplicate stays unfindable.
+// The first block published for a hash keeps it while a lookup can reach it; a
+// duplicate stays unfindable. One no lookup can reach any more (its parent was
+// uncached or reused: a Delete of a prefix leaves its cached children so) gives
+// its place to the new block, which would otherwise stay unfindable, and its
+// prefix a miss past the parent, until the orphan is evicted.
 func (p *Pool) publish(id BlockID) bool {
 	b := &p.blocks[id]
-	if b.cached || len(b.tokens) != p.cfg.BlockSize || !p.byHash.add(b.hash, id) {
+	if b.cached || len(b.tokens) != p.cfg.BlockSize {
 		return false
 	}
+	if x, ok := p.byHash.get(b.hash); ok {
+		if p.reachable(x) {
+			return false
+		}
+		p.Uncache(x)
+	}
+	p.byHash.add(b.hash, id)
 	b.cached = true
 	p.journalStored(b)
 	if b.state == stateFree {
@@ -923,6 +939,19 @@ func (p *Pool) publish(id BlockID) bool {
 		p.free.pushTail(p.blocks, int32(id))
 	}
 	return true
+}
+
+// reachable says whether a lookup can still reach cached block id: it starts
+// a chain, or its parent is cached and still holds what it held when id was
+// linked to it. (A parent reachable itself is not checked: one level finds
+// the orphans a Delete of a prefix leaves.)
+func (p *Pool) reachable(id BlockID) bool {
+	b := &p.blocks[id]
+	if b.parent == none {
+		return true
+	}
+	par := &p.blocks[b.parent]
+	return par.cached && par.gen == b.pgen
 }
 
 // setTokens copies a full block's tokens into block id's place in the slab.

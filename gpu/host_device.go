@@ -328,6 +328,16 @@ func (s *hostStream) enqueue(dir Direction, ops []CopyOp) (*Event, error) {
 	return ev, nil
 }
 
+// closed reports whether c is closed.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // run executes one batch on the stream's worker goroutine.
 func (s *hostStream) run(b hostBatch) {
 	if b.fence != nil {
@@ -346,6 +356,10 @@ func (s *hostStream) run(b hostBatch) {
 					sf.abandon()
 				}
 			}
+		} else if sf, ok := b.fence.(*SignalFence); ok && closed(s.quit) && !fenceDone(sf) {
+			// Closing gives up every fence the stream still waits on, as
+			// a CUDA stream's close does, not only the first.
+			sf.abandon()
 		}
 		if s.abandoned {
 			b.ev.complete(ErrFenceAbandoned)

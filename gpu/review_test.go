@@ -5,18 +5,17 @@ import (
 	"testing"
 )
 
-// TestRvDStreamCloseAbandonsEveryFenceItWaitsOn: a stream told to wait on
+// TestStreamCloseAbandonsEveryFenceItWaitsOn: a stream told to wait on
 // two unsignalled SignalFences, f1 then f2, is closed. The SignalFence
 // contract: "A stream of that device closed while it waits on the fence
 // abandons it: every stream waiting on it is released, the batches behind
 // it — on every such stream — fail with ErrFenceAbandoned". The CUDA
 // backend does that for both (cudaStream.close abandons every fence in
-// s.behind). The host backend abandons only f1, the fence its worker is
-// blocked on: it then skips f2's entry (s.abandoned) without abandoning f2,
-// so another stream's copy behind f2 runs once f2 is signalled, where on
-// CUDA it fails — code tested on the host backend sees a copy succeed that
-// fails on a GPU.
-func TestRvDStreamCloseAbandonsEveryFenceItWaitsOn(t *testing.T) {
+// s.behind), and so does the host backend now. It abandoned only f1, the
+// fence its worker was blocked on (review of 2026-11-27): it skipped f2's
+// entry without abandoning f2, so another stream's copy behind f2 ran once
+// f2 was signalled, where on CUDA it fails.
+func TestStreamCloseAbandonsEveryFenceItWaitsOn(t *testing.T) {
 	d := newTestDevice(t)
 	l := testLayout(t)
 	a, err := d.NewKVArena(l, 1)
