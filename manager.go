@@ -928,19 +928,12 @@ func (m *Manager) ExistsChain(ctx context.Context, c Chain) (Presence, error) {
 
 // exists asks each tier for its leading run of k's blocks from block from on.
 func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys, from int) (Presence, error) {
-	q := &messages.Query{Kind: messages.QueryExists, Tokens: append([]int64(nil), tokens...), Keys: k, Reply: make(chan *messages.QueryResult, 1)}
-	r, err := ask(ctx, m, m.gpuPID, &q.Call, q, q.Reply)
+	var p Presence
+	gpuTokens, err := m.gpuRun(ctx, tokens, k)
 	if err != nil {
 		return Presence{}, err
 	}
-	if r.Err != nil {
-		return Presence{}, r.Err
-	}
-	var p Presence
-	p.Tokens[GPU.Index()] = r.Tokens.Of(GPU)
-	if from < 0 {
-		from = r.Tokens.Of(GPU) / m.cfg.BlockTokens
-	}
+	p.Tokens[GPU.Index()] = gpuTokens
 	below := hashes(k)[from:]
 	for _, ta := range m.tiers[1:] {
 		lr, ok, err := m.queryTier(ctx, ta, messages.QueryExists, below, k.Digests[from:])
@@ -955,6 +948,20 @@ func (m *Manager) exists(ctx context.Context, tokens []int64, k *blockpool.Keys,
 		}
 	}
 	return p, nil
+}
+
+// gpuRun returns the tokens of k's leading blocks the GPU serves (hits, as
+// an allocation verifies them).
+func (m *Manager) gpuRun(ctx context.Context, tokens []int64, k *blockpool.Keys) (int, error) {
+	q := &messages.Query{Kind: messages.QueryExists, Tokens: append([]int64(nil), tokens...), Keys: k, Reply: make(chan *messages.QueryResult, 1)}
+	r, err := ask(ctx, m, m.gpuPID, &q.Call, q, q.Reply)
+	if err != nil {
+		return 0, err
+	}
+	if r.Err != nil {
+		return 0, r.Err
+	}
+	return r.Tokens.Of(GPU), nil
 }
 
 // queryTier asks a tier below the GPU about a chain's blocks hs, whose prefix
@@ -983,8 +990,8 @@ type LookupRequest struct {
 
 // LookupResult says what an allocation of the prompt would find now, per tier
 // and in order: Tokens.Of(GPU) on the GPU, then Tokens.Below() more below it,
-// each lower tier counting what the tiers above it do not hold (pinned memory
-// first, then disk; the remote tier is not looked up and counts 0), with the
+// each block counted for the first tier in order that holds it (pinned memory,
+// then disk; the remote tier is not looked up and counts 0), with the
 // double-get thresholds applied (DoubleGetSkipped when they turned a lower hit
 // away). It is a snapshot: blocks may move before an allocation.
 type LookupResult struct {
@@ -994,27 +1001,41 @@ type LookupResult struct {
 
 // Lookup reports the hit a prompt would get, per tier, without side effects:
 // nothing is allocated, pinned, loaded or counted as a hit (vLLM's
-// get_computed_blocks before admission).
+// get_computed_blocks before admission). Below the GPU's hit it asks the
+// index the question an allocation asks (which tier serves each block, the
+// first in order that holds it), so a chain split between pinned memory and
+// disk counts whole, as an allocation loads it.
 func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, error) {
 	k := m.chainKeys(req.Tokens, req.Salt, req.LoRA)
-	p, err := m.exists(ctx, req.Tokens, k, -1)
+	gpuTokens, err := m.gpuRun(ctx, req.Tokens, k)
 	if err != nil {
 		return LookupResult{}, err
 	}
 	var res LookupResult
-	res.Tokens[GPU.Index()] = p.Tokens.Of(GPU)
-	// Every lower tier's run counts from the GPU hit; a tier serves what the
-	// tiers above it do not hold.
-	lower := 0
-	for _, ta := range m.tiers[1:] {
-		if run := p.Tokens.Of(ta.tier); run > lower {
-			res.Tokens[ta.tier.Index()], lower = run-lower, run
-		}
+	res.Tokens[GPU.Index()] = gpuTokens
+	from := gpuTokens / m.cfg.BlockTokens
+	if m.idxPID == nil || from >= len(k.Hashes) {
+		return res, nil
 	}
-	below, total := lower/m.cfg.BlockTokens, (len(req.Tokens)+m.cfg.BlockTokens-1)/m.cfg.BlockTokens
+	q := &messages.Lookup{Chains: [][]uint64{hashes(k)[from:]}, Reply: make(chan *messages.LookupResult, 1)}
+	r, err := ask(ctx, m, m.idxPID, nil, q, q.Reply)
+	if errors.Is(err, ErrTierDown) {
+		return res, nil // the tiers below serve nothing without it
+	}
+	if err != nil {
+		return LookupResult{}, err
+	}
+	if r.Unanswered || len(r.Tiers) != 1 {
+		return res, nil
+	}
+	run := r.Tiers[0]
+	for _, t := range run {
+		res.Tokens[t.Index()] += m.cfg.BlockTokens
+	}
+	below, total := len(run), (len(req.Tokens)+m.cfg.BlockTokens-1)/m.cfg.BlockTokens
 	if below > 0 && (below < m.cfg.DoubleGetMinBlocks || float64(below) < m.cfg.DoubleGetMinRatio*float64(total)) {
 		res.Tokens = TierTokens{}
-		res.Tokens[GPU.Index()] = p.Tokens.Of(GPU)
+		res.Tokens[GPU.Index()] = gpuTokens
 		res.DoubleGetSkipped = true
 	}
 	return res, nil

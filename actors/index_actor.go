@@ -57,8 +57,19 @@ type IndexActor struct {
 
 type busyLookup struct {
 	to     *actor.PID
+	reply  chan *messages.LookupResult // Lookup.Reply, instead of to
 	id     uint64
 	chains int
+}
+
+// answer sends res to whoever asked: the reply channel, or the sender.
+func answer(ctx actor.Context, to *actor.PID, reply chan *messages.LookupResult, res *messages.LookupResult) {
+	switch {
+	case reply != nil:
+		reply <- res
+	case to != nil:
+		ctx.Send(to, res)
+	}
 }
 
 // IndexWatch names the tiers the index tells when blocks leave the tiers
@@ -75,6 +86,7 @@ type IndexWatch struct {
 
 type remotePending struct {
 	to     *actor.PID
+	reply  chan *messages.LookupResult // Lookup.Reply, instead of to
 	res    *messages.LookupResult
 	chains []int // indexes of res.Tiers asked about, in RemoteLookup order
 }
@@ -166,7 +178,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 	case *messages.Demand:
 		a.sendMisses(ctx, m)
 	case *messages.Lookup:
-		a.busy = &busyLookup{to: ctx.Sender(), id: m.ID, chains: len(m.Chains)}
+		a.busy = &busyLookup{to: ctx.Sender(), reply: m.Reply, id: m.ID, chains: len(m.Chains)}
 		a.lookup(ctx, m)
 		a.busy = nil // not deferred: a panic must leave it for Restarting
 	case *messages.RemoteLookupResult:
@@ -183,7 +195,7 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 				}
 			}
 		}
-		ctx.Send(p.to, p.res)
+		answer(ctx, p.to, p.reply, p.res)
 	case *actor.Started:
 		watch(ctx, a.remoteActor)
 	case *actor.Terminated:
@@ -191,9 +203,9 @@ func (a *IndexActor) Receive(ctx actor.Context) {
 			a.remoteGone(ctx)
 		}
 	case *actor.Restarting:
-		if b := a.busy; b != nil && b.to != nil {
+		if b := a.busy; b != nil {
 			a.busy = nil
-			ctx.Send(b.to, &messages.LookupResult{ID: b.id, Tiers: make([][]messages.Tier, b.chains), Unanswered: true})
+			answer(ctx, b.to, b.reply, &messages.LookupResult{ID: b.id, Tiers: make([][]messages.Tier, b.chains), Unanswered: true})
 		}
 	case *actor.DeadLetterResponse:
 		// A lookup that reached the remote tier after it stopped: its
@@ -234,14 +246,18 @@ func (a *IndexActor) lookup(ctx actor.Context, m *messages.Lookup) {
 			if ask == nil {
 				a.nextID++
 				ask = &messages.RemoteLookup{ID: a.nextID}
-				p = &remotePending{to: ctx.Sender(), res: res}
+				p = &remotePending{to: ctx.Sender(), reply: m.Reply, res: res}
 			}
 			ask.Digests = append(ask.Digests, m.Digests[i][n:])
 			p.chains = append(p.chains, i)
 		}
 	}
 	if ask == nil {
-		ctx.Respond(res)
+		if m.Reply != nil {
+			m.Reply <- res
+		} else {
+			ctx.Respond(res)
+		}
 		return
 	}
 	a.pending[ask.ID] = p
@@ -256,7 +272,7 @@ func (a *IndexActor) remoteGone(ctx actor.Context) {
 	for _, id := range slices.Sorted(maps.Keys(a.pending)) {
 		p := a.pending[id]
 		delete(a.pending, id)
-		ctx.Send(p.to, p.res)
+		answer(ctx, p.to, p.reply, p.res)
 	}
 }
 

@@ -418,7 +418,9 @@ func (s TierStats) String() string {
 }
 
 // Lookup asks the index which lower tier holds each hash of a chain, for several
-// chains at once. Sent by the GPU actor.
+// chains at once. Sent by the GPU actor (answered to the sender), and by the
+// Manager's Lookup with Reply set (answered there; no Digests: the remote
+// tier is not asked). Changes nothing.
 type Lookup struct {
 	ID     uint64
 	Chains [][]uint64
@@ -426,6 +428,9 @@ type Lookup struct {
 	// index asks the shared remote tier, keyed by digest, for the part of
 	// a chain no local tier holds.
 	Digests [][]prefixhash.Digest
+	// Reply, when set, takes the answer instead of the sender; it needs
+	// room for one.
+	Reply chan *LookupResult
 }
 
 // Demand tells the index of blocks requests asked of the tiers below

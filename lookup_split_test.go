@@ -6,15 +6,16 @@ import (
 	"testing"
 )
 
-// TestProbeRvBLookupMatchesAllocate: Lookup "says what an allocation of the
-// prompt would find now, per tier". When pinned memory holds the later
-// blocks of a chain and the disk its first one (the pinned tier drained its
-// least recent block to disk), an allocation loads the whole run (the
-// index takes each block from whichever tier holds it: disk, pinned,
-// pinned, pinned; all 16 tokens arrive valid), but Lookup counts each
-// tier's leading run on its own and reports disk=4 only. A router, or
-// group.Rank (which agrees its hit from Lookup), sees 4 of 16 tokens.
-func TestProbeRvBLookupMatchesAllocate(t *testing.T) {
+// TestLookupMatchesAllocate: Lookup "says what an allocation of the prompt
+// would find now, per tier". When pinned memory holds the later blocks of a
+// chain and the disk its first one (the pinned tier drained its least
+// recent block to disk), an allocation loads the whole run (the index takes
+// each block from whichever tier holds it: disk, pinned, pinned, pinned;
+// all 16 tokens arrive valid), and so does Lookup count it. It used to
+// count each tier's leading run on its own and report disk=4 only (review
+// of 2026-11-27): a router, or group.Rank (which agrees its hit from
+// Lookup), saw 4 of 16 tokens.
+func TestLookupMatchesAllocate(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 4 * int64(os.Getpagesize()), DiskDir: t.TempDir(), DiskBytes: 1 << 20,
 		Ingestion: IngestAll})
