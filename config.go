@@ -365,7 +365,7 @@ func (c Config) withDefaults() (Config, error) {
 	} else if !(c.OffloadThreshold > 0 && c.OffloadThreshold <= 1) { // NaN too
 		bad("OffloadThreshold", c.OffloadThreshold, "must be in (0, 1]")
 	}
-	count("OffloadAhead", &c.OffloadAhead, 64, "must be >= 0")
+	count("OffloadAhead", &c.OffloadAhead, 64, "must be >= 1 (0: the default, 64)")
 	count("WriteQuota", &c.WriteQuota, 256, "must be >= 1")
 	count("MaxPendingCalls", &c.MaxPendingCalls, 4096, "must be >= 1")
 	count("DoubleGetMinBlocks", &c.DoubleGetMinBlocks, 1, "must be >= 1")

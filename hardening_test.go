@@ -46,6 +46,20 @@ func TestNilContext(t *testing.T) {
 			t.Errorf("%s(nil ctx) = %v, want ErrNilContext", name, err)
 		}
 	}
+	// A Manager with the GPU tier alone refuses them as well (Prefetch,
+	// which has nothing to ask there, answered 0, nil).
+	g := newManager(t, Config{GPUBlocks: 8})
+	for name, call := range map[string]func() error{
+		"Prefetch": func() error { _, err := g.Prefetch(nilCtx, a, ""); return err },
+		"Lookup":   func() error { _, err := g.Lookup(nilCtx, LookupRequest{Tokens: a}); return err },
+		"Exists":   func() error { _, err := g.Exists(nilCtx, a, ""); return err },
+		"Delete":   func() error { _, err := g.Delete(nilCtx, a, ""); return err },
+		"Flush":    func() error { return g.Flush(nilCtx) },
+	} {
+		if err := call(); !errors.Is(err, ErrNilContext) {
+			t.Errorf("GPU alone: %s(nil ctx) = %v, want ErrNilContext", name, err)
+		}
+	}
 	// Nothing took effect: the sequence id is free and the Manager open.
 	ctx := context.Background()
 	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})

@@ -1147,6 +1147,9 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 
 // PrefetchChain is Prefetch for a chain allocated under a LoRA adapter too.
 func (m *Manager) PrefetchChain(ctx context.Context, c Chain) (int, error) {
+	if ctx == nil {
+		return 0, ErrNilContext
+	}
 	if m.pinPID == nil {
 		return 0, nil
 	}

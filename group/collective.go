@@ -31,6 +31,9 @@ var (
 	// ErrBadConfig is wrapped by every validation error of NewRank, RankConfig
 	// and NewLocal.
 	ErrBadConfig = errors.New("kvtier/group: bad config")
+	// ErrNilContext refuses a reduction called with a nil context: it
+	// arrives nowhere and changes nothing.
+	ErrNilContext = errors.New("kvtier/group: nil context")
 )
 
 // RankError says which rank made reduction Op fail, and why. It matches

@@ -214,6 +214,9 @@ type localRank struct {
 
 // AllReduceMin implements Collective.
 func (c localRank) AllReduceMin(ctx context.Context, opID uint64, v int64) (int64, error) {
+	if ctx == nil {
+		return 0, ErrNilContext
+	}
 	rep := make(chan reply, 1)
 	select {
 	case c.l.in <- arriveMsg{rank: c.rank, op: opID, v: v, reply: rep}:

@@ -236,3 +236,31 @@ func TestLocalForgetsFailedReductions(t *testing.T) {
 	}()
 	l2.Fail(3, boom)
 }
+
+// TestLocalNilContext: a reduction called with a nil context is refused
+// (ErrNilContext) and arrives nowhere: the group's next reduction, with
+// every rank, completes. (It panicked.)
+func TestLocalNilContext(t *testing.T) {
+	l, err := group.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var nilCtx context.Context
+	if _, err := l.Rank(0).AllReduceMin(nilCtx, 1, 5); !errors.Is(err, group.ErrNilContext) {
+		t.Fatalf("AllReduceMin(nil ctx) = %v, want ErrNilContext", err)
+	}
+	got := make(chan int64, 2)
+	for r := range 2 {
+		go func() {
+			v, err := l.Rank(r).AllReduceMin(context.Background(), 1, int64(7+r))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- v
+		}()
+	}
+	if a, b := <-got, <-got; a != 7 || b != 7 {
+		t.Fatalf("reduction after the refused one: %d, %d; want 7 on both", a, b)
+	}
+}
