@@ -263,3 +263,32 @@ func TestNamespacesAreForgotten(t *testing.T) {
 		t.Fatalf("latest tenant: %+v %v", r, err)
 	}
 }
+
+// TestJournalNamesNamespace: a Stored entry names its chain's namespace
+// key, for a committed block and for one made findable again by Recache
+// (found from the chain's first block), so the event stream can name a
+// LoRA adapter.
+func TestJournalNamesNamespace(t *testing.T) {
+	p, err := New(Config{NumBlocks: 8, BlockSize: 2, Journal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "tenant-ns"
+	if _, err := p.Allocate(1, []int64{1, 2, 3, 4}, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Commit(1, AllTokens, nil); err != nil {
+		t.Fatal(err)
+	}
+	j := p.DrainJournal()
+	if len(j) != 2 || j[0].NS != ns || j[1].NS != ns {
+		t.Fatalf("journal %+v, want two stores in %q", j, ns)
+	}
+	tbl, _ := p.Table(nil, 1)
+	p.Uncache(tbl[1])
+	p.Recache(tbl[1])
+	j = p.DrainJournal()
+	if len(j) != 2 || j[1].Stored != true || j[1].NS != ns {
+		t.Fatalf("journal after Uncache and Recache %+v, want a removal, then a store in %q", j, ns)
+	}
+}

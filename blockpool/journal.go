@@ -14,6 +14,10 @@ type Change struct {
 	// Tokens are the block's token ids (Stored entries only), in memory the
 	// caller of DrainJournal owns.
 	Tokens []int64
+	// NS is the namespace key of the block's chain (Stored entries only;
+	// "" when unknown: a block made findable again after its chain's start
+	// was reused).
+	NS string
 }
 
 // journal is the pool's record of changes since the last DrainJournal; its
@@ -23,11 +27,11 @@ type journal struct {
 	tokens  []int64
 }
 
-func (p *Pool) journalStored(b *block) {
+func (p *Pool) journalStored(b *block, ns string) {
 	if !p.cfg.Journal {
 		return
 	}
-	c := Change{Stored: true, Hash: b.hash}
+	c := Change{Stored: true, Hash: b.hash, NS: ns}
 	if b.parent != none && p.blocks[b.parent].gen == b.pgen {
 		c.Parent, c.HasParent = p.blocks[b.parent].hash, true
 	}

@@ -96,5 +96,12 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 // or another block already holds the hash.
 func (p *Pool) Recache(id BlockID) {
 	p.at(id, "recache")
-	p.publish(id)
+	if p.blocks[id].cached {
+		return
+	}
+	ns := ""
+	if p.cfg.Journal {
+		ns = p.chainNS(id)
+	}
+	p.publish(id, ns)
 }

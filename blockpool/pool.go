@@ -489,7 +489,7 @@ func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
 	for i := s.committed / bs; i < tokens/bs; i++ {
 		id := s.table[i]
 		p.relink(s.table[:i+1])
-		if p.publish(id) {
+		if p.publish(id, s.ns) {
 			dst = append(dst, id)
 		}
 	}
@@ -919,7 +919,7 @@ func (p *Pool) relink(table []BlockID) {
 // uncached or reused: a Delete of a prefix leaves its cached children so) gives
 // its place to the new block, which would otherwise stay unfindable, and its
 // prefix a miss past the parent, until the orphan is evicted.
-func (p *Pool) publish(id BlockID) bool {
+func (p *Pool) publish(id BlockID, ns string) bool {
 	b := &p.blocks[id]
 	if b.cached || len(b.tokens) != p.cfg.BlockSize {
 		return false
@@ -932,13 +932,31 @@ func (p *Pool) publish(id BlockID) bool {
 	}
 	p.byHash.add(b.hash, id)
 	b.cached = true
-	p.journalStored(b)
+	p.journalStored(b, ns)
 	if b.state == stateFree {
 		p.freeCache++
 		p.free.remove(p.blocks, int32(id))
 		p.free.pushTail(p.blocks, int32(id))
 	}
 	return true
+}
+
+// chainNS returns the namespace key of block id's chain, from the block that
+// starts it ("" if a link on the way was reused). It walks the chain: for
+// the few blocks made findable outside a commit (Recache).
+func (p *Pool) chainNS(id BlockID) string {
+	b := &p.blocks[id]
+	for b.parent != none {
+		par := &p.blocks[b.parent]
+		if par.gen != b.pgen {
+			return ""
+		}
+		b = par
+	}
+	if b.ns == 0 {
+		return ""
+	}
+	return p.ns.keys[b.ns]
 }
 
 // reachable says whether a lookup can still reach cached block id: it starts

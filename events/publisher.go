@@ -56,6 +56,7 @@ type resident struct {
 	parent    uint64
 	hasParent bool
 	tokens    []int64 // nil: unknown; the Publisher's own copy
+	lora      string  // the adapter it was computed under ("" for the base model, or unknown)
 }
 
 // NewPublisher returns a Publisher that has published nothing.
@@ -126,7 +127,7 @@ func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 			p.blocks[c.Hash] = b
 		}
 		if c.Tokens != nil { // the GPU, which computed it, knows best
-			b.parent, b.hasParent = c.Parent, c.HasParent
+			b.parent, b.hasParent, b.lora = c.Parent, c.HasParent, c.LoRA
 			if b.tokens == nil || !slices.Equal(b.tokens, c.Tokens) {
 				// A copy: the GPU tier's tokens are slices of its journal's
 				// slab, shared by 64 blocks, which a block kept here for as
@@ -156,14 +157,14 @@ func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 // extends reports whether block h (held as b) continues BlockStored e:
 // its parent is e's last hash and both carry tokens or neither does.
 func (p *Publisher) extends(e *Event, h uint64, b *resident) bool {
-	if e.Kind != BlockStored || !b.hasParent || b.parent != e.Hashes[len(e.Hashes)-1] {
+	if e.Kind != BlockStored || !b.hasParent || b.parent != e.Hashes[len(e.Hashes)-1] || b.lora != e.LoRAName {
 		return false
 	}
 	return (len(e.Tokens) > 0) == (b.tokens != nil)
 }
 
 func (p *Publisher) stored(h uint64, b *resident, m Medium) Event {
-	e := Event{Kind: BlockStored, Hashes: []uint64{h}, Parent: b.parent, HasParent: b.hasParent, BlockSize: p.cfg.BlockSize, Medium: m}
+	e := Event{Kind: BlockStored, Hashes: []uint64{h}, Parent: b.parent, HasParent: b.hasParent, BlockSize: p.cfg.BlockSize, Medium: m, LoRAName: b.lora}
 	// Shared, read-only, for the encoding only; capped so that a chain's
 	// next block appends to a copy.
 	e.Tokens = b.tokens[:len(b.tokens):len(b.tokens)]

@@ -665,6 +665,9 @@ type ResidencyChange struct {
 	Parent    uint64
 	HasParent bool
 	Tokens    []int64
+	// LoRA names the adapter the block's KV was computed under ("" for
+	// the base model); known on the GPU tier, as Parent is.
+	LoRA string
 }
 
 // Residency reports changes of what a tier holds, in the order the tier

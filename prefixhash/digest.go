@@ -94,6 +94,26 @@ func (n Namespace) Key() string {
 	return string(b)
 }
 
+// LoRAOf returns the LoRA adapter a namespace key (Namespace.Key) names: ""
+// for the base model, a bare salt, or a key that is not one.
+func LoRAOf(key string) string {
+	rest, ok := strings.CutPrefix(key, nsMagic)
+	if !ok {
+		return ""
+	}
+	for i := range 2 { // the model, then the adapter
+		n, w := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
+		if w <= 0 || n > uint64(len(rest)-w) {
+			return ""
+		}
+		if i == 1 {
+			return rest[w : w+int(n)]
+		}
+		rest = rest[w+int(n):]
+	}
+	return ""
+}
+
 // nsMagic starts every encoded namespace key; a bare salt never does.
 const nsMagic = "kvtier/ns/v1\x00"
 

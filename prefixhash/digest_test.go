@@ -95,3 +95,24 @@ func TestSaltCannotImitateNamespace(t *testing.T) {
 		t.Fatalf("a plain salt keys as %q, want the bare salt", plain.Key())
 	}
 }
+
+// TestLoRAOf: the adapter named in a namespace key comes back out of it;
+// the base model, a bare salt and what is not a key name none.
+func TestLoRAOf(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want string
+	}{
+		{Namespace{Model: "m", LoRA: "sql-adapter", Salt: "t"}.Key(), "sql-adapter"},
+		{Namespace{LoRA: "x"}.Key(), "x"},
+		{Namespace{Model: "m", Layout: "l"}.Key(), ""},
+		{Namespace{Salt: "tenant"}.Key(), ""},
+		{"", ""},
+		{nsMagic + "\xff", ""},
+		{nsMagic + "\x05ab", ""},
+	} {
+		if got := LoRAOf(c.key); got != c.want {
+			t.Errorf("LoRAOf(%q) = %q, want %q", c.key, got, c.want)
+		}
+	}
+}

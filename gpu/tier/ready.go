@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/prefixhash"
 )
 
 // Ready is what the Tier asks its executor to do after an event, in this
@@ -95,7 +96,8 @@ func (t *Tier) Ready() Ready {
 				t.held[h] = true
 				continue
 			}
-			r.Residency.Changes = append(r.Residency.Changes, messages.ResidencyChange{Stored: c.Stored, Hash: h, Parent: uint64(c.Parent), HasParent: c.HasParent, Tokens: c.Tokens})
+			r.Residency.Changes = append(r.Residency.Changes, messages.ResidencyChange{Stored: c.Stored, Hash: h, Parent: uint64(c.Parent), HasParent: c.HasParent, Tokens: c.Tokens,
+				LoRA: prefixhash.LoRAOf(c.NS)})
 		}
 		if len(r.Residency.Changes) == 0 {
 			r.Residency = nil
