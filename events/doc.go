@@ -22,7 +22,9 @@
 // decoder takes a hash in any int form or as bytes, as vLLM sends it
 // (ExternalBlockHash is bytes | int). Mediums:
 // GPU, CPU (pinned host memory), STORAGE (the local disk, as vLLM's
-// file-system tier names itself) and REMOTE (the shared Redis tier).
+// file-system tier names itself) and REMOTE (the shared Redis tier). A
+// block computed under a LoRA adapter names it (lora_name) on every
+// medium; lora_id stays nil.
 //
 // vLLM's events for hybrid models (several KV cache groups: full
 // attention, sliding window) also carry group_idx, and a BlockStored its
