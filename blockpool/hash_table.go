@@ -7,7 +7,8 @@ import (
 	"github.com/kvtier/kvtier/prefixhash"
 )
 
-// hashTable maps the hash of each cached block to the block: an open-addressed
+// hashTable maps the hash of each cached block to the block (two blocks may
+// hold one hash: each has its entry, see next): an open-addressed
 // table with linear probing and backward-shift deletion, so it holds no
 // tombstones and a probe stops at the first empty slot.
 //
@@ -80,18 +81,44 @@ func (t *hashTable) home(tag uint32) uint64 {
 // len returns the number of entries.
 func (t *hashTable) len() int { return t.n }
 
-// get returns the block holding hash h.
+// get returns a block holding hash h (the first of its probe run).
 func (t *hashTable) get(h prefixhash.Hash) (BlockID, bool) {
+	id, _, ok := t.next(h, t.first(h))
+	return id, ok
+}
+
+// first is where a walk of the blocks holding h starts (see next).
+func (t *hashTable) first(h prefixhash.Hash) uint64 { return t.home(t.tag(h)) }
+
+// next returns the first block holding h in the probe run from slot i on,
+// and the slot to go on from for the next one: the table holds one entry per
+// cached block, and two blocks may hold one hash (a collision, or a chain's
+// block left unreachable when its prefix was uncached).
+func (t *hashTable) next(h prefixhash.Hash, i uint64) (BlockID, uint64, bool) {
 	tag := t.tag(h)
-	for i := t.home(tag); ; i = (i + 1) & t.mask {
+	for ; ; i = (i + 1) & t.mask {
 		s := t.slots[i]
 		id, used := slotBlock(s)
 		if !used {
-			return 0, false
+			return 0, i, false
 		}
 		if slotTag(s) == tag && t.blocks[id].hash == h {
-			return id, true
+			return id, (i + 1) & t.mask, true
 		}
+	}
+}
+
+// holds reports whether the table has block id's entry for hash h.
+func (t *hashTable) holds(h prefixhash.Hash, id BlockID) bool {
+	for i := t.first(h); ; {
+		x, n, ok := t.next(h, i)
+		if !ok {
+			return false
+		}
+		if x == id {
+			return true
+		}
+		i = n
 	}
 }
 
@@ -111,25 +138,19 @@ func (t *hashTable) touch(hs []prefixhash.Hash) uint64 {
 // touchOne reads the home slot of h; see touch.
 func (t *hashTable) touchOne(h prefixhash.Hash) uint64 { return t.slots[t.home(t.tag(h))] }
 
-// add maps h to block id, which holds h, unless the table already maps h, and
-// reports whether it did.
-func (t *hashTable) add(h prefixhash.Hash, id BlockID) bool {
+// add adds the entry of block id, which holds h (other blocks may hold h
+// too).
+func (t *hashTable) add(h prefixhash.Hash, id BlockID) {
 	if 8*(t.n+1) > 3*len(t.slots) {
 		t.grow()
 	}
 	tag := t.tag(h)
-	for i := t.home(tag); ; i = (i + 1) & t.mask {
-		s := t.slots[i]
-		other, used := slotBlock(s)
-		if !used {
-			t.slots[i] = packSlot(tag, id)
-			t.n++
-			return true
-		}
-		if slotTag(s) == tag && t.blocks[other].hash == h {
-			return false
-		}
+	i := t.home(tag)
+	for t.slots[i] != 0 {
+		i = (i + 1) & t.mask
 	}
+	t.slots[i] = packSlot(tag, id)
+	t.n++
 }
 
 // remove deletes the entry of block id for hash h, which must be in the table, and

@@ -2,6 +2,7 @@ package blockpool
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kvtier/kvtier/prefixhash"
@@ -11,7 +12,9 @@ import (
 // and removes. It keeps the table near its most crowded (up to 380 entries in
 // 1024 slots), so probe runs form and removals shift entries back, across the end of
 // the table too; keys share their low 32 bits eight ways (which no longer puts
-// them in one run: see TestHashTableSpreadsForgedHashes).
+// them in one run: see TestHashTableSpreadsForgedHashes), and one hash may be
+// held by several blocks, each with its entry: a walk (first, next) finds
+// exactly the blocks holding it.
 func TestHashTableAgainstMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	blocks := make([]block, 600)
@@ -21,38 +24,57 @@ func TestHashTableAgainstMap(t *testing.T) {
 	}
 	var tb hashTable
 	tb.init(blocks)
-	ref := map[prefixhash.Hash]BlockID{}
-	var keys []prefixhash.Hash
+	ref := map[prefixhash.Hash][]BlockID{}
+	var held []BlockID // every block with an entry
+	walk := func(h prefixhash.Hash) []BlockID {
+		var out []BlockID
+		for i := tb.first(h); ; {
+			id, n, ok := tb.next(h, i)
+			if !ok {
+				return out
+			}
+			out = append(out, id)
+			i = n
+		}
+	}
 	for step := range 20000 {
-		if len(keys) > 0 && (r.IntN(3) == 0 || len(keys) >= 380) {
-			i := r.IntN(len(keys))
-			h := keys[i]
-			keys[i] = keys[len(keys)-1]
-			keys = keys[:len(keys)-1]
-			tb.remove(h, ref[h])
-			free = append(free, ref[h])
-			delete(ref, h)
+		if len(held) > 0 && (r.IntN(3) == 0 || len(held) >= 380) {
+			i := r.IntN(len(held))
+			id := held[i]
+			held[i] = held[len(held)-1]
+			held = held[:len(held)-1]
+			h := blocks[id].hash
+			tb.remove(h, id)
+			free = append(free, id)
+			ref[h] = slices.DeleteFunc(ref[h], func(x BlockID) bool { return x == id })
+			if len(ref[h]) == 0 {
+				delete(ref, h)
+			}
 		} else {
 			h := prefixhash.Hash(r.Uint64N(8)<<32 | r.Uint64N(500))
 			id := free[len(free)-1]
+			free = free[:len(free)-1]
 			blocks[id].hash = h
-			_, had := ref[h]
-			if added := tb.add(h, id); added == had {
-				t.Fatalf("step %d: add %x reported %v, map had it %v", step, h, added, had)
-			}
-			if !had {
-				free = free[:len(free)-1]
-				ref[h] = id
-				keys = append(keys, h)
-			}
+			tb.add(h, id)
+			ref[h] = append(ref[h], id)
+			held = append(held, id)
 		}
-		if tb.len() != len(ref) {
-			t.Fatalf("step %d: %d entries, map %d", step, tb.len(), len(ref))
+		if tb.len() != len(held) {
+			t.Fatalf("step %d: %d entries, %d blocks held", step, tb.len(), len(held))
 		}
 		if step%97 == 0 {
-			for h, id := range ref {
-				if got, ok := tb.get(h); !ok || got != id {
-					t.Fatalf("step %d: get %x = %d %v, want %d", step, h, got, ok, id)
+			for h, ids := range ref {
+				got := walk(h)
+				if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(ids))) {
+					t.Fatalf("step %d: walk of %x = %v, want %v", step, h, got, ids)
+				}
+				if id, ok := tb.get(h); !ok || !slices.Contains(ids, id) {
+					t.Fatalf("step %d: get %x = %d %v, want one of %v", step, h, id, ok, ids)
+				}
+				for _, id := range ids {
+					if !tb.holds(h, id) {
+						t.Fatalf("step %d: holds(%x, %d) false", step, h, id)
+					}
 				}
 			}
 			for range 20 {

@@ -127,8 +127,11 @@ func (p *Pool) CheckInvariants() error {
 		}
 		if b.cached {
 			cached++
-			if id, ok := p.byHash.get(b.hash); !ok || int(id) != i {
-				return fmt.Errorf("block %d: cached but the hash table says %d, %v", i, id, ok)
+			if !p.byHash.holds(b.hash, BlockID(i)) {
+				return fmt.Errorf("block %d: cached but the hash table has no entry for it", i)
+			}
+			if x, dup := p.equivalent(BlockID(i)); dup {
+				return fmt.Errorf("block %d: cached, as is its equivalent %d", i, x)
 			}
 			if len(b.tokens) != p.cfg.BlockSize {
 				return fmt.Errorf("block %d: cached with %d tokens", i, len(b.tokens))

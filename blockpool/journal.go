@@ -46,8 +46,13 @@ func (p *Pool) journalStored(b *block, ns string) {
 	j.changes = append(j.changes, c)
 }
 
-func (p *Pool) journalRemoved(h prefixhash.Hash) {
-	if p.cfg.Journal {
+// journalGone records that hash h stopped being findable, once no other
+// block holds it (call it after removing the block's entry).
+func (p *Pool) journalGone(h prefixhash.Hash) {
+	if !p.cfg.Journal {
+		return
+	}
+	if _, still := p.byHash.get(h); !still {
 		p.journal.changes = append(p.journal.changes, Change{Hash: h})
 	}
 }

@@ -179,6 +179,7 @@ type Pool struct {
 	digester   prefixhash.Digester
 	digests    []prefixhash.Digest // a filled block's digest, by block id
 	scratch    []prefixhash.Hash
+	planned    []BlockID // the hits the last plan found, in order
 	dscratch   []prefixhash.Digest
 	evicted    []Evicted
 	journal    journal
@@ -284,10 +285,12 @@ func (p *Pool) keys(tokens []int64, ns string, k *Keys) (*Keys, error) {
 }
 
 // plan returns the number of leading hits of tokens with keys k and how many of
-// those hits are free cached blocks. A hit is a committed block whose hash and
-// tokens match and that follows the previous hit (or, first, starts a chain of
-// the same namespace): the tokens of the whole prefix are compared, so a forged
-// 64-bit hash collision is never a hit.
+// those hits are free cached blocks, and leaves the hits in p.planned. A hit is
+// a committed block whose hash and tokens match and that follows the previous
+// hit (or, first, starts a chain of the same namespace): the tokens of the
+// whole prefix are compared, so a forged 64-bit hash collision is never a hit,
+// and, as every block holding a hash is a candidate, a forged chain committed
+// first does not keep the real one out either.
 func (p *Pool) plan(tokens []int64, k *Keys) (hits, revive int) {
 	return p.planLimit(tokens, k, 0)
 }
@@ -302,16 +305,18 @@ func (p *Pool) planLimit(tokens []int64, k *Keys, limit int) (hits, revive int) 
 	case limit > 0 && limit < len(hashes):
 		hashes = hashes[:limit]
 	}
+	p.planned = p.planned[:0]
 	prev := int32(none)
 	nsID, ok := p.ns.find(k.NS)
 	if !ok {
 		return 0, 0 // no chain of this namespace is held
 	}
 	for i, h := range hashes {
-		id, ok := p.byHash.get(h)
-		if !ok || !p.follows(id, prev, nsID) || !slices.Equal(p.blocks[id].tokens, tokens[i*bs:(i+1)*bs]) {
+		id, ok := p.hitAfter(h, prev, nsID, tokens[i*bs:(i+1)*bs])
+		if !ok {
 			break
 		}
+		p.planned = append(p.planned, id)
 		hits++
 		if p.blocks[id].state == stateFree {
 			revive++
@@ -319,6 +324,21 @@ func (p *Pool) planLimit(tokens []int64, k *Keys, limit int) (hits, revive int) 
 		prev = int32(id)
 	}
 	return hits, revive
+}
+
+// hitAfter returns the cached block holding hash h and tokens toks that
+// follows block prev (see follows), among every block holding h.
+func (p *Pool) hitAfter(h prefixhash.Hash, prev int32, ns uint32, toks []int64) (BlockID, bool) {
+	for i := p.byHash.first(h); ; {
+		id, n, ok := p.byHash.next(h, i)
+		if !ok {
+			return 0, false
+		}
+		if p.follows(id, prev, ns) && slices.Equal(p.blocks[id].tokens, toks) {
+			return id, true
+		}
+		i = n
+	}
 }
 
 // follows says whether block id comes right after block prev in its prefix
@@ -343,12 +363,8 @@ func (p *Pool) CachedChain(dst []BlockID, tokens []int64, k *Keys) ([]BlockID, e
 	if err != nil {
 		return dst, err
 	}
-	hits, _ := p.plan(tokens, k)
-	for _, h := range k.Hashes[:hits] {
-		id, _ := p.byHash.get(h)
-		dst = append(dst, id)
-	}
-	return dst, nil
+	p.plan(tokens, k)
+	return append(dst, p.planned...), nil
 }
 
 // CanAllocate says whether Allocate of these tokens would succeed now: false
@@ -423,8 +439,7 @@ func (p *Pool) AllocateRequest(r Request) (Allocation, error) {
 	}
 	s := p.newSequence()
 	bs := p.cfg.BlockSize
-	for i := range hits {
-		id, _ := p.byHash.get(k.Hashes[i])
+	for _, id := range p.planned[:hits] {
 		p.hold(id)
 		s.table = append(s.table, id)
 	}
@@ -702,7 +717,7 @@ func (p *Pool) Uncache(id BlockID) {
 	}
 	p.byHash.remove(b.hash, id)
 	b.cached = false
-	p.journalRemoved(b.hash)
+	p.journalGone(b.hash)
 	if b.state == stateFree {
 		p.freeCache--
 		p.free.remove(p.blocks, int32(id))
@@ -845,7 +860,7 @@ func (p *Pool) popFree() BlockID {
 	b := &p.blocks[i]
 	if b.cached {
 		p.byHash.remove(b.hash, BlockID(i))
-		p.journalRemoved(b.hash)
+		p.journalGone(b.hash)
 		e := Evicted{Block: BlockID(i), Hash: b.hash}
 		if p.cfg.Digests {
 			e.Digest = p.digests[i]
@@ -902,43 +917,70 @@ func (p *Pool) relink(table []BlockID) {
 		return // a chain's first block: no parent, its namespace set by fill
 	}
 	par := table[len(table)-2]
-	pb := &p.blocks[par]
-	if x, ok := p.byHash.get(pb.hash); ok && !pb.cached && len(pb.tokens) == p.cfg.BlockSize {
-		xb := &p.blocks[x]
-		if xb.parent == pb.parent && xb.ns == pb.ns && (xb.parent == none || xb.pgen == pb.pgen) && slices.Equal(xb.tokens, pb.tokens) {
+	if pb := &p.blocks[par]; !pb.cached && len(pb.tokens) == p.cfg.BlockSize {
+		if x, ok := p.equivalent(par); ok {
 			par = x
 		}
 	}
-	b := &p.blocks[table[len(table)-1]]
+	id := table[len(table)-1]
+	b := &p.blocks[id]
+	if b.parent == int32(par) && b.pgen == p.blocks[par].gen {
+		return
+	}
+	if b.cached {
+		// Made findable before its commit (a load, Recache): it is
+		// published again under its new link, unless that makes it a
+		// duplicate of a cached block.
+		p.Uncache(id)
+	}
 	b.parent, b.pgen = int32(par), p.blocks[par].gen
 }
 
 // publish makes a filled block findable by its hash and reports whether it did.
-// The first block published for a hash keeps it while a lookup can reach it; a
-// duplicate stays unfindable. One no lookup can reach any more (its parent was
-// uncached or reused: a Delete of a prefix leaves its cached children so) gives
-// its place to the new block, which would otherwise stay unfindable, and its
-// prefix a miss past the parent, until the orphan is evicted.
+// A duplicate of a cached block (its equivalent: same tokens after the same
+// prefix) stays unfindable; a block that only shares its hash with cached
+// ones (a 64-bit collision, or a block left unreachable when its prefix was
+// uncached) gets an entry of its own, so neither a forged chain committed
+// first nor an orphan keeps it out. The journal hears of a hash when its
+// first block is published and of its going when its last one goes.
 func (p *Pool) publish(id BlockID, ns string) bool {
 	b := &p.blocks[id]
 	if b.cached || len(b.tokens) != p.cfg.BlockSize {
 		return false
 	}
-	if x, ok := p.byHash.get(b.hash); ok {
-		if p.reachable(x) {
-			return false
-		}
-		p.Uncache(x)
+	if _, dup := p.equivalent(id); dup {
+		return false
 	}
+	_, held := p.byHash.get(b.hash)
 	p.byHash.add(b.hash, id)
 	b.cached = true
-	p.journalStored(b, ns)
+	if !held {
+		p.journalStored(b, ns)
+	}
 	if b.state == stateFree {
 		p.freeCache++
 		p.free.remove(p.blocks, int32(id))
 		p.free.pushTail(p.blocks, int32(id))
 	}
 	return true
+}
+
+// equivalent returns a cached block, other than id, that holds what id holds:
+// its hash and tokens, after the same block (of the same generation) or, for a
+// chain's first block, in the same namespace.
+func (p *Pool) equivalent(id BlockID) (BlockID, bool) {
+	b := &p.blocks[id]
+	for i := p.byHash.first(b.hash); ; {
+		x, n, ok := p.byHash.next(b.hash, i)
+		if !ok {
+			return 0, false
+		}
+		xb := &p.blocks[x]
+		if x != id && xb.parent == b.parent && xb.ns == b.ns && (xb.parent == none || xb.pgen == b.pgen) && slices.Equal(xb.tokens, b.tokens) {
+			return x, true
+		}
+		i = n
+	}
 }
 
 // chainNS returns the namespace key of block id's chain, from the block that
@@ -957,19 +999,6 @@ func (p *Pool) chainNS(id BlockID) string {
 		return ""
 	}
 	return p.ns.keys[b.ns]
-}
-
-// reachable says whether a lookup can still reach cached block id: it starts
-// a chain, or its parent is cached and still holds what it held when id was
-// linked to it. (A parent reachable itself is not checked: one level finds
-// the orphans a Delete of a prefix leaves.)
-func (p *Pool) reachable(id BlockID) bool {
-	b := &p.blocks[id]
-	if b.parent == none {
-		return true
-	}
-	par := &p.blocks[b.parent]
-	return par.cached && par.gen == b.pgen
 }
 
 // setTokens copies a full block's tokens into block id's place in the slab.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvtier/kvtier/internal/xxforge"
 	"github.com/kvtier/kvtier/prefixhash"
 )
 
@@ -250,5 +251,67 @@ func TestHugeBlockSizeRefused(t *testing.T) {
 		if err != nil || len(a.Blocks) != 1 {
 			t.Errorf("%+v accepted; Allocate of 2 tokens: blocks %v, err %v (want one block, or ErrBadConfig from New)", cfg, a.Blocks, err)
 		}
+	}
+}
+
+// forgeChain returns a prompt, different from victim in every block, whose
+// chained xxh64 hashes in namespace ns equal victim's.
+func forgeChain(t *testing.T, ns string, victim []int64, bs int) []int64 {
+	t.Helper()
+	var h prefixhash.Hasher
+	want := h.Chain(nil, ns, victim, bs)
+	prev, hasPrev := prefixhash.Seed(ns)
+	r := rand.New(rand.NewPCG(7, 8))
+	var forged []int64
+	for i := range want {
+		vb := victim[i*bs : (i+1)*bs]
+		attacker := make([]int64, bs)
+		for j := range attacker {
+			attacker[j] = r.Int64N(1 << 20)
+		}
+		var fb []int64
+		var err error
+		if xxforge.Solvable(hasPrev, bs) {
+			fb, err = xxforge.ForgeBlock(prev, hasPrev, attacker, want[i])
+		} else {
+			fb, err = xxforge.Collide(prev, hasPrev, vb, attacker)
+		}
+		if err != nil {
+			t.Fatalf("forging block %d: %v", i, err)
+		}
+		forged = append(forged, fb...)
+		prev, hasPrev = want[i], true
+	}
+	if got := h.Chain(nil, ns, forged, bs); !slices.Equal(got, want) {
+		t.Fatal("the forged chain does not collide")
+	}
+	return forged
+}
+
+// TestForgedSquatterDoesNotDenyVictimCache: a tenant that commits first a
+// forged chain whose 64-bit hashes equal a victim prompt's (same namespace,
+// no VocabSize) does not keep the victim's prompt out of the cache: each
+// block holding a hash has its own entry, and the victim, having committed
+// its prompt, hits it on the next allocation (and is never served the
+// forged blocks). The pool used to keep one block per hash, the first
+// published (review of 2026-11-27): the victim's prompt never hit.
+func TestForgedSquatterDoesNotDenyVictimCache(t *testing.T) {
+	const bs = 16
+	p := newPool(t, 32, bs)
+	victim := seq(3*bs, 1000)
+	forged := forgeChain(t, "", victim, bs)
+	if _, err := allocCommit(p, 1, forged, ""); err != nil { // the squatter first
+		t.Fatal(err)
+	}
+	if _, err := allocCommit(p, 2, victim, ""); err != nil { // the victim computes and commits
+		t.Fatal(err)
+	}
+	check(t, p)
+	r, err := p.Allocate(3, victim, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.HitBlocks != 3 {
+		t.Fatalf("the victim's committed prompt (held by sequence 2) hits %d of 3 blocks: a forged squatter holding its hashes keeps it out of the cache", r.HitBlocks)
 	}
 }
