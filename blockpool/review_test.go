@@ -197,8 +197,8 @@ func FuzzPoolOwnerCalls(f *testing.F) {
 // deleteChain: Uncache of every block of CachedChain) that is the prefix of
 // a longer cached chain leaves the longer chain's later blocks cached but
 // unreachable (their parent is no longer findable). When the whole prompt
-// is computed and committed again, its later blocks take those orphans'
-// places, and the prompt hits every block. (publish used to refuse them as
+// is computed and committed again, its later blocks are findable beside
+// those orphans, and the prompt hits every block. (publish used to refuse them as
 // duplicates: the recomputed prompt hit only its first block until the
 // orphans happened to be evicted; review of 2026-11-27.)
 func TestUncachedPrefixOrphanGivesWay(t *testing.T) {
