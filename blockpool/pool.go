@@ -725,9 +725,23 @@ func (p *Pool) Uncache(id BlockID) {
 	}
 }
 
-// Lookup returns the cached block holding hash.
+// Lookup returns a cached block holding hash (one of them: a forged 64-bit
+// collision, or a block left unreachable when its prefix was uncached, may
+// hold it too; see Holders).
 func (p *Pool) Lookup(h prefixhash.Hash) (BlockID, bool) {
 	return p.byHash.get(h)
+}
+
+// Holders appends to dst every cached block holding hash.
+func (p *Pool) Holders(dst []BlockID, h prefixhash.Hash) []BlockID {
+	for i := p.byHash.first(h); ; {
+		id, n, ok := p.byHash.next(h, i)
+		if !ok {
+			return dst
+		}
+		dst = append(dst, id)
+		i = n
+	}
 }
 
 // FreeCached calls fn for the cached blocks of the free queue from the next to

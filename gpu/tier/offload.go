@@ -359,11 +359,13 @@ func sameFence(a, b gpu.Fence) bool {
 
 // BelowGone forgets that blocks holding these hashes have a copy below: no
 // lower tier holds one any more, so they are written down again when they
-// are evicted. A hash matches a candidate only, so at worst a block is
-// written down once more.
+// are evicted. A hash matches candidates only (every block holding it), so
+// at worst a block is written down once more.
 func (t *Tier) BelowGone(hashes []uint64) {
+	var ids []blockpool.BlockID
 	for _, h := range hashes {
-		if id, ok := t.pool.Lookup(prefixhash.Hash(h)); ok {
+		ids = t.pool.Holders(ids[:0], prefixhash.Hash(h))
+		for _, id := range ids {
 			t.flags[id] &^= flagBelow
 		}
 	}
