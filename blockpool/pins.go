@@ -92,11 +92,10 @@ func (p *Pool) Detach(seq SeqID, idx int) (BlockID, error) {
 
 // Recache makes a block findable by its hash (again) because its contents became
 // valid outside a sequence's commit: a load from a lower tier, verified against
-// the block's digest, finished. It does nothing if the block holds no full block
-// or another block already holds the hash.
+// the block's digest, finished. It does nothing if the block holds no full block,
+// is findable already, or a findable block holds what it holds (see publish).
 func (p *Pool) Recache(id BlockID) {
-	p.at(id, "recache")
-	if p.blocks[id].cached {
+	if b := p.at(id, "recache"); b.cached || len(b.tokens) != p.cfg.BlockSize {
 		return
 	}
 	ns := ""

@@ -180,6 +180,7 @@ type Pool struct {
 	digests    []prefixhash.Digest // a filled block's digest, by block id
 	scratch    []prefixhash.Hash
 	planned    []BlockID // the hits the last plan found, in order
+	nsMemo     nsMemo
 	dscratch   []prefixhash.Digest
 	evicted    []Evicted
 	journal    journal
@@ -221,6 +222,7 @@ func New(cfg Config) (*Pool, error) {
 	p.slab.init(cfg.NumBlocks, cfg.BlockSize)
 	p.free.init()
 	for i := range p.blocks {
+		p.blocks[i].parent = none // linked to nothing (block 0 is not its own parent)
 		p.free.pushTail(p.blocks, int32(i))
 	}
 	return p, nil
@@ -965,10 +967,32 @@ func (p *Pool) publish(id BlockID, ns string) bool {
 	if _, dup := p.equivalent(id); dup {
 		return false
 	}
-	_, held := p.byHash.get(b.hash)
+	// At most maxHolders blocks hold one hash, so that no walk of a probe
+	// run grows with what one tenant commits (forged collisions): a full
+	// set gives up a free holder to the new block, or keeps it out while
+	// every holder is in use.
+	held, spare := 0, BlockID(none)
+	for i := p.byHash.first(b.hash); ; {
+		x, n, ok := p.byHash.next(b.hash, i)
+		if !ok {
+			break
+		}
+		held++
+		if p.blocks[x].ref == 0 && spare == none {
+			spare = x
+		}
+		i = n
+	}
+	if held >= maxHolders {
+		if spare == none {
+			return false
+		}
+		p.Uncache(spare)
+		held--
+	}
 	p.byHash.add(b.hash, id)
 	b.cached = true
-	if !held {
+	if held == 0 {
 		p.journalStored(b, ns)
 	}
 	if b.state == stateFree {
@@ -978,6 +1002,9 @@ func (p *Pool) publish(id BlockID, ns string) bool {
 	}
 	return true
 }
+
+// maxHolders bounds the cached blocks that hold one hash.
+const maxHolders = 4
 
 // equivalent returns a cached block, other than id, that holds what id holds:
 // its hash and tokens, after the same block (of the same generation) or, for a
@@ -1001,18 +1028,34 @@ func (p *Pool) equivalent(id BlockID) (BlockID, bool) {
 // starts it ("" if a link on the way was reused). It walks the chain: for
 // the few blocks made findable outside a commit (Recache).
 func (p *Pool) chainNS(id BlockID) string {
-	b := &p.blocks[id]
-	for b.parent != none {
-		par := &p.blocks[b.parent]
-		if par.gen != b.pgen {
+	start, ns := id, ""
+	for {
+		if m := &p.nsMemo; m.set && m.id == id && m.gen == p.blocks[id].gen {
+			ns = m.ns // a load publishes a chain in order: one step each
+			break
+		}
+		b := &p.blocks[id]
+		if b.parent == none {
+			if b.ns != 0 {
+				ns = p.ns.keys[b.ns]
+			}
+			break
+		}
+		if p.blocks[b.parent].gen != b.pgen {
 			return ""
 		}
-		b = par
+		id = BlockID(b.parent)
 	}
-	if b.ns == 0 {
-		return ""
-	}
-	return p.ns.keys[b.ns]
+	p.nsMemo = nsMemo{set: true, id: start, gen: p.blocks[start].gen, ns: ns}
+	return ns
+}
+
+// nsMemo is the last block chainNS found the namespace of.
+type nsMemo struct {
+	set bool
+	id  BlockID
+	gen uint32
+	ns  string
 }
 
 // setTokens copies a full block's tokens into block id's place in the slab.
