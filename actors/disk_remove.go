@@ -36,6 +36,9 @@ func (a *DiskActor) remove(ctx actor.Context, m *messages.LowerQuery) {
 			a.overwritten[h] = append(a.overwritten[h], req)
 			req.pending++
 		}
+		if a.store.StaleHolds(h) { // a header a failed write or scrub left: zeroed at Close
+			req.errs = append(req.errs, fmt.Errorf("kvtier: actors: disk removal of %016x: a slot whose header could not be zeroed may still hold a record of it: %w", h, disk.ErrNotDurable))
+		}
 		if a.store.Contains(h) && !a.holds(h, m.Digests, i) {
 			continue // another block under the same hash: not this chain's
 		}

@@ -24,6 +24,7 @@ func (s *Store) CheckInvariants() error {
 	}
 	var free, writing, live, doomed, pinned, removing int
 	overwriting := map[uint64]int{}
+	staleHeld := map[uint64]int{}
 	for i := range s.slots {
 		sl := &s.slots[i]
 		if sl.pins < 0 {
@@ -31,6 +32,12 @@ func (s *Store) CheckInvariants() error {
 		}
 		if sl.pins > 0 {
 			pinned++
+		}
+		for _, h := range sl.staleHashes {
+			staleHeld[h]++
+		}
+		if sl.state == slotLive && len(sl.staleHashes) > 0 {
+			bad("live slot %d still counts stale records %x", i, sl.staleHashes)
 		}
 		if inFree[i] != (sl.state == slotFree) {
 			bad("slot %d state %d but on free stack = %t", i, sl.state, inFree[i])
@@ -84,6 +91,9 @@ func (s *Store) CheckInvariants() error {
 	if writing != s.writing || doomed != s.doomed || pinned != s.pinned || removing != s.removing {
 		bad("counters writing=%d doomed=%d pinned=%d removing=%d, walk found %d %d %d %d",
 			s.writing, s.doomed, s.pinned, s.removing, writing, doomed, pinned, removing)
+	}
+	if !maps.Equal(staleHeld, s.staleHeld) {
+		bad("staleHeld %v, slots hold %v", s.staleHeld, staleHeld)
 	}
 	if !maps.Equal(overwriting, s.overwriting) {
 		bad("overwriting %v, writing slots overwrite %v", s.overwriting, overwriting)

@@ -71,6 +71,7 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		index:         make(map[uint64]int32, lay.slots),
 		reads:         make(map[uint64]*ReadOp),
 		overwriting:   make(map[uint64]int),
+		staleHeld:     make(map[uint64]int),
 		pol:           pol,
 		zero:          AlignedBuffer(BlockSize),
 	}

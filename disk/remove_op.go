@@ -86,8 +86,9 @@ func (s *Store) CompleteRemove(op *RemoveOp, err error) {
 	if err != nil {
 		s.stats.RemoveErrors.count(err)
 		s.log.Warn("kvtier: disk: scrubbing a removed header failed", zap.Uint64("hash", op.meta.Hash), zap.Error(err))
+		s.markStale(op.slot, op.meta.Hash)
 	} else {
-		sl.stale = false
+		s.clearStale(op.slot)
 	}
 	if sl.pins == 0 {
 		s.doomed--
@@ -103,10 +104,11 @@ func (s *Store) CompleteRemove(op *RemoveOp, err error) {
 // and no write in flight overwrites a record of it; any other error means
 // the block is gone from the store but a header of it may come back after
 // a crash: ErrNotDurable while a write overwrites one (Overwriting; a
-// RemoveSync after that write completed makes the removal durable).
+// RemoveSync after that write completed makes the removal durable) or a
+// stale slot may hold one (StaleHolds).
 func (s *Store) RemoveSync(hash uint64) error {
 	op, err := s.PlanRemove(hash)
-	if err != nil && !(errors.Is(err, ErrNotFound) && s.Overwriting(hash)) {
+	if err != nil && !(errors.Is(err, ErrNotFound) && (s.Overwriting(hash) || s.StaleHolds(hash))) {
 		return err
 	}
 	if op != nil {
@@ -118,6 +120,9 @@ func (s *Store) RemoveSync(hash uint64) error {
 	}
 	if s.Overwriting(hash) {
 		return fmt.Errorf("kvtier: disk: remove %016x: a write in flight still overwrites a record of it: %w", hash, ErrNotDurable)
+	}
+	if s.StaleHolds(hash) {
+		return fmt.Errorf("kvtier: disk: remove %016x: a slot whose header could not be zeroed may still hold a record of it (until Close): %w", hash, ErrNotDurable)
 	}
 	return nil
 }

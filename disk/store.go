@@ -36,6 +36,10 @@ type slot struct {
 	// stale marks a free (or doomed) slot whose header block may still
 	// hold a valid record that was removed; Close zeroes such headers.
 	stale bool
+	// staleHashes are the blocks whose records the header may still hold,
+	// where known (Store.staleHeld counts them): kept while the slot is
+	// stale and while a write over it is in flight.
+	staleHashes []uint64
 	// scrubbing marks a doomed slot whose RemoveOp has not completed.
 	scrubbing bool
 	// overwrites, in a writing slot PlanWrite evicted a block from, is
@@ -72,6 +76,10 @@ type Store struct {
 	// overwriting counts, per hash, the writing slots whose header is
 	// still that evicted block's (slot.overwrites).
 	overwriting map[uint64]int
+	// staleHeld counts, per hash, the slots whose headers may still hold
+	// a record of it (slot.staleHashes): a failed read dropped it, or a
+	// failed write (or scrub) could not zero the header.
+	staleHeld map[uint64]int
 
 	// splitWriteMin is the smallest payload written apart from its header
 	// (defaultSplitWriteMin; benchmarks move it to compare both ways).
@@ -177,7 +185,11 @@ func (s *Store) unpublish(i int32, scrub bool) {
 		delete(s.reads, sl.meta.Hash)
 		op.removed = scrub
 	}
-	sl.stale = true
+	if scrub {
+		sl.stale = true // until the RemoveOp's scrub succeeds
+	} else {
+		s.markStale(i, sl.meta.Hash)
+	}
 	if scrub {
 		sl.state = slotDoomed
 		sl.scrubbing = true
@@ -193,11 +205,46 @@ func (s *Store) unpublish(i int32, scrub bool) {
 	s.release(i, true /* stale */)
 }
 
-// release returns slot i to the free stack.
+// release returns slot i to the free stack; a slot not stale forgets the
+// records its header held.
 func (s *Store) release(i int32, stale bool) {
-	s.slots[i] = slot{state: slotFree, stale: stale}
+	if !stale {
+		s.clearStale(i)
+	}
+	s.slots[i] = slot{state: slotFree, stale: stale, staleHashes: s.slots[i].staleHashes}
 	s.free = append(s.free, i)
 }
+
+// markStale marks slot i stale, its header possibly still holding records
+// of hashes.
+func (s *Store) markStale(i int32, hashes ...uint64) {
+	sl := &s.slots[i]
+	sl.stale = true
+	for _, h := range hashes {
+		sl.staleHashes = append(sl.staleHashes, h)
+		s.staleHeld[h]++
+	}
+}
+
+// clearStale records that slot i's header holds none of the records it may
+// have held: it was zeroed or overwritten.
+func (s *Store) clearStale(i int32) {
+	sl := &s.slots[i]
+	for _, h := range sl.staleHashes {
+		if s.staleHeld[h]--; s.staleHeld[h] == 0 {
+			delete(s.staleHeld, h)
+		}
+	}
+	sl.staleHashes, sl.stale = nil, false
+}
+
+// StaleHolds reports whether a slot's header may still hold a record of
+// hash that its store dropped (a failed read) or could not zero (a failed
+// write, or a failed scrub): until Close or a write over it zeroes the
+// header, a crash would bring the record back, so a removal of hash is
+// not durable (RemoveSync returns ErrNotDurable; the disk actor's delete
+// says so).
+func (s *Store) StaleHolds(hash uint64) bool { return s.staleHeld[hash] > 0 }
 
 func (s *Store) getHeader() []byte {
 	if n := len(s.hdrs); n > 0 {
@@ -249,7 +296,7 @@ func (s *Store) Close() error {
 			errs = append(errs, fmt.Errorf("kvtier: disk: scrub slot %d: %w", i, err))
 			continue
 		}
-		s.slots[i].stale = false
+		s.clearStale(i)
 	}
 	for i, f := range s.files {
 		if err := f.Sync(); err != nil {

@@ -81,7 +81,8 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 		op.slot = i
 		s.stats.Evictions++
 	}
-	s.slots[op.slot] = slot{state: slotWriting, meta: m, generation: s.gen, overwrites: op.victim.Hash, overwriting: op.evicted}
+	s.slots[op.slot] = slot{state: slotWriting, meta: m, generation: s.gen, overwrites: op.victim.Hash, overwriting: op.evicted,
+		staleHashes: s.slots[op.slot].staleHashes} // a free slot's stale records stay until the write lands
 	if op.evicted {
 		s.overwriting[op.victim.Hash]++
 	}
@@ -264,11 +265,18 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 		delete(s.index, sl.meta.Hash)
 		// Unless Execute zeroed it, a whole header (this block's or the
 		// evicted one's) may survive in the slot: Close zeroes it then.
+		if !op.scrubbed {
+			s.markStale(op.slot, op.rec.meta.Hash)
+			if op.evicted {
+				s.markStale(op.slot, op.victim.Hash)
+			}
+		}
 		s.release(op.slot, !op.scrubbed)
 		s.stats.WriteErrors.count(err)
 		s.log.Warn("kvtier: disk: write failed", zap.Uint64("hash", op.rec.meta.Hash), zap.Error(err))
 		return
 	}
+	s.clearStale(op.slot) // the new header is over whatever was there
 	sl.state = slotLive
 	sl.payloadLen = op.n
 	s.pol.Add(sl.meta.Hash)
