@@ -3,6 +3,7 @@ package blockpool
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -220,5 +221,28 @@ func TestRecacheOfEmptyBlockReturns(t *testing.T) {
 	case <-done:
 	case <-time.After(3 * time.Second):
 		t.Fatal("Recache of a block holding no full block did not return in 3s (chainNS loops on block 0's zero-value self link)")
+	}
+}
+
+// TestCachedHashesOnce: a hash two blocks hold (here a chain's block and
+// one forged to answer to its hash after another prefix) is listed once.
+func TestCachedHashesOnce(t *testing.T) {
+	p := newPool(t, 8, 2)
+	a, err := allocCommit(p, 1, []int64{1, 2, 3, 4}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := allocCommit(p, 2, []int64{5, 6, 7, 8}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.blocks[a.Blocks[1]].hash
+	forged := x.Blocks[1]
+	p.byHash.remove(p.blocks[forged].hash, forged)
+	p.blocks[forged].hash = h
+	p.byHash.add(h, forged)
+	got := p.CachedHashes(nil)
+	if n := len(got); n != 3 || len(slices.Compact(slices.Sorted(slices.Values(got)))) != 3 {
+		t.Fatalf("CachedHashes = %x, want 3 distinct hashes (4 cached blocks, two holding one hash)", got)
 	}
 }

@@ -76,12 +76,14 @@ func (p *Pool) DrainJournal() []Change {
 // JournalPending reports whether DrainJournal has changes to return.
 func (p *Pool) JournalPending() bool { return len(p.journal.changes) > 0 }
 
-// CachedHashes appends the hash of every block findable by hash, in block
-// order.
+// CachedHashes appends each hash a block is findable by, once (several blocks
+// may hold one: Holders), in block order.
 func (p *Pool) CachedHashes(dst []prefixhash.Hash) []prefixhash.Hash {
 	for i := range p.blocks {
 		if b := &p.blocks[i]; b.cached {
-			dst = append(dst, b.hash)
+			if first, _ := p.byHash.get(b.hash); first == BlockID(i) {
+				dst = append(dst, b.hash)
+			}
 		}
 	}
 	return dst
