@@ -324,3 +324,26 @@ func TestZeroDigestRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestPutRewritesABlockMissingAChunk: a Put of a block whose record is there
+// but one of whose chunks Redis evicted writes it again (the record alone is
+// a miss for every reader), where a whole stored block is left as it is.
+func TestPutRewritesABlockMissingAChunk(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, cfg)
+			bs := blocks(19, 1, 19)
+			put(t, s, bs)
+			if err := s.c.Del(ctx, s.chunkKey(bs[0].Key, s.chunks-1)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Put(ctx, bs)[0]; err != nil {
+				t.Fatalf("Put of the block missing a chunk: %v", err)
+			}
+			if out, dst := get(t, s, bs); out[0] != Hit || !bytes.Equal(dst[0], bs[0].Payload) {
+				t.Fatalf("the block after the second Put: %v, want hit", out[0])
+			}
+		})
+	}
+}

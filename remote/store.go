@@ -193,10 +193,11 @@ type Block struct {
 }
 
 // Put stores blocks and returns one error per block (nil: stored). A
-// block whose commit record is already there (another node stored it)
-// is left as it is and reported stored: rewriting its chunks under a live
-// record would make it unreadable for a while, or for good if the rewrite
-// failed half-way. This costs one round trip of EXISTS first. Then, on a
+// block whose commit record and chunks are all there already (another node
+// stored it) is left as it is and reported stored: rewriting its chunks
+// under a live record would make it unreadable for a while, or for good if
+// the rewrite failed half-way. This costs one round trip of EXISTS first
+// (a record whose chunk was evicted is written again). Then, on a
 // standalone server, every chunk and then every commit record go in one
 // pipelined round trip: the server runs a connection's commands in order,
 // so no reader finds a record before its chunks; a block a chunk of which
@@ -210,7 +211,7 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 	errs := make([]error, len(blocks))
 	cb := s.cfg.ChunkBytes
 	pipe := s.c.Pipeline()
-	exists := make([]*redis.IntCmd, len(blocks))
+	exists := make([][]*redis.IntCmd, len(blocks)) // the record's, then each chunk's
 	for i, b := range blocks {
 		if len(b.Payload) != s.cfg.PayloadBytes {
 			errs[i] = fmt.Errorf("%w: payload of %d bytes, blocks are %d", ErrBadBlock, len(b.Payload), s.cfg.PayloadBytes)
@@ -220,22 +221,29 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 			errs[i] = fmt.Errorf("%w: block %016x has a zero digest", ErrBadBlock, b.Hash)
 			continue
 		}
-		exists[i] = pipe.Exists(ctx, s.recordKey(b.Key))
+		exists[i] = append(exists[i], pipe.Exists(ctx, s.recordKey(b.Key)))
+		for c := range s.chunks {
+			exists[i] = append(exists[i], pipe.Exists(ctx, s.chunkKey(b.Key, c)))
+		}
 	}
 	if pipe.Len() == 0 {
 		return errs
 	}
 	_, _ = pipe.Exec(ctx)
 	write := make([]bool, len(blocks))
-	for i, c := range exists {
-		if c == nil {
-			continue
-		}
-		switch n, err := c.Result(); {
-		case err != nil:
-			errs[i] = unavailable(err)
-		case n == 0:
-			write[i] = true
+	for i, cmds := range exists {
+		for _, c := range cmds {
+			// Stored means the record and every chunk are there: a record
+			// whose chunk Redis evicted is a miss for every reader until
+			// one deletes it, so it is written again.
+			n, err := c.Result()
+			if err != nil {
+				errs[i], write[i] = unavailable(err), false
+				break
+			}
+			if n == 0 {
+				write[i] = true
+			}
 		}
 	}
 	pipe = s.c.Pipeline()
