@@ -253,11 +253,7 @@ func (a *IndexActor) lookup(ctx actor.Context, m *messages.Lookup) {
 		}
 	}
 	if ask == nil {
-		if m.Reply != nil {
-			m.Reply <- res
-		} else {
-			ctx.Respond(res)
-		}
+		answer(ctx, ctx.Sender(), m.Reply, res)
 		return
 	}
 	a.pending[ask.ID] = p

@@ -1,6 +1,7 @@
 package blockpool
 
 import (
+	"iter"
 	"math/bits"
 	"math/rand/v2"
 
@@ -108,18 +109,27 @@ func (t *hashTable) next(h prefixhash.Hash, i uint64) (BlockID, uint64, bool) {
 	}
 }
 
+// all yields every block holding hash h, in probe order.
+func (t *hashTable) all(h prefixhash.Hash) iter.Seq[BlockID] {
+	return func(yield func(BlockID) bool) {
+		for i := t.first(h); ; {
+			id, n, ok := t.next(h, i)
+			if !ok || !yield(id) {
+				return
+			}
+			i = n
+		}
+	}
+}
+
 // holds reports whether the table has block id's entry for hash h.
 func (t *hashTable) holds(h prefixhash.Hash, id BlockID) bool {
-	for i := t.first(h); ; {
-		x, n, ok := t.next(h, i)
-		if !ok {
-			return false
-		}
+	for x := range t.all(h) {
 		if x == id {
 			return true
 		}
-		i = n
 	}
+	return false
 }
 
 // touch reads the home slot of each hash in hs and returns a value made of what it

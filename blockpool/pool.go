@@ -331,16 +331,12 @@ func (p *Pool) planLimit(tokens []int64, k *Keys, limit int) (hits, revive int) 
 // hitAfter returns the cached block holding hash h and tokens toks that
 // follows block prev (see follows), among every block holding h.
 func (p *Pool) hitAfter(h prefixhash.Hash, prev int32, ns uint32, toks []int64) (BlockID, bool) {
-	for i := p.byHash.first(h); ; {
-		id, n, ok := p.byHash.next(h, i)
-		if !ok {
-			return 0, false
-		}
+	for id := range p.byHash.all(h) {
 		if p.follows(id, prev, ns) && slices.Equal(p.blocks[id].tokens, toks) {
 			return id, true
 		}
-		i = n
 	}
+	return 0, false
 }
 
 // follows says whether block id comes right after block prev in its prefix
@@ -736,14 +732,7 @@ func (p *Pool) Lookup(h prefixhash.Hash) (BlockID, bool) {
 
 // Holders appends to dst every cached block holding hash.
 func (p *Pool) Holders(dst []BlockID, h prefixhash.Hash) []BlockID {
-	for i := p.byHash.first(h); ; {
-		id, n, ok := p.byHash.next(h, i)
-		if !ok {
-			return dst
-		}
-		dst = append(dst, id)
-		i = n
-	}
+	return slices.AppendSeq(dst, p.byHash.all(h))
 }
 
 // FreeCached calls fn for the cached blocks of the free queue from the next to
@@ -972,16 +961,11 @@ func (p *Pool) publish(id BlockID, ns string) bool {
 	// set gives up a free holder to the new block, or keeps it out while
 	// every holder is in use.
 	held, spare := 0, BlockID(none)
-	for i := p.byHash.first(b.hash); ; {
-		x, n, ok := p.byHash.next(b.hash, i)
-		if !ok {
-			break
-		}
+	for x := range p.byHash.all(b.hash) {
 		held++
 		if p.blocks[x].ref == 0 && spare == none {
 			spare = x
 		}
-		i = n
 	}
 	if held >= maxHolders {
 		if spare == none {
@@ -1011,17 +995,13 @@ const maxHolders = 4
 // chain's first block, in the same namespace.
 func (p *Pool) equivalent(id BlockID) (BlockID, bool) {
 	b := &p.blocks[id]
-	for i := p.byHash.first(b.hash); ; {
-		x, n, ok := p.byHash.next(b.hash, i)
-		if !ok {
-			return 0, false
-		}
+	for x := range p.byHash.all(b.hash) {
 		xb := &p.blocks[x]
 		if x != id && xb.parent == b.parent && xb.ns == b.ns && (xb.parent == none || xb.pgen == b.pgen) && slices.Equal(xb.tokens, b.tokens) {
 			return x, true
 		}
-		i = n
 	}
+	return 0, false
 }
 
 // chainNS returns the namespace key of block id's chain, from the block that

@@ -80,16 +80,13 @@ func (p *Pool) Filling(k Key) (slot int, ok bool) {
 // the slot to Release exactly once; until then the slot is not evicted and
 // its bytes may be read.
 func (p *Pool) Acquire(k Key) (slot int, ok bool) {
-	slot, ok = p.Lookup(k)
+	slot, ok = p.Hold(k)
 	if !ok {
 		p.misses++
 		return -1, false
 	}
-	p.slots[slot].refs++
-	p.refs++
 	p.hits++
 	p.pol.Access(k)
-	p.checkAfter("Acquire")
 	return slot, true
 }
 
