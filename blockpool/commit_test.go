@@ -295,22 +295,9 @@ func TestJournalNamesNamespace(t *testing.T) {
 // holding a hash — here a chain's block and a forged one answering to the
 // same hash after another prefix — and Lookup one of them.
 func TestHoldersListsEveryBlockOfAHash(t *testing.T) {
-	p := newPool(t, 8, 2)
-	a, err := allocCommit(p, 1, []int64{1, 2, 3, 4}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := allocCommit(p, 2, []int64{5, 6, 7, 8}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := p.blocks[a.Blocks[1]].hash
-	forged := x.Blocks[1]
-	p.byHash.remove(p.blocks[forged].hash, forged)
-	p.blocks[forged].hash = h
-	p.byHash.add(h, forged)
+	p, h, own, forged := forgedHolder(t)
 	got := slices.Sorted(slices.Values(p.Holders(nil, h)))
-	if want := slices.Sorted(slices.Values([]BlockID{a.Blocks[1], forged})); !slices.Equal(got, want) {
+	if want := slices.Sorted(slices.Values([]BlockID{own, forged})); !slices.Equal(got, want) {
 		t.Fatalf("Holders = %v, want %v", got, want)
 	}
 	if id, ok := p.Lookup(h); !ok || !slices.Contains(got, id) {

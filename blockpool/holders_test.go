@@ -227,7 +227,20 @@ func TestRecacheOfEmptyBlockReturns(t *testing.T) {
 // TestCachedHashesOnce: a hash two blocks hold (here a chain's block and
 // one forged to answer to its hash after another prefix) is listed once.
 func TestCachedHashesOnce(t *testing.T) {
-	p := newPool(t, 8, 2)
+	p, _, _, _ := forgedHolder(t)
+	got := p.CachedHashes(nil)
+	if n := len(got); n != 3 || len(slices.Compact(slices.Sorted(slices.Values(got)))) != 3 {
+		t.Fatalf("CachedHashes = %x, want 3 distinct hashes (4 cached blocks, two holding one hash)", got)
+	}
+}
+
+// forgedHolder commits chains 1,2,3,4 and 5,6,7,8 in an 8-block pool of
+// 2-token blocks and forges the second chain's second block to answer to
+// the first chain's second hash h: two cached blocks, own and forged,
+// hold h.
+func forgedHolder(t *testing.T) (p *Pool, h prefixhash.Hash, own, forged BlockID) {
+	t.Helper()
+	p = newPool(t, 8, 2)
 	a, err := allocCommit(p, 1, []int64{1, 2, 3, 4}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -236,13 +249,10 @@ func TestCachedHashesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := p.blocks[a.Blocks[1]].hash
-	forged := x.Blocks[1]
+	own, forged = a.Blocks[1], x.Blocks[1]
+	h = p.blocks[own].hash
 	p.byHash.remove(p.blocks[forged].hash, forged)
 	p.blocks[forged].hash = h
 	p.byHash.add(h, forged)
-	got := p.CachedHashes(nil)
-	if n := len(got); n != 3 || len(slices.Compact(slices.Sorted(slices.Values(got)))) != 3 {
-		t.Fatalf("CachedHashes = %x, want 3 distinct hashes (4 cached blocks, two holding one hash)", got)
-	}
+	return p, h, own, forged
 }

@@ -21,16 +21,9 @@ import (
 func TestRemoveOfOverwrittenVictim(t *testing.T) {
 	cfg, _ := faultConfig(t, 3, true)
 	s, _ := mustOpen(t, cfg)
-	for h := uint64(1); h <= 3; h++ {
-		mustWrite(t, s, h)
-	}
-	op, err := s.PlanWrite(metaFor(9))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, ok := op.Victim()
-	if !ok || !s.Overwriting(v.Hash) {
-		t.Fatalf("victim %v (%t), overwriting %t", v, ok, s.Overwriting(v.Hash))
+	op, v := evictingWrite(t, s)
+	if !s.Overwriting(v.Hash) {
+		t.Fatalf("victim %v: overwriting %t", v, s.Overwriting(v.Hash))
 	}
 	other := uint64(1)
 	if other == v.Hash {
@@ -256,4 +249,22 @@ func TestDirectReadWritesNothingPastDst(t *testing.T) {
 			t.Fatalf("byte %d past len(dst) = 100 overwritten (%#x): the read went past dst", i, backing[i])
 		}
 	}
+}
+
+// evictingWrite fills the 3-slot store s with blocks 1..3 and plans the
+// write of block 9, which evicts one of them: the op and its victim.
+func evictingWrite(t *testing.T, s *Store) (*WriteOp, Meta) {
+	t.Helper()
+	for h := uint64(1); h <= 3; h++ {
+		mustWrite(t, s, h)
+	}
+	op, err := s.PlanWrite(metaFor(9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := op.Victim()
+	if !ok {
+		t.Fatal("no victim")
+	}
+	return op, v
 }

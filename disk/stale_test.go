@@ -42,17 +42,7 @@ func TestRemoveOfStaleRecordNotDurable(t *testing.T) {
 	t.Run("write-and-scrub-fail", func(t *testing.T) {
 		cfg, ffs := faultConfig(t, 3, true)
 		s, _ := mustOpen(t, cfg)
-		for h := uint64(1); h <= 3; h++ {
-			mustWrite(t, s, h)
-		}
-		op, err := s.PlanWrite(metaFor(9))
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, ok := op.Victim()
-		if !ok {
-			t.Fatal("no victim")
-		}
+		op, v := evictingWrite(t, s)
 		// The payload write fails before any byte, and so does the
 		// zeroing of the header after it.
 		ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Times: 2})
