@@ -953,15 +953,15 @@ func (p *Pool) publish(id BlockID, ns string) bool {
 	if b.cached || len(b.tokens) != p.cfg.BlockSize {
 		return false
 	}
-	if _, dup := p.equivalent(id); dup {
-		return false
-	}
 	// At most maxHolders blocks hold one hash, so that no walk of a probe
 	// run grows with what one tenant commits (forged collisions): a full
 	// set gives up a free holder to the new block, or keeps it out while
 	// every holder is in use.
 	held, spare := 0, BlockID(none)
 	for x := range p.byHash.all(b.hash) {
+		if p.same(x, id) {
+			return false // a duplicate
+		}
 		held++
 		if p.blocks[x].ref == 0 && spare == none {
 			spare = x
@@ -994,14 +994,20 @@ const maxHolders = 4
 // its hash and tokens, after the same block (of the same generation) or, for a
 // chain's first block, in the same namespace.
 func (p *Pool) equivalent(id BlockID) (BlockID, bool) {
-	b := &p.blocks[id]
-	for x := range p.byHash.all(b.hash) {
-		xb := &p.blocks[x]
-		if x != id && xb.parent == b.parent && xb.ns == b.ns && (xb.parent == none || xb.pgen == b.pgen) && slices.Equal(xb.tokens, b.tokens) {
+	for x := range p.byHash.all(p.blocks[id].hash) {
+		if p.same(x, id) {
 			return x, true
 		}
 	}
 	return 0, false
+}
+
+// same says whether block x, other than id, holds what id holds (given the
+// same hash): its tokens, after the same block of the same generation or,
+// first, in the same namespace.
+func (p *Pool) same(x, id BlockID) bool {
+	xb, b := &p.blocks[x], &p.blocks[id]
+	return x != id && xb.parent == b.parent && xb.ns == b.ns && (xb.parent == none || xb.pgen == b.pgen) && slices.Equal(xb.tokens, b.tokens)
 }
 
 // chainNS returns the namespace key of block id's chain, from the block that
