@@ -61,6 +61,7 @@ type IOCounts struct {
 	ReadBytes, WriteBytes   int64
 	FailedReads, FailedSync int64
 	FailedWrites            int64
+	DirSyncs                int64 // SyncDir calls
 }
 
 // FaultFS wraps an FS, counts file calls and injects faults. It is safe for
@@ -135,6 +136,18 @@ func (f *FaultFS) Remove(name string) error {
 		return r.Remove(name)
 	}
 	return fmt.Errorf("kvtier: disk: %T cannot remove files: %w", f.base(), unix.ENOTSUP)
+}
+
+// SyncDir implements DirSyncer with the wrapped FS's SyncDir (nothing if
+// it has none), counted in DirSyncs.
+func (f *FaultFS) SyncDir(dir string) error {
+	f.mu.Lock()
+	f.counts.DirSyncs++
+	f.mu.Unlock()
+	if d, ok := f.base().(DirSyncer); ok {
+		return d.SyncDir(dir)
+	}
+	return nil
 }
 
 // Lock implements FS.

@@ -77,6 +77,15 @@ type Remover interface {
 	Remove(name string) error
 }
 
+// DirSyncer is an optional FS extension: Open makes the creation and
+// removal of slot files durable through it under Config.Sync, as
+// fdatasync makes a file's contents durable but not its name in the
+// directory. An FS without it leaves directory entries to the file
+// system's own schedule.
+type DirSyncer interface {
+	SyncDir(dir string) error
+}
+
 // lockFileName is the file in the store directory that carries the flock
 // older versions of the store take. OSFS locks the directory itself and
 // this file as well, so an old and a new store never share a directory.
@@ -119,6 +128,15 @@ func (OSFS) OpenFile(name string, direct bool) (File, error) {
 // Remove implements Remover. It unlinks name itself, never the target of
 // a link planted in its place.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// SyncDir implements DirSyncer with fsync on the directory.
+func (OSFS) SyncDir(dir string) error {
+	d, err := openPrivate(unix.AT_FDCWD, dir, dir, unix.O_RDONLY|unix.O_DIRECTORY, unix.S_IFDIR, 0o700)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
 
 // FreeBytes implements SpaceReporter with statfs: the blocks available to
 // unprivileged users.

@@ -59,6 +59,9 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		return nil, OpenReport{}, err
 	}
 	removeExtra(cfg.FS, cfg.Dir, lay.files, cfg.Logger)
+	if cfg.Sync {
+		syncDir(cfg.FS, cfg.Dir, cfg.Logger)
+	}
 	s := &Store{
 		splitWriteMin: defaultSplitWriteMin,
 		cfg:           cfg,

@@ -2,7 +2,9 @@ package disk
 
 import (
 	"errors"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -267,4 +269,50 @@ func evictingWrite(t *testing.T, s *Store) (*WriteOp, Meta) {
 		t.Fatal("no victim")
 	}
 	return op, v
+}
+
+// dirLogFS records the removals (those that removed a file) and directory syncs that reach OSFS.
+type dirLogFS struct {
+	OSFS
+	log []string
+}
+
+func (f *dirLogFS) Remove(name string) error {
+	err := f.OSFS.Remove(name)
+	if err == nil {
+		f.log = append(f.log, "remove "+filepath.Base(name))
+	}
+	return err
+}
+
+func (f *dirLogFS) SyncDir(dir string) error {
+	f.log = append(f.log, "syncdir")
+	return f.OSFS.SyncDir(dir)
+}
+
+// TestSyncedOpenMakesFileChangesDurable: under Config.Sync, Open syncs the
+// store directory after creating the slot files and after removing those
+// past Config.Files. Without it (as before) a machine crash could undo the
+// removal — the file and its records back for an Open with more Files —
+// or lose a created file with the records fdatasync had made durable.
+func TestSyncedOpenMakesFileChangesDurable(t *testing.T) {
+	fsys := &dirLogFS{}
+	cfg := testConfig(t, 4)
+	cfg.Files, cfg.Sync, cfg.FS = 2, true, fsys
+	s, _ := mustOpen(t, cfg)
+	mustWrite(t, s, 1)
+	mustClose(t, s)
+	if !slices.Equal(fsys.log, []string{"syncdir"}) {
+		t.Fatalf("creating the store's files: %q, want a directory sync", fsys.log)
+	}
+
+	fsys.log = nil
+	one := cfg
+	one.Files = 1
+	one.CapacityBytes = 2 * SlotBytes(testPayload)
+	s, _ = mustOpen(t, one)
+	mustClose(t, s)
+	if want := []string{"remove " + filepath.Base(slotFileName(cfg.Dir, 1)), "syncdir"}; !slices.Equal(fsys.log, want) {
+		t.Fatalf("reopening with fewer files: %q, want %q", fsys.log, want)
+	}
 }

@@ -157,6 +157,21 @@ func removeExtra(fsys FS, dir string, files int, log *zap.Logger) {
 	}
 }
 
+// syncDir makes the slot files' names durable in dir (those Open created,
+// and the removal of those removeExtra removed), where fsys is a
+// DirSyncer. A failure is logged: the store works as opened, but after a
+// machine crash a created file may be gone (its records lost) or a
+// removed one back (its records reach an Open with more Files again).
+func syncDir(fsys FS, dir string, log *zap.Logger) {
+	d, ok := fsys.(DirSyncer)
+	if !ok {
+		return
+	}
+	if err := d.SyncDir(dir); err != nil {
+		log.Error("kvtier: disk: syncing the store directory", zap.String("dir", dir), zap.Error(err))
+	}
+}
+
 // openAll opens and sizes every slot file. Where the file system cannot
 // reserve blocks it checks that the free space covers the holes left, and
 // refuses (ErrInsufficientSpace) otherwise: a sparse file larger than the
