@@ -25,6 +25,7 @@ func (s *Store) CheckInvariants() error {
 	var free, writing, live, doomed, pinned, removing int
 	overwriting := map[uint64]int{}
 	staleHeld := map[uint64]int{}
+	staleUnknown := 0
 	for i := range s.slots {
 		sl := &s.slots[i]
 		if sl.pins < 0 {
@@ -35,6 +36,12 @@ func (s *Store) CheckInvariants() error {
 		}
 		for _, h := range sl.staleHashes {
 			staleHeld[h]++
+		}
+		if sl.staleUnknown {
+			staleUnknown++
+			if !sl.stale {
+				bad("slot %d holds an unread header but is not stale", i)
+			}
 		}
 		if sl.state == slotLive && len(sl.staleHashes) > 0 {
 			bad("live slot %d still counts stale records %x", i, sl.staleHashes)
@@ -91,6 +98,9 @@ func (s *Store) CheckInvariants() error {
 	if writing != s.writing || doomed != s.doomed || pinned != s.pinned || removing != s.removing {
 		bad("counters writing=%d doomed=%d pinned=%d removing=%d, walk found %d %d %d %d",
 			s.writing, s.doomed, s.pinned, s.removing, writing, doomed, pinned, removing)
+	}
+	if staleUnknown != s.staleUnknown {
+		bad("staleUnknown %d, slots with unread headers %d", s.staleUnknown, staleUnknown)
 	}
 	if !maps.Equal(staleHeld, s.staleHeld) {
 		bad("staleHeld %v, slots hold %v", s.staleHeld, staleHeld)

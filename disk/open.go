@@ -88,6 +88,24 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 	return s, rep, nil
 }
 
+// markDropped marks slot i, a dropped record whose header Open could not
+// zero (or sync), stale for Close: a record the scan decoded (another
+// fingerprint or geometry, an older duplicate) counts under its hash, a
+// header it could not read under every hash (StaleHolds). A header that
+// did not decode cannot come back as a record.
+func (s *Store) markDropped(i int, sc *scanned) {
+	switch {
+	case sc.err != nil:
+		s.markStale(int32(i))
+		s.slots[i].staleUnknown = true
+		s.staleUnknown++
+	case sc.status == headerValid:
+		s.markStale(int32(i), sc.rec.meta.Hash)
+	default:
+		s.markStale(int32(i))
+	}
+}
+
 // scanned is what the scan found in one slot.
 type scanned struct {
 	status headerStatus
@@ -175,7 +193,7 @@ func (s *Store) rebuild() OpenReport {
 		f, off := s.lay.locate(i)
 		if err := writeFull(s.files[f], zero, off); err != nil {
 			s.log.Warn("kvtier: disk: zeroing dropped header", zap.Int("slot", i), zap.Error(err))
-			s.slots[i].stale = true
+			s.markDropped(i, &found[i])
 			continue
 		}
 		zeroed[f] = true
@@ -187,8 +205,8 @@ func (s *Store) rebuild() OpenReport {
 		if err := s.files[f].Sync(); err != nil {
 			s.log.Warn("kvtier: disk: syncing zeroed headers", zap.Int("file", f), zap.Error(err))
 			for i, d := range drop {
-				if fi, _ := s.lay.locate(i); d && fi == f {
-					s.slots[i].stale = true
+				if fi, _ := s.lay.locate(i); d && fi == f && !s.slots[i].stale {
+					s.markDropped(i, &found[i])
 				}
 			}
 		}

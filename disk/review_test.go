@@ -316,3 +316,54 @@ func TestSyncedOpenMakesFileChangesDurable(t *testing.T) {
 		t.Fatalf("reopening with fewer files: %q, want %q", fsys.log, want)
 	}
 }
+
+// TestUnreadableUnzeroableHeaderMakesRemovalsNotDurable: a header Open
+// could neither read nor zero may hold a record of any block; a later
+// Open that reads it would bring that block back. Until Close scrubs it,
+// RemoveSync says no removal is durable (ErrNotDurable). It used to
+// mark the slot stale with no hash (left open from the review of
+// 2026-11-27): the removal of that very block was acknowledged as durable.
+func TestUnreadableUnzeroableHeaderMakesRemovalsNotDurable(t *testing.T) {
+	cfg, ffs := faultConfig(t, 3, true)
+	s, _ := mustOpen(t, cfg)
+	mustWrite(t, s, 5) // slot 0
+	mustWrite(t, s, 1) // slot 1
+	if err := s.RemoveSync(5); err != nil {
+		t.Fatal(err)
+	}
+	_, off, _ := s.slotLocation(1)
+	mustClose(t, s)
+
+	// Open can neither read slot 1's header nor zero it, this once each.
+	at := func(_ string, o int64, n int) bool { return o == off && n == BlockSize }
+	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: at})
+	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Times: 1, Match: at})
+	s, rep := mustOpen(t, cfg)
+	if rep.Dropped[DropIOError] != 1 || s.Contains(1) {
+		t.Fatalf("open with slot 1 unreadable: %+v", rep)
+	}
+	checkInv(t, s)
+	if !s.StaleHolds(1) || !s.StaleHolds(42) {
+		t.Fatal("an unread, unzeroed header: StaleHolds false, though it may hold any record")
+	}
+	mustWrite(t, s, 1) // the block again, in another slot
+	err := s.RemoveSync(1)
+	if !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("removal while a header that may hold block 1 is left: %v, want ErrNotDurable", err)
+	}
+	if s.Contains(1) {
+		t.Fatal("block 1 still live after its removal")
+	}
+	checkInv(t, s)
+	mustClose(t, s) // scrubs slot 1
+
+	s, _ = mustOpen(t, cfg)
+	defer mustClose(t, s)
+	if s.Contains(1) || s.StaleHolds(1) {
+		t.Fatal("after Close scrubbed the header: block 1 back, or still stale")
+	}
+	mustWrite(t, s, 1)
+	if err := s.RemoveSync(1); err != nil {
+		t.Fatalf("removal once nothing stale is left: %v", err)
+	}
+}

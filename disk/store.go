@@ -40,6 +40,9 @@ type slot struct {
 	// where known (Store.staleHeld counts them): kept while the slot is
 	// stale and while a write over it is in flight.
 	staleHashes []uint64
+	// staleUnknown marks a stale slot whose header Open could not read:
+	// it may hold a record of any hash (Store.staleUnknown counts them).
+	staleUnknown bool
 	// scrubbing marks a doomed slot whose RemoveOp has not completed.
 	scrubbing bool
 	// overwrites, in a writing slot PlanWrite evicted a block from, is
@@ -80,6 +83,9 @@ type Store struct {
 	// a record of it (slot.staleHashes): a failed read dropped it, or a
 	// failed write (or scrub) could not zero the header.
 	staleHeld map[uint64]int
+	// staleUnknown counts the stale slots whose header Open could not read
+	// (slot.staleUnknown): while one is left, no removal is durable.
+	staleUnknown int
 
 	// splitWriteMin is the smallest payload written apart from its header
 	// (defaultSplitWriteMin; benchmarks move it to compare both ways).
@@ -235,7 +241,10 @@ func (s *Store) clearStale(i int32) {
 			delete(s.staleHeld, h)
 		}
 	}
-	sl.staleHashes, sl.stale = nil, false
+	if sl.staleUnknown {
+		s.staleUnknown--
+	}
+	sl.staleHashes, sl.stale, sl.staleUnknown = nil, false, false
 }
 
 // StaleHolds reports whether a slot's header may still hold a record of
@@ -243,8 +252,9 @@ func (s *Store) clearStale(i int32) {
 // write, or a failed scrub): until Close or a write over it zeroes the
 // header, a crash would bring the record back, so a removal of hash is
 // not durable (RemoveSync returns ErrNotDurable; the disk actor's delete
-// says so).
-func (s *Store) StaleHolds(hash uint64) bool { return s.staleHeld[hash] > 0 }
+// says so). A header Open could neither read nor zero may hold any hash:
+// while one is left, StaleHolds is true for every hash.
+func (s *Store) StaleHolds(hash uint64) bool { return s.staleHeld[hash] > 0 || s.staleUnknown > 0 }
 
 func (s *Store) getHeader() []byte {
 	if n := len(s.hdrs); n > 0 {
