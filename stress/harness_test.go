@@ -134,6 +134,11 @@ type worker struct {
 	// pending then is abandoned (counted) rather than waited for.
 	closed    <-chan struct{}
 	abandoned int
+	// pick, when set, picks the prompt stems (forged ones among them)
+	// instead of the shared stems.
+	pick func(k *worker) []int64
+	// lastGPU is the GPU hit of the worker's last allocation, in tokens.
+	lastGPU int
 }
 
 func newWorker(m *kvtier.Manager, w *writers, g, tenants int, seed uint64) *worker {
@@ -162,7 +167,7 @@ func (k *worker) check(op string, err error) error {
 // prompt is a shared stem plus, half the time, a tail unique to the sequence,
 // and sometimes a partial last block.
 func (k *worker) prompt(seq uint64) []int64 {
-	p := stem(k.rng.IntN(numStems))
+	p := k.stem()
 	if k.rng.IntN(3) == 0 {
 		n := k.rng.IntN(2*bt) + 1
 		for i := range n {
@@ -170,6 +175,15 @@ func (k *worker) prompt(seq uint64) []int64 {
 		}
 	}
 	return p
+}
+
+// stem returns one of the prompt stems at random: a shared stem, or what
+// pick picks.
+func (k *worker) stem() []int64 {
+	if k.pick != nil {
+		return k.pick(k)
+	}
+	return stem(k.rng.IntN(numStems))
 }
 
 // round runs ops random operations, then frees every sequence it still owns.
@@ -209,7 +223,7 @@ func (k *worker) step(ctx context.Context) error {
 		return k.free(ctx, k.rng.IntN(len(k.live)))
 	case r < 10:
 		k.c.exists++
-		p := stem(k.rng.IntN(numStems))
+		p := k.stem()
 		pr, err := k.m.Exists(ctx, p, salt(k.tenant))
 		if err := k.check("exists", err); err != nil {
 			return err
@@ -222,14 +236,14 @@ func (k *worker) step(ctx context.Context) error {
 			return nil
 		}
 		k.c.deletes++
-		_, err := k.m.Delete(ctx, stem(k.rng.IntN(numStems)), salt(k.tenant))
+		_, err := k.m.Delete(ctx, k.stem(), salt(k.tenant))
 		if errors.Is(err, kvtier.ErrNotDurable) {
 			err = nil // an injected disk fault hit the scrub: reported, not lost data
 		}
 		return k.check("delete", err)
 	default:
 		k.c.prefetches++
-		p := stem(k.rng.IntN(numStems))
+		p := k.stem()
 		n, err := k.m.Prefetch(ctx, p, salt(k.tenant))
 		if err := k.check("prefetch", err); err != nil {
 			return err
@@ -300,6 +314,7 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 	k.c.late += out.Late
 	k.c.failed += out.Failed
 	gpuHit := r.Tokens.Of(kvtier.GPU) / bt
+	k.lastGPU = r.Tokens.Of(kvtier.GPU)
 	valid := out.ValidTokens / bt
 	k.c.hitBlocks += gpuHit
 	k.c.onboarded += valid - gpuHit
