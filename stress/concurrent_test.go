@@ -217,6 +217,16 @@ func runConcurrent(t *testing.T, cfg kvtier.Config) kvtier.Stats {
 		failOn(t, name, runPhase(ctx, ws, ops, randomPhase))
 		st = checkQuiescent(t, ctx, m, name, sum())
 	}
+	// Exact checks on the state the load left.
+	pr := newProber(m)
+	if err := pr.freeOrder(ctx); err != nil {
+		t.Error(err)
+	}
+	if cfg.DiskDir != "" {
+		if err := pr.demand(ctx); err != nil {
+			t.Error(err)
+		}
+	}
 	c := sum()
 	if c.verified == 0 || c.verifiedOnboard == 0 {
 		t.Errorf("verified %d blocks (%d onboarded): the load never exercised the lower tier", c.verified, c.verifiedOnboard)
