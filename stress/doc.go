@@ -14,7 +14,8 @@
 //	KVTIER_SOAK=1             run TestSoak, the long run
 //	KVTIER_SOAK_OPS           operations of the soak in all (default 1e6)
 //	KVTIER_STRESS_DEADLINE_S  seconds one test may run (default 120, 360 with -tags invariants)
-//	KVTIER_STRESS_KNOWN=1     run TestForgedSquatterBelowTheGPU, a known, unfixed failure
+//	KVTIER_STRESS_KNOWN=1     run the known, unfixed failures (TestForgedSquatterBelowTheGPU,
+//	                          TestNoFaultNoFailure)
 //
 // # Data integrity under concurrency
 //
