@@ -17,6 +17,7 @@ import (
 // slow copies in flight: each call ends with ErrClosed or its result, none
 // hangs (the context is the hang detector), and later calls get ErrClosed.
 func TestCloseInFlight(t *testing.T) {
+	deadline(t)
 	if abandoned := closeInFlight(t); abandoned > 0 {
 		t.Logf("%d Ready completions never completed after Close (see TestReadyCompletesAfterClose)", abandoned)
 	}
@@ -24,6 +25,7 @@ func TestCloseInFlight(t *testing.T) {
 
 // TestReadyCompletesAfterClose: a Ready handed out before Close must complete.
 func TestReadyCompletesAfterClose(t *testing.T) {
+	deadline(t)
 	if abandoned := closeInFlight(t); abandoned > 0 {
 		t.Fatalf("%d Ready completions never completed after Close", abandoned)
 	}
@@ -102,6 +104,7 @@ func closeInFlight(t *testing.T) (abandoned int) {
 // TestCancelledContexts: a cancelled context ends every call with its error,
 // and a deadline ends a call that is waiting (a Flush behind a held copy).
 func TestCancelledContexts(t *testing.T) {
+	deadline(t)
 	gate := make(chan struct{})
 	var gateOnce sync.Once
 	open := func() { gateOnce.Do(func() { close(gate) }) }

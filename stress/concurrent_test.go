@@ -164,18 +164,23 @@ func randomPhase(ctx context.Context, k *worker, ops int) error { return k.round
 // TestConcurrentManager drives one Manager from many goroutines in phases
 // separated by Flush barriers, checking data integrity as it goes and the model
 // after each barrier.
-func TestConcurrentManager(t *testing.T) { runConcurrent(t, kvtier.Config{}) }
+func TestConcurrentManager(t *testing.T) {
+	deadline(t)
+	runConcurrent(t, kvtier.Config{})
+}
 
 // TestConcurrentManagerSerialOffloads runs the same load with one GPU ->
 // pinned offload in flight at a time, so offloads and loads queue in the
 // GPU tier, and Deletes reach chains whose offloads wait there.
 func TestConcurrentManagerSerialOffloads(t *testing.T) {
+	deadline(t)
 	runConcurrent(t, kvtier.Config{SerialOffloads: true})
 }
 
 // TestConcurrentManagerWithDisk adds the disk tier below a small pinned tier, so
 // blocks drain to disk and come back disk -> pinned -> GPU under the load.
 func TestConcurrentManagerWithDisk(t *testing.T) {
+	deadline(t)
 	st := runConcurrent(t, kvtier.Config{PinnedBytes: 48 << 12, DiskDir: t.TempDir(), DiskBytes: 4096 * (8 << 10)})
 	if st.Tier(kvtier.Disk).Offloaded == 0 || st.Tier(kvtier.Disk).Onboarded == 0 {
 		t.Errorf("the disk tier was not exercised: %v", st.Tier(kvtier.Disk))
@@ -211,6 +216,16 @@ func runConcurrent(t *testing.T, cfg kvtier.Config) kvtier.Stats {
 		name := fmt.Sprintf("phase %d", p)
 		failOn(t, name, runPhase(ctx, ws, ops, randomPhase))
 		st = checkQuiescent(t, ctx, m, name, sum())
+	}
+	// Exact checks on the state the load left.
+	pr := newProber(m)
+	if err := pr.freeOrder(ctx); err != nil {
+		t.Error(err)
+	}
+	if cfg.DiskDir != "" {
+		if err := pr.demand(ctx); err != nil {
+			t.Error(err)
+		}
 	}
 	c := sum()
 	if c.verified == 0 || c.verifiedOnboard == 0 {

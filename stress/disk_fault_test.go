@@ -29,6 +29,7 @@ func every(n int64, hits *atomic.Int64) func(string, int64, int) bool {
 // serving, failed writes are not published, failed reads become misses, and every
 // block read back still carries exactly its writer's bytes.
 func TestDiskFaults(t *testing.T) {
+	deadline(t)
 	goroutines := envInt(t, "KVTIER_STRESS_GOROUTINES", 64)
 	ops := envInt(t, "KVTIER_STRESS_OPS", 100)
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)

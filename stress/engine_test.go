@@ -23,6 +23,7 @@ import (
 // the quiescence model check; between phases the GPU is emptied, so the next
 // phase loads from the tiers below.
 func TestReferenceEngine(t *testing.T) {
+	deadline(t)
 	goroutines := max(envInt(t, "KVTIER_STRESS_GOROUTINES", 64)/8, 2)
 	rounds := max(envInt(t, "KVTIER_STRESS_OPS", 100)/20, 1)
 	const phases = 3

@@ -21,6 +21,7 @@ import (
 // each decodes, and at the Flush barrier the residency the stream adds up
 // to is what the tiers hold.
 func TestEventStreamGapless(t *testing.T) {
+	deadline(t)
 	goroutines := envInt(t, "KVTIER_STRESS_GOROUTINES", 64) / 2
 	ops := envInt(t, "KVTIER_STRESS_OPS", 100)
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)

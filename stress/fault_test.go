@@ -76,6 +76,7 @@ func newFaultyDevice(t testing.TB, f *faults) gpu.Device {
 // late blocks are recomputed, never read), and the counters reconcile with the
 // faults injected.
 func TestFaults(t *testing.T) {
+	deadline(t)
 	goroutines := envInt(t, "KVTIER_STRESS_GOROUTINES", 64) / 2
 	ops := envInt(t, "KVTIER_STRESS_OPS", 100)
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)

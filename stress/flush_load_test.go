@@ -15,6 +15,7 @@ import (
 // TestFlushUnderLoad: Flush is documented to wait for the writes in flight when
 // it was called, so it must return while other goroutines keep the Manager busy.
 func TestFlushUnderLoad(t *testing.T) {
+	deadline(t)
 	goroutines := envInt(t, "KVTIER_STRESS_GOROUTINES", 64)
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 	defer cancel()

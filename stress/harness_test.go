@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,11 @@ type counts struct {
 	hitBlocks, onboarded, late, failed                                int
 	verified, verifiedHit, verifiedOnboard, skippedBusy               int
 	written                                                           int
+	// Commits tried before Ready (earlyCommits): refused with ErrNotReady,
+	// and accepted (the loads had ended by then, or there were none).
+	refused, early int
+	// Commits whose KV was written after the commit, behind a fence.
+	lateWrites int
 }
 
 func (c *counts) add(o *counts) {
@@ -105,6 +111,9 @@ func (c *counts) add(o *counts) {
 	c.verifiedOnboard += o.verifiedOnboard
 	c.skippedBusy += o.skippedBusy
 	c.written += o.written
+	c.refused += o.refused
+	c.early += o.early
+	c.lateWrites += o.lateWrites
 }
 
 // live is a sequence a worker owns.
@@ -134,6 +143,18 @@ type worker struct {
 	// pending then is abandoned (counted) rather than waited for.
 	closed    <-chan struct{}
 	abandoned int
+	// pick, when set, picks the prompt stems (forged ones among them)
+	// instead of the shared stems.
+	pick func(k *worker) []int64
+	// lastGPU is the GPU hit of the worker's last allocation, in tokens.
+	lastGPU int
+	// dev, when set, is the Manager's device, and the worker acts as an
+	// engine that enqueues its work: with earlyCommits it sometimes
+	// commits before Ready, with lateWrites it sometimes commits before
+	// its KV is written, naming a fence it signals once it is (see
+	// allocate).
+	dev                      gpu.Device
+	earlyCommits, lateWrites bool
 }
 
 func newWorker(m *kvtier.Manager, w *writers, g, tenants int, seed uint64) *worker {
@@ -162,7 +183,7 @@ func (k *worker) check(op string, err error) error {
 // prompt is a shared stem plus, half the time, a tail unique to the sequence,
 // and sometimes a partial last block.
 func (k *worker) prompt(seq uint64) []int64 {
-	p := stem(k.rng.IntN(numStems))
+	p := k.stem()
 	if k.rng.IntN(3) == 0 {
 		n := k.rng.IntN(2*bt) + 1
 		for i := range n {
@@ -170,6 +191,15 @@ func (k *worker) prompt(seq uint64) []int64 {
 		}
 	}
 	return p
+}
+
+// stem returns one of the prompt stems at random: a shared stem, or what
+// pick picks.
+func (k *worker) stem() []int64 {
+	if k.pick != nil {
+		return k.pick(k)
+	}
+	return stem(k.rng.IntN(numStems))
 }
 
 // round runs ops random operations, then frees every sequence it still owns.
@@ -209,7 +239,7 @@ func (k *worker) step(ctx context.Context) error {
 		return k.free(ctx, k.rng.IntN(len(k.live)))
 	case r < 10:
 		k.c.exists++
-		p := stem(k.rng.IntN(numStems))
+		p := k.stem()
 		pr, err := k.m.Exists(ctx, p, salt(k.tenant))
 		if err := k.check("exists", err); err != nil {
 			return err
@@ -222,14 +252,14 @@ func (k *worker) step(ctx context.Context) error {
 			return nil
 		}
 		k.c.deletes++
-		_, err := k.m.Delete(ctx, stem(k.rng.IntN(numStems)), salt(k.tenant))
+		_, err := k.m.Delete(ctx, k.stem(), salt(k.tenant))
 		if errors.Is(err, kvtier.ErrNotDurable) {
 			err = nil // an injected disk fault hit the scrub: reported, not lost data
 		}
 		return k.check("delete", err)
 	default:
 		k.c.prefetches++
-		p := stem(k.rng.IntN(numStems))
+		p := k.stem()
 		n, err := k.m.Prefetch(ctx, p, salt(k.tenant))
 		if err := k.check("prefetch", err); err != nil {
 			return err
@@ -276,6 +306,39 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 		lower(done)
 		return fmt.Errorf("goroutine %d (tenant %d): first allocation of a prompt by its tenant hit: %+v", k.g, k.tenant, r)
 	}
+	// An engine that enqueues its forward pass at once may commit before
+	// the loads are in: refused (ErrNotReady) while any is in flight, and
+	// refused for nothing else. The fence keeps an accepted commit's copies
+	// down behind the writes below.
+	var fence *gpu.SignalFence
+	if k.dev != nil {
+		if fence, err = gpu.NewSignalFence(k.dev); err != nil {
+			lower(done)
+			return k.check("fence", err)
+		}
+		defer fence.Signal() // on every return: a fence never signalled holds Flush
+	}
+	committed := false
+	if k.earlyCommits && k.rng.IntN(2) == 0 {
+		loading := r.Tokens.Below() > 0
+		errs, err := k.m.CommitBatch(ctx, []kvtier.CommitItem{{Seq: seq, Tokens: len(tokens), After: fence}})
+		if err == nil {
+			err = errs[0]
+		}
+		switch {
+		case errors.Is(err, kvtier.ErrNotReady) && loading:
+			k.c.refused++
+		case err == nil && loading && !isDone(r.Ready.Done()):
+			lower(done)
+			return fmt.Errorf("goroutine %d: seq %d: a commit was accepted while the allocation's loads were in flight (Ready pending): %+v", k.g, seq, r)
+		case err == nil:
+			k.c.early++
+			committed = true
+		default:
+			lower(done)
+			return k.check(fmt.Sprintf("commit before Ready (loads from below: %t)", loading), err)
+		}
+	}
 	var out kvtier.OnboardOutcome
 	select {
 	case <-r.Ready.Done():
@@ -300,6 +363,7 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 	k.c.late += out.Late
 	k.c.failed += out.Failed
 	gpuHit := r.Tokens.Of(kvtier.GPU) / bt
+	k.lastGPU = r.Tokens.Of(kvtier.GPU)
 	valid := out.ValidTokens / bt
 	k.c.hitBlocks += gpuHit
 	k.c.onboarded += valid - gpuHit
@@ -332,6 +396,29 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 			k.c.verifiedOnboard++
 		}
 	}
+	// A late engine commits first, naming its fence, while its blocks
+	// still hold other bytes (poison, here), and writes them afterwards:
+	// the commit makes them hits at once (readers skip them until the
+	// counters fall), and every copy down must wait for the fence.
+	if !committed && fence != nil && k.lateWrites && k.rng.IntN(2) == 0 {
+		for i := valid; i < len(hashes); i++ {
+			if err := k.m.Arena().WriteBlock(int(blocks[i]), 0, poison(k.buf)); err != nil {
+				lower(done)
+				return k.check(fmt.Sprintf("writing block %d", blocks[i]), err)
+			}
+		}
+		errs, err := k.m.CommitBatch(ctx, []kvtier.CommitItem{{Seq: seq, Tokens: len(tokens), After: fence}})
+		if err == nil {
+			err = errs[0]
+		}
+		if err != nil {
+			lower(done)
+			return k.check("commit before the write", err)
+		}
+		committed = true
+		k.c.lateWrites++
+		runtime.Gosched() // the kernel runs late: let the copy workers go first
+	}
 	// Write what it computes, then let readers check those blocks.
 	for i := valid; i < len(hashes); i++ {
 		if err := k.m.Arena().WriteBlock(int(blocks[i]), 0, pattern(k.buf, hashes[i], k.tenant)); err != nil {
@@ -340,13 +427,37 @@ func (k *worker) allocate(ctx context.Context, seq uint64, tokens []int64, wantM
 		}
 		k.c.written++
 	}
+	if fence != nil {
+		fence.Signal()
+	}
 	// The prompt's KV is written: commit it, so it may be hit and moved down.
-	if err := k.m.Commit(ctx, seq, len(tokens)); err != nil {
-		lower(done)
-		return k.check("commit", err)
+	if !committed {
+		if err := k.m.Commit(ctx, seq, len(tokens)); err != nil {
+			lower(done)
+			return k.check("commit", err)
+		}
 	}
 	lower(done)
 	return nil
+}
+
+// poison fills buf with bytes no pattern has: a block's content before the
+// engine's late write lands.
+func poison(buf []byte) []byte {
+	for i := range buf {
+		buf[i] = 0xa5
+	}
+	return buf
+}
+
+// isDone reports whether ch is closed, without waiting.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func ctrs0(w *writers, h prefixhash.Hash) int32 { return w.ctr(h).Load() }
@@ -356,6 +467,9 @@ func (k *worker) verify(id kvtier.BlockID, h prefixhash.Hash) error {
 		return err
 	}
 	if !bytes.Equal(k.buf, pattern(k.want, h, k.tenant)) {
+		if bytes.Equal(k.buf, poison(k.want)) {
+			return fmt.Errorf("block id %d (hash %x, tenant %d) holds the poison a late engine's block held before its write: a copy down did not wait for the commit's fence", id, uint64(h), k.tenant)
+		}
 		return fmt.Errorf("block id %d does not hold the bytes of hash %x for tenant %d", id, uint64(h), k.tenant)
 	}
 	return nil

@@ -37,11 +37,14 @@ func TestSoak(t *testing.T) {
 		ws[g] = newWorker(m, w, g, tenants, 17)
 	}
 	start := time.Now()
+	stop := func() {}
+	t.Cleanup(func() { stop() }) // a phase's deadline, should the phase fail
 	var c counts
 	phases := 0
 	for c.ops < total {
 		ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 		name := fmt.Sprintf("soak phase %d", phases)
+		stop = armDeadline(t, t.Name()+": "+name, testDeadline) // a phase, not the whole soak
 		failOn(t, name, runPhase(ctx, ws, perPhase, randomPhase))
 		c = sumCounts(ws)
 		st := checkQuiescent(t, ctx, m, name, &c)
@@ -49,6 +52,7 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("%s: GPU failed %d, outcomes %d + offload blocks %d", name, st.Tier(kvtier.GPU).Failed, c.failed, f.d2hFailedBlocks.Load())
 		}
 		cancel()
+		stop()
 		phases++
 	}
 	t.Logf("soak: %d ops by %d goroutines in %d phases, %v", c.ops, goroutines, phases, time.Since(start).Round(time.Second))
