@@ -164,6 +164,7 @@ type DiskActor struct {
 // diskCounters are the actor's own counters; the store keeps the rest.
 type diskCounters struct {
 	hits, misses, denied, failed, timeouts uint64
+	mismatches                             uint64 // reads refused: another prefix's record under the hash
 	written, skipped, coalesced, cancelled uint64
 }
 
@@ -417,6 +418,7 @@ func (a *DiskActor) snapshot() messages.TierStats {
 		Denied:     a.stats.denied,
 		Timeouts:   a.stats.timeouts,
 		Failed:     a.stats.failed,
+		Mismatches: a.stats.mismatches,
 		InFlight:   inFlight,
 		Extra: map[string]float64{
 			"io_direct":       b2f(st.Mode == disk.IODirect),

@@ -123,6 +123,7 @@ func TestDiskCorruptReadIsMiss(t *testing.T) {
 	e.nextUpdate() // the reopened records
 	m, done := e.read(1, 2, 3)
 	checkRead(t, m, done, true, false, true)
+	checkWhy(t, done, messages.MissNone, messages.MissFailed, messages.MissNone)
 	for i, b := range m.Items[1].Bytes {
 		if b != 0xAA {
 			t.Fatalf("corrupt read touched the slot at byte %d", i)
@@ -140,6 +141,25 @@ func TestDiskCorruptReadIsMiss(t *testing.T) {
 	}
 }
 
+// TestDiskReadOfAbsentBlockIsEvicted: a block the disk does not hold (never
+// written, evicted or removed since the lookup) is a miss that says so,
+// MissEvicted, and counts as no failure. The pinned tier used to report
+// every such short read as MissFailed, and the GPU counted failed loads
+// in runs with no fault (stress TestNoFaultNoFailure).
+func TestDiskReadOfAbsentBlockIsEvicted(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newDiskEnv(t, 0)
+	defer e.stop()
+	e.write(1)
+	e.flush()
+	m, done := e.read(1, 7)
+	checkRead(t, m, done, true, false)
+	checkWhy(t, done, messages.MissNone, messages.MissEvicted)
+	if s := e.stats(); s.Failed != 0 || s.Mismatches != 0 || s.Misses != 1 {
+		t.Fatalf("stats %v", s)
+	}
+}
+
 func TestDiskDigestMismatchIsMiss(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	e := newDiskEnv(t, 0)
@@ -153,6 +173,9 @@ func TestDiskDigestMismatchIsMiss(t *testing.T) {
 	m.Items[1].Digest = digestOf(1)
 	done := request[*messages.LowerReadDone](e, m)
 	checkRead(t, m, done, true, false)
+	if !slices.Equal(done.Why, []messages.MissReason{messages.MissNone, messages.MissMismatch}) {
+		t.Fatalf("Why %v, want [none mismatch]", done.Why)
+	}
 	for i, b := range m.Items[1].Bytes {
 		if b != 0xAA {
 			t.Fatalf("refused read touched the slot at byte %d", i)
@@ -161,10 +184,15 @@ func TestDiskDigestMismatchIsMiss(t *testing.T) {
 	// A reader with no digest is refused too.
 	m = readMsg(6, time.Time{}, 2)
 	m.Items[0].Digest = [32]byte{}
-	checkRead(t, m, request[*messages.LowerReadDone](e, m), false)
+	done = request[*messages.LowerReadDone](e, m)
+	checkRead(t, m, done, false)
+	if !slices.Equal(done.Why, []messages.MissReason{messages.MissMismatch}) {
+		t.Fatalf("Why %v, want [mismatch]", done.Why)
+	}
 
+	// Mismatches are counted as such, not as failures.
 	s := e.stats()
-	if s.Extra["verify_mismatch"] != 2 || s.Failed != 2 || s.Misses != 2 || s.Hits != 1 || s.UsedBlocks != 2 {
+	if s.Extra["verify_mismatch"] != 2 || s.Mismatches != 2 || s.Failed != 0 || s.Misses != 2 || s.Hits != 1 || s.UsedBlocks != 2 {
 		t.Fatalf("stats %v %+v", s, s.Extra)
 	}
 	// The block is still there for readers that expect its digest.
@@ -311,6 +339,7 @@ func TestDiskReadDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRead(t, late, res.(*messages.LowerReadDone), false)
+	checkWhy(t, res.(*messages.LowerReadDone), messages.MissLate)
 	if s := e.stats(); s.Timeouts != 1 || s.Misses != 1 || s.InFlight != 1 {
 		t.Fatalf("stats %v", s)
 	}
@@ -326,7 +355,9 @@ func TestDiskReadDeadline(t *testing.T) {
 	}
 	// A deadline already passed is answered at once.
 	m = readMsg(3, time.Now().Add(-time.Second), 2)
-	checkRead(t, m, request[*messages.LowerReadDone](e, m), false)
+	done = request[*messages.LowerReadDone](e, m)
+	checkRead(t, m, done, false)
+	checkWhy(t, done, messages.MissLate)
 	if s := e.stats(); s.Timeouts != 2 || s.InFlight != 0 || s.UsedBlocks != 2 {
 		t.Fatalf("stats %v", s)
 	}
@@ -434,6 +465,7 @@ func TestDiskReadEIOIsMiss(t *testing.T) {
 	e.fault.Inject(disk.Fault{Op: disk.FaultRead, Err: unix.EIO, Times: 1})
 	m, done := e.read(1)
 	checkRead(t, m, done, false)
+	checkWhy(t, done, messages.MissFailed)
 	if u := e.nextUpdate(); !slices.Equal(u.Remove, []uint64{1}) {
 		t.Fatalf("index update %+v, want Remove [1]", u)
 	}

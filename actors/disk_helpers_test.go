@@ -268,6 +268,14 @@ func checkRead(t *testing.T, m *messages.LowerRead, done *messages.LowerReadDone
 	}
 }
 
+// checkWhy checks LowerReadDone.Why item by item.
+func checkWhy(t *testing.T, done *messages.LowerReadDone, want ...messages.MissReason) {
+	t.Helper()
+	if !slices.Equal(done.Why, want) {
+		t.Fatalf("LowerReadDone.Why %v, want %v", done.Why, want)
+	}
+}
+
 func (e *diskEnv) flush() {
 	e.t.Helper()
 	reply := make(chan error, 1)

@@ -19,8 +19,9 @@ type diskReadReq struct {
 	msg     *messages.LowerRead
 	sender  *actor.PID
 	ok      []bool
-	waiting []bool // item still waits for its read or its copy
-	pending int    // items waiting
+	why     []messages.MissReason // per item not ok: why (LowerReadDone.Why)
+	waiting []bool                // item still waits for its read or its copy
+	pending int                   // items waiting
 	timer   *time.Timer
 	done    bool           // answered; its Bytes must not be touched again
 	jobs    []*diskReadJob // per item: the read it waits on (nil: none)
@@ -76,17 +77,20 @@ type diskReadExpired struct{ req *diskReadReq }
 // being read joins that read, any other starts one.
 func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 	n := len(m.Items)
-	req := &diskReadReq{seq: a.readSeq, msg: m, sender: ctx.Sender(), ok: make([]bool, n), waiting: make([]bool, n), jobs: make([]*diskReadJob, n)}
+	req := &diskReadReq{seq: a.readSeq, msg: m, sender: ctx.Sender(), ok: make([]bool, n), why: make([]messages.MissReason, n),
+		waiting: make([]bool, n), jobs: make([]*diskReadJob, n)}
 	a.readSeq++
 	a.reads[req.seq] = req
 	switch {
 	case a.stopped:
 		a.stats.misses += uint64(n)
+		req.missAll(messages.MissFailed)
 		a.replyRead(ctx, req)
 		return
 	case !m.Deadline.IsZero() && !a.now().Before(m.Deadline):
 		a.stats.timeouts += uint64(n)
 		a.stats.misses += uint64(n)
+		req.missAll(messages.MissLate)
 		a.replyRead(ctx, req)
 		return
 	}
@@ -97,9 +101,15 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 			// under the same hash, refused before any I/O (the store counts
 			// it in VerifyMismatch).
 			a.stats.misses++
+			req.why[i] = messages.MissEvicted
 			if errors.Is(err, disk.ErrDigestMismatch) {
-				a.stats.failed++
+				a.stats.mismatches++
+				req.why[i] = messages.MissMismatch
 				a.log.Warn("disk actor: digest mismatch, not served", zap.Uint64("hash", it.Hash))
+			} else if !errors.Is(err, disk.ErrNotFound) {
+				a.stats.failed++
+				req.why[i] = messages.MissFailed
+				a.log.Warn("disk actor: read refused", zap.Uint64("hash", it.Hash), zap.Error(err))
 			}
 			continue
 		}
@@ -119,6 +129,7 @@ func (a *DiskActor) read(ctx actor.Context, m *messages.LowerRead) {
 			// The read still runs (and completes) for the other waiters.
 			a.stats.failed++
 			a.stats.misses++
+			req.why[i] = messages.MissFailed
 			a.log.Error("disk actor: LowerRead item shorter than the payload",
 				zap.Uint64("hash", it.Hash), zap.Int("bytes", len(it.Bytes)), zap.Int("payload", op.Len()))
 			continue
@@ -153,6 +164,7 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 	h := op.Hash()
 	delete(a.readJobs, op)
 	err := j.err
+	why := messages.MissFailed // also a read cancelled at stop
 	if j.cancelled {
 		// Execute never ran: the block stays on disk, the store counts no
 		// read, and no waiter gets the unread buffer.
@@ -161,9 +173,10 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 		a.store.CompleteRead(op, err)
 		if err != nil && op.Removed() {
 			// A QueryDelete's scrub raced the read: a miss, not a fault.
+			why = messages.MissEvicted
 			a.log.Debug("disk actor: read of a removed block failed", zap.Uint64("hash", h), zap.Error(err))
 		} else if err != nil {
-			a.stats.failed++ // I/O error, corrupt record or digest mismatch on read back
+			a.stats.failed++ // I/O error, corrupt record or a header that differs from the index on read back
 			a.log.Warn("disk actor: read failed, block dropped", zap.Uint64("hash", h), zap.Error(err))
 			if !a.store.Contains(h) {
 				a.forget(ctx, []uint64{h})
@@ -178,7 +191,7 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 	}
 	if err != nil || j.cancelled || len(live) == 0 {
 		for _, w := range live {
-			a.settle(ctx, w, false)
+			a.settle(ctx, w, false, why)
 		}
 		a.putBuf(j.buf)
 		return
@@ -207,19 +220,20 @@ func (a *DiskActor) finishCopy(ctx actor.Context, j *diskJob) {
 		if w.req.done {
 			continue // answered at its deadline while the copy ran
 		}
-		a.settle(ctx, w, c.copied[i])
+		a.settle(ctx, w, c.copied[i], messages.MissEvicted) // not copied: the request was answered
 	}
 	a.putBuf(j.buf)
 }
 
-// settle records the outcome of one waiting item and answers its request
-// when it was the last.
-func (a *DiskActor) settle(ctx actor.Context, w diskWaiter, ok bool) {
+// settle records the outcome of one waiting item (why it missed, if it
+// did) and answers its request when it was the last.
+func (a *DiskActor) settle(ctx actor.Context, w diskWaiter, ok bool, why messages.MissReason) {
 	req := w.req
 	if ok {
 		req.ok[w.item] = true
 		a.stats.hits++
 	} else {
+		req.why[w.item] = why
 		a.stats.misses++
 	}
 	req.waiting[w.item] = false
@@ -248,6 +262,7 @@ func (a *DiskActor) expire(ctx actor.Context, m *diskReadExpired) {
 	for i, w := range req.waiting {
 		if w {
 			req.waiting[i] = false
+			req.why[i] = messages.MissLate
 			a.stats.timeouts++
 			a.stats.misses++
 			gone = append(gone, req.jobs[i])
@@ -296,7 +311,14 @@ func (a *DiskActor) replyRead(ctx actor.Context, req *diskReadReq) {
 		a.log.Warn("disk actor: LowerRead without a sender (use ctx.Request)", zap.Uint64("id", req.msg.ID))
 		return
 	}
-	ctx.Send(req.sender, &messages.LowerReadDone{ID: req.msg.ID, OK: req.ok, From: messages.Disk})
+	ctx.Send(req.sender, &messages.LowerReadDone{ID: req.msg.ID, OK: req.ok, From: messages.Disk, Why: req.why})
+}
+
+// missAll marks every item of req missed for why.
+func (req *diskReadReq) missAll(why messages.MissReason) {
+	for i := range req.why {
+		req.why[i] = why
+	}
 }
 
 // getBuf returns a private aligned buffer that holds any payload with its

@@ -51,9 +51,10 @@ type lowerRead struct {
 	to   *actor.PID
 	req  *messages.LowerRead
 	ok   []bool
-	kept []bool        // read from a tier that keeps it on this node (the disk in service)
-	miss []int         // indexes of req.Items sent to the remote tier
-	at   messages.Tier // the tier asked now: Disk, then Remote
+	why  []messages.MissReason // per item not ok: why the last tier asked missed it
+	kept []bool                // read from a tier that keeps it on this node (the disk in service)
+	miss []int                 // indexes of req.Items sent to the remote tier
+	at   messages.Tier         // the tier asked now: Disk, then Remote
 }
 
 // NewLowerActor returns the actor's producer. index, when set, hears of a
@@ -77,9 +78,11 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 		a.writeDone(ctx, m)
 	case *messages.LowerRead:
 		a.nextID++
-		r := &lowerRead{to: ctx.Sender(), req: m, ok: make([]bool, len(m.Items)), kept: make([]bool, len(m.Items))}
+		n := len(m.Items)
+		r := &lowerRead{to: ctx.Sender(), req: m, ok: make([]bool, n), kept: make([]bool, n), why: make([]messages.MissReason, n)}
 		for i := range m.Items {
 			r.miss = append(r.miss, i)
+			r.why[i] = messages.MissEvicted // until a tier says otherwise: none in service holds it
 		}
 		a.reads[a.nextID] = r
 		a.ask(ctx, a.nextID, r, messages.Disk)
@@ -89,7 +92,7 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 			a.stray(m.From, "read", zap.Uint64("id", m.ID))
 			return
 		}
-		a.readAnswered(ctx, m.ID, r, m.OK)
+		a.readAnswered(ctx, m.ID, r, m.OK, m.Why)
 	case *messages.Flush:
 		// Flushes go to the disk and remote actors themselves.
 		m.Reply <- nil
@@ -182,11 +185,12 @@ func (a *LowerActor) ask(ctx actor.Context, id uint64, r *lowerRead, tier messag
 		return
 	}
 	delete(a.reads, id)
-	ctx.Send(r.to, &messages.LowerReadDone{ID: r.req.ID, OK: r.ok, From: both, Kept: r.kept})
+	ctx.Send(r.to, &messages.LowerReadDone{ID: r.req.ID, OK: r.ok, From: both, Kept: r.kept, Why: r.why})
 }
 
-// readAnswered takes the answer of the tier r is at (nil OK: all missed).
-func (a *LowerActor) readAnswered(ctx actor.Context, id uint64, r *lowerRead, ok []bool) {
+// readAnswered takes the answer of the tier r is at: OK and Why as in
+// LowerReadDone (nil: the tier stopped for good, every item failed).
+func (a *LowerActor) readAnswered(ctx actor.Context, id uint64, r *lowerRead, ok []bool, why []messages.MissReason) {
 	var miss []int
 	// A block read from the disk stays there; one from the remote tier is
 	// kept on this node only when there is no disk to drain it to.
@@ -195,8 +199,13 @@ func (a *LowerActor) readAnswered(ctx actor.Context, id uint64, r *lowerRead, ok
 		if j < len(ok) && ok[j] {
 			r.ok[i] = true
 			r.kept[i] = kept
+			r.why[i] = messages.MissNone
 		} else {
 			miss = append(miss, i)
+			r.why[i] = messages.MissFailed
+			if j < len(why) {
+				r.why[i] = why[j]
+			}
 		}
 	}
 	r.miss = miss
@@ -225,7 +234,7 @@ func (a *LowerActor) tierGone(ctx actor.Context, tier messages.Tier) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(a.reads)) {
 		if r := a.reads[id]; r.at == tier {
-			a.readAnswered(ctx, id, r, nil)
+			a.readAnswered(ctx, id, r, nil, nil)
 		}
 	}
 }

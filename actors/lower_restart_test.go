@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 	"time"
@@ -81,13 +82,17 @@ func TestLowerActorRestartKeepsRequestsInFlight(t *testing.T) {
 type servingTier struct {
 	from messages.Tier
 	has  map[uint64]bool
+	why  map[uint64]messages.MissReason // why a block it lacks missed (default MissEvicted)
 }
 
 func (f *servingTier) Receive(ctx actor.Context) {
 	if m, ok := ctx.Message().(*messages.LowerRead); ok {
-		done := &messages.LowerReadDone{ID: m.ID, OK: make([]bool, len(m.Items)), From: f.from}
+		done := &messages.LowerReadDone{ID: m.ID, OK: make([]bool, len(m.Items)), From: f.from, Why: make([]messages.MissReason, len(m.Items))}
 		for i, it := range m.Items {
 			done.OK[i] = f.has[it.Hash]
+			if !done.OK[i] {
+				done.Why[i] = cmp.Or(f.why[it.Hash], messages.MissEvicted)
+			}
 		}
 		ctx.Respond(done)
 	}
@@ -97,11 +102,12 @@ func (f *servingTier) Receive(ctx actor.Context) {
 // tier they were read from keeps on this node: one the disk served is kept,
 // one only the remote tier had is not (pinned memory drains it to the disk
 // when it leaves, instead of dropping it as held below; review of
-// 2026-11-27), one nobody had is a miss.
+// 2026-11-27), one nobody had is a miss, for the reason the last tier
+// asked gave (LowerReadDone.Why).
 func TestLowerReadKeptOnlyFromDisk(t *testing.T) {
 	sys := actor.NewActorSystem()
 	disk := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &servingTier{from: messages.Disk, has: map[uint64]bool{1: true}}
+		return &servingTier{from: messages.Disk, has: map[uint64]bool{1: true}, why: map[uint64]messages.MissReason{3: messages.MissMismatch}}
 	}))
 	remote := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &servingTier{from: messages.Remote, has: map[uint64]bool{1: true, 2: true}}
@@ -118,5 +124,8 @@ func TestLowerReadKeptOnlyFromDisk(t *testing.T) {
 	}
 	if want := []bool{true, false, false}; !slices.Equal(done.Kept, want) {
 		t.Fatalf("Kept %v, want %v: only the block read from the disk stays on this node", done.Kept, want)
+	}
+	if want := []messages.MissReason{messages.MissNone, messages.MissNone, messages.MissEvicted}; !slices.Equal(done.Why, want) {
+		t.Fatalf("Why %v, want %v: the remote tier, asked last, did not hold block 3", done.Why, want)
 	}
 }

@@ -287,6 +287,7 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
 
 func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 	ok := make([]bool, len(r.out))
+	why := make([]messages.MissReason, len(r.out))
 	var gone *messages.Residency
 	if a.cfg.Events != nil {
 		gone = &messages.Residency{Tier: messages.Remote}
@@ -298,8 +299,10 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 			a.stats.Hits++
 		case remote.Missing, remote.Corrupt:
 			a.stats.Misses++
+			why[i] = messages.MissEvicted
 			if o == remote.Corrupt {
 				a.stats.Mismatches++
+				why[i] = messages.MissFailed
 			}
 			if gone != nil {
 				gone.Changes = append(gone.Changes, messages.ResidencyChange{Hash: r.hashes[i]})
@@ -307,15 +310,17 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 		default:
 			if r.late {
 				a.stats.Timeouts++
+				why[i] = messages.MissLate
 			} else {
 				a.stats.Failed++
+				why[i] = messages.MissFailed
 			}
 		}
 	}
 	if gone != nil && len(gone.Changes) > 0 {
 		ctx.Send(a.cfg.Events, gone)
 	}
-	ctx.Send(r.to, &messages.LowerReadDone{ID: r.id, OK: ok, From: messages.Remote})
+	ctx.Send(r.to, &messages.LowerReadDone{ID: r.id, OK: ok, From: messages.Remote, Why: why})
 }
 
 // lookup asks how much of each chain the remote tier holds, in one round

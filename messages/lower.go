@@ -105,12 +105,17 @@ type LowerRead struct {
 // whether the tier it was read from keeps it on this node: a block the
 // disk lacked and the remote tier served is not, and pinned memory drains
 // it to the disk when it leaves, as it does a block only the remote tier
-// took. nil: every block read is kept below.
+// took. nil: every block read is kept below. Why, when set, says per item
+// why it missed (MissNone where OK): MissEvicted (not held),
+// MissMismatch (held under the hash with another digest), MissFailed (an
+// I/O error, a corrupt record, a bad request, the tier out of service),
+// MissLate (past the deadline). nil: every miss is MissFailed.
 type LowerReadDone struct {
 	ID   uint64
 	OK   []bool
 	From Tier
 	Kept []bool
+	Why  []MissReason
 }
 
 // LowerQuery asks a lower tier about hashes; the disk actor answers it (the

@@ -230,7 +230,7 @@ func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Dig
 	t.log.Debug("pinned tier: disk read", zap.Int("blocks", len(hashes)), zap.Int("slots", len(f.items)),
 		zap.Int("free", t.pool.Stats().Free), zap.Int("draining", t.drainingCount()))
 	if len(f.items) == 0 {
-		t.finishFetch(f, nil)
+		t.finishFetch(f, nil, nil)
 		return
 	}
 	t.nextID++
@@ -285,11 +285,13 @@ func (t *Tier) lowerRead(m *messages.LowerReadDone) {
 	if len(added) > 0 {
 		t.toIndex(&messages.IndexUpdate{Tier: messages.Pinned, Added: added})
 	}
-	t.finishFetch(f, got)
+	t.finishFetch(f, got, m.Why)
 	t.maybeFlushed()
 }
 
-func (t *Tier) finishFetch(f *lowerRead, ok []bool) {
+// finishFetch answers the fetch or prefetch f: ok and why as in
+// LowerReadDone (nil ok: nothing arrived).
+func (t *Tier) finishFetch(f *lowerRead, ok []bool, why []messages.MissReason) {
 	defer t.end(f.ep)
 	if f.prefetch != nil {
 		n := f.have
@@ -314,6 +316,9 @@ func (t *Tier) finishFetch(f *lowerRead, ok []bool) {
 		if i >= len(ok) || !ok[i] {
 			t.stats.Misses += uint64(len(f.items) - i)
 			g.Short = messages.MissFailed
+			if i < len(why) && why[i] != messages.MissNone {
+				g.Short = why[i]
+			}
 			if f.deleted {
 				g.Short = messages.MissEvicted
 			} else if !f.deadline.IsZero() && !t.now.Before(f.deadline) {
@@ -360,7 +365,7 @@ func (t *Tier) LowerGone() {
 			r.f.grant.Short = messages.MissFailed
 			t.stats.Misses += uint64(len(r.hashes))
 		}
-		t.finishFetch(r.f, nil)
+		t.finishFetch(r.f, nil, nil)
 	}
 	for _, id := range slices.Sorted(maps.Keys(t.reads)) {
 		t.lowerRead(&messages.LowerReadDone{ID: id})

@@ -178,6 +178,31 @@ func TestTierReadDeadlineOnInjectedClock(t *testing.T) {
 	}
 }
 
+// TestTierReadSaysWhyBelowMissed: the grant of a read from below says why
+// the tier below missed its first block (LowerReadDone.Why): a block it
+// did not hold is Evicted and one of another prefix a Mismatch, not
+// Failed (which the GPU counts as a fault); with no Why, Failed.
+func TestTierReadSaysWhyBelowMissed(t *testing.T) {
+	for _, c := range []struct {
+		why  []messages.MissReason
+		want messages.MissReason
+	}{
+		{[]messages.MissReason{messages.MissNone, messages.MissEvicted}, messages.MissEvicted},
+		{[]messages.MissReason{messages.MissNone, messages.MissMismatch}, messages.MissMismatch},
+		{[]messages.MissReason{messages.MissNone, messages.MissFailed}, messages.MissFailed},
+		{nil, messages.MissFailed},
+	} {
+		tr := newTestTier(t, 4, true)
+		tr.Fetch(fetch(5, 6), gpuPeer{})
+		rd := step(t, tr).ToLower[0].(*messages.LowerRead)
+		tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{true, false}, Why: c.why})
+		fg := fetchGrantOf(t, step(t, tr))
+		if len(fg.Slots) != 1 || fg.Short != c.want {
+			t.Fatalf("below said %v: grant %+v, want one slot, Short %v", c.why, fg, c.want)
+		}
+	}
+}
+
 // TestTierReadDeadlineGrantsWhatLanded: a read from below answered at its
 // deadline with its leading blocks read (the disk tier's answer then) is
 // granted for those, Short MissLate; the rest are not granted.

@@ -14,8 +14,7 @@
 //	KVTIER_SOAK=1             run TestSoak, the long run
 //	KVTIER_SOAK_OPS           operations of the soak in all (default 1e6)
 //	KVTIER_STRESS_DEADLINE_S  seconds one test may run (default 120, 360 with -tags invariants)
-//	KVTIER_STRESS_KNOWN=1     run the known, unfixed failures (TestForgedSquatterBelowTheGPU,
-//	                          TestNoFaultNoFailure)
+//	KVTIER_STRESS_KNOWN=1     run the known, unfixed failure (TestForgedSquatterBelowTheGPU)
 //
 // # Data integrity under concurrency
 //
