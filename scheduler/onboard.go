@@ -122,5 +122,5 @@ func (s *Scheduler) resolve(q *sequence, now time.Duration, got int) {
 	q.computed = total
 	q.phase = phaseRunning
 	q.ready, q.loaded = nil, nil
-	s.m.resolved(now, len(q.tokens), gpu, pinned, disk, remote)
+	s.m.resolved(now, q.preempted, len(q.tokens), gpu, pinned, disk, remote)
 }
