@@ -238,9 +238,8 @@ func printTable(w io.Writer, r jsonReport) {
 		}
 		return fmt.Sprintf("%.2f", c.HitRatio/c.OPTHitRatio)
 	})
-	row("readmitted tokens (found again)", func(c jsonConfig) string {
-		return fmt.Sprintf("%s (%s)", commas(c.ReadmittedTokens), commas(c.ReadmittedHitTokens))
-	})
+	row("readmitted tokens", func(c jsonConfig) string { return commas(c.ReadmittedTokens) })
+	row("  found again on readmission", func(c jsonConfig) string { return share(c.ReadmittedHitTokens, c.ReadmittedTokens) })
 	row("prefill tokens computed", func(c jsonConfig) string { return commas(c.PrefillTokens) })
 	pct := func(v, of float64) string {
 		if of <= 0 {
