@@ -128,8 +128,8 @@ func (m *metrics) arrival(t time.Duration) {
 	}
 }
 
-// resolved counts an admission's prefix; readmitted says it follows a
-// preemption of the sequence.
+// resolved counts an admission's prefix; readmitted says the sequence had
+// an admission counted before (it was preempted since).
 func (m *metrics) resolved(t time.Duration, readmitted bool, tokens, gpu, pinned, disk, remote int) {
 	m.res.AdmittedTokens += int64(tokens)
 	m.res.GPUTokens += int64(gpu)

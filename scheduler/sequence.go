@@ -28,7 +28,7 @@ type sequence struct {
 	allocated int  // leading tokens the cache holds blocks for
 	fill      int  // len(tokens) at the last admission: computing up to it is prefill
 	firstOut  bool // the first output token has been sampled
-	preempted bool // preempted at least once: each admission since is a readmission
+	resolved  bool // an admission's prefix was counted: each one counted since is a readmission's
 
 	admitted time.Duration
 	order    uint64 // admission counter: higher is more recent
@@ -52,7 +52,6 @@ func (s *sequence) nextToken(vocab int) int64 {
 // reset returns a preempted sequence to the waiting state, keeping its tokens.
 func (s *sequence) reset() {
 	s.phase = phaseWaiting
-	s.preempted = true
 	s.computed, s.allocated, s.fill = 0, 0, 0
 	s.gpu, s.pinned, s.disk, s.remote = 0, 0, 0, 0
 	s.ready, s.loaded = nil, nil
