@@ -55,15 +55,16 @@ type jsonTTFT struct {
 	P50, P90, P99, Max, Mean float64 // milliseconds
 }
 
-// jsonPoint is one series interval. Its tokens are those of the first
-// admissions resolved in it, as the table's hit ratio counts them.
+// jsonPoint is one series interval. PromptTokens and HitTokens are those
+// of the requests whose first admission resolved in it, as the table's hit
+// ratio counts them (readmissions apart).
 type jsonPoint struct {
-	StartS         float64 `json:"start_s"`
-	Arrivals       int     `json:"arrivals"`
-	AdmittedTokens int64   `json:"admitted_tokens"`
-	HitTokens      int64   `json:"hit_tokens"`
-	HitRatio       float64 `json:"hit_ratio"`
-	OutputTokens   int64   `json:"output_tokens"`
+	StartS       float64 `json:"start_s"`
+	Arrivals     int     `json:"arrivals"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	HitTokens    int64   `json:"hit_tokens"`
+	HitRatio     float64 `json:"hit_ratio"`
+	OutputTokens int64   `json:"output_tokens"`
 }
 
 // jsonTierSeconds is a modelled time per tier, in seconds.
