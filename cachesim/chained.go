@@ -37,3 +37,33 @@ func CheckChained(reqs []trace.Request) error {
 	}
 	return nil
 }
+
+// PrefixIDs returns reqs with every id replaced by an id of its whole
+// prefix: two positions get the same id exactly when their requests agree on
+// every id up to there. This is what a cache keyed by chained block hashes
+// (kvtier's, an engine's) tells apart, and the result is always chained, so
+// OPT over it is that cache's exact optimum. On a chained trace it only
+// renames the ids: every policy and OPT count the same hits. The new ids are
+// 0, 1, ... in order of first appearance; reqs is not modified.
+func PrefixIDs(reqs []trace.Request) []trace.Request {
+	type edge struct{ parent, id int64 }
+	const root = -1
+	nodes := make(map[edge]int64)
+	out := make([]trace.Request, len(reqs))
+	for i, r := range reqs {
+		out[i] = r
+		ids := make([]int64, len(r.HashIDs))
+		parent := int64(root)
+		for j, id := range r.HashIDs {
+			e := edge{parent, id}
+			n, ok := nodes[e]
+			if !ok {
+				n = int64(len(nodes))
+				nodes[e] = n
+			}
+			ids[j], parent = n, n
+		}
+		out[i].HashIDs = ids
+	}
+	return out
+}
