@@ -67,3 +67,28 @@ func PrefixIDs(reqs []trace.Request) []trace.Request {
 	}
 	return out
 }
+
+// PrefixBlocks is PrefixIDs with every group consecutive ids of a request
+// taken as one block, for a cache whose blocks hold group of the trace's
+// (a trace of 16-token ids against 512-token blocks: group 32). A block's id
+// is that of its last id's prefix, so two blocks are equal exactly when the
+// prefixes through them are; a request's last group of fewer ids is a
+// partial block. The result is chained. group < 2 is PrefixIDs.
+func PrefixBlocks(reqs []trace.Request, group int) []trace.Request {
+	out := PrefixIDs(reqs)
+	if group < 2 {
+		return out
+	}
+	for i := range out {
+		fine := out[i].HashIDs
+		ids := make([]int64, 0, (len(fine)+group-1)/group)
+		for j := group - 1; j < len(fine); j += group {
+			ids = append(ids, fine[j])
+		}
+		if len(fine)%group != 0 {
+			ids = append(ids, fine[len(fine)-1])
+		}
+		out[i].HashIDs = ids
+	}
+	return out
+}

@@ -53,3 +53,20 @@ func equalIDs(got []trace.Request, want [][]int64) bool {
 	}
 	return true
 }
+
+// TestPrefixBlocks: groups of ids become one block named by the prefix
+// through its last id; a short last group is a partial block.
+func TestPrefixBlocks(t *testing.T) {
+	tr := reqs(ids(1, 2, 3, 4), ids(1, 2, 3, 9), ids(1, 2, 3, 4, 10), ids(1, 2))
+	got := PrefixBlocks(tr, 4)
+	// PrefixIDs: [0 1 2 3] [0 1 2 4] [0 1 2 3 5] [0 1].
+	if want := [][]int64{{3}, {4}, {3, 5}, {1}}; !equalIDs(got, want) {
+		t.Fatalf("PrefixBlocks %v, want %v", got, want)
+	}
+	if err := CheckChained(got); err != nil {
+		t.Fatal(err)
+	}
+	if p := PrefixBlocks(tr, 1); !equalIDs(p, [][]int64{{0, 1, 2, 3}, {0, 1, 2, 4}, {0, 1, 2, 3, 5}, {0, 1}}) {
+		t.Fatalf("group 1: %v", p)
+	}
+}
