@@ -37,3 +37,58 @@ func CheckChained(reqs []trace.Request) error {
 	}
 	return nil
 }
+
+// PrefixIDs returns reqs with every id replaced by an id of its whole
+// prefix: two positions get the same id exactly when their requests agree on
+// every id up to there. This is what a cache keyed by chained block hashes
+// (kvtier's, an engine's) tells apart, and the result is always chained, so
+// OPT over it is that cache's exact optimum. On a chained trace it only
+// renames the ids: every policy and OPT count the same hits. The new ids are
+// 0, 1, ... in order of first appearance; reqs is not modified.
+func PrefixIDs(reqs []trace.Request) []trace.Request {
+	type edge struct{ parent, id int64 }
+	const root = -1
+	nodes := make(map[edge]int64)
+	out := make([]trace.Request, len(reqs))
+	for i, r := range reqs {
+		out[i] = r
+		ids := make([]int64, len(r.HashIDs))
+		parent := int64(root)
+		for j, id := range r.HashIDs {
+			e := edge{parent, id}
+			n, ok := nodes[e]
+			if !ok {
+				n = int64(len(nodes))
+				nodes[e] = n
+			}
+			ids[j], parent = n, n
+		}
+		out[i].HashIDs = ids
+	}
+	return out
+}
+
+// PrefixBlocks is PrefixIDs with every group consecutive ids of a request
+// taken as one block, for a cache whose blocks hold group of the trace's
+// (a trace of 16-token ids against 512-token blocks: group 32). A block's id
+// is that of its last id's prefix, so two blocks are equal exactly when the
+// prefixes through them are; a request's last group of fewer ids is a
+// partial block. The result is chained. group < 2 is PrefixIDs.
+func PrefixBlocks(reqs []trace.Request, group int) []trace.Request {
+	out := PrefixIDs(reqs)
+	if group < 2 {
+		return out
+	}
+	for i := range out {
+		fine := out[i].HashIDs
+		ids := make([]int64, 0, (len(fine)+group-1)/group)
+		for j := group - 1; j < len(fine); j += group {
+			ids = append(ids, fine[j])
+		}
+		if len(fine)%group != 0 {
+			ids = append(ids, fine[len(fine)-1])
+		}
+		out[i].HashIDs = ids
+	}
+	return out
+}

@@ -130,6 +130,9 @@
 // exhaustive search over every eviction choice on small random traces. On a
 // trace that is not chained OPT is only a strong clairvoyant heuristic: its
 // schedule is still a legal one, but another may get more prefix hits.
+// [PrefixIDs] renames a trace's ids by prefix, as a cache keyed by chained
+// block hashes tells blocks apart: the result is chained, and OPT over it
+// is exact for such a cache (the demo's reference).
 //
 // # Usage
 //

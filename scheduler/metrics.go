@@ -11,6 +11,10 @@ import (
 // Tokens are counted per admission: a sequence preempted and admitted again
 // presents its prompt and the tokens decoded so far once more, so
 // AdmittedTokens can exceed PromptTokens, and HitRatio is over AdmittedTokens.
+// A readmission mostly finds the sequence's own KV, computed before it was
+// preempted: Readmissions holds that part of the counts, and the counts less
+// Readmissions are what requests found at their first admission, the prefix
+// reuse between requests that a trace simulation (package cachesim) counts.
 type Result struct {
 	Requests       int   // requests finished
 	PromptTokens   int64 // prompt tokens of the finished requests' trace entries
@@ -27,6 +31,9 @@ type Result struct {
 	// DiskTokens avoided, by tier, as the cost model's WorkCoster prices it
 	// (zero for a cost model without one).
 	PrefillSaved TierTimes
+	// Readmissions is the part of AdmittedTokens, the tier counts and
+	// PrefillSaved that admissions after a preemption contributed.
+	Readmissions Served
 
 	TTFT TTFT // arrival to the end of the step that sampled the first output token
 
@@ -49,6 +56,32 @@ type Result struct {
 	Series         []SeriesPoint
 }
 
+// Served is what a set of admissions presented to the cache and found there.
+type Served struct {
+	Tokens                    int64 // tokens presented to Cache.Allocate
+	GPU, Pinned, Disk, Remote int64 // of those, served from each tier
+	PrefillSaved              TierTimes
+}
+
+// Hits is the tokens served from any tier.
+func (s Served) Hits() int64 { return s.GPU + s.Pinned + s.Disk + s.Remote }
+
+// FirstAdmissions is what every request found at its first admission: r's
+// per-admission counts less its Readmissions. Its Tokens are the prompt
+// tokens of the requests admitted.
+func (r Result) FirstAdmissions() Served {
+	q := r.Readmissions
+	return Served{
+		Tokens: r.AdmittedTokens - q.Tokens,
+		GPU:    r.GPUTokens - q.GPU, Pinned: r.PinnedTokens - q.Pinned,
+		Disk: r.DiskTokens - q.Disk, Remote: r.RemoteTokens - q.Remote,
+		PrefillSaved: TierTimes{
+			GPU: r.PrefillSaved.GPU - q.PrefillSaved.GPU, Pinned: r.PrefillSaved.Pinned - q.PrefillSaved.Pinned,
+			Disk: r.PrefillSaved.Disk - q.PrefillSaved.Disk, Remote: r.PrefillSaved.Remote - q.PrefillSaved.Remote,
+		},
+	}
+}
+
 // TTFT holds time-to-first-token percentiles (nearest rank).
 type TTFT struct {
 	P50, P90, P99, Max time.Duration
@@ -62,7 +95,11 @@ type SeriesPoint struct {
 	AdmittedTokens int64 // tokens whose prefix was resolved in the interval
 	HitTokens      int64 // of those, served from any tier
 	HitRatio       float64
-	OutputTokens   int64
+	// ReadmittedTokens and ReadmittedHitTokens are the part of
+	// AdmittedTokens and HitTokens that readmissions after a preemption
+	// contributed.
+	ReadmittedTokens, ReadmittedHitTokens int64
+	OutputTokens                          int64
 }
 
 // metrics accumulates a Result while the run goes on.
@@ -91,7 +128,9 @@ func (m *metrics) arrival(t time.Duration) {
 	}
 }
 
-func (m *metrics) resolved(t time.Duration, tokens, gpu, pinned, disk, remote int) {
+// resolved counts an admission's prefix; readmitted says the sequence had
+// an admission counted before (it was preempted since).
+func (m *metrics) resolved(t time.Duration, readmitted bool, tokens, gpu, pinned, disk, remote int) {
 	m.res.AdmittedTokens += int64(tokens)
 	m.res.GPUTokens += int64(gpu)
 	m.res.PinnedTokens += int64(pinned)
@@ -105,6 +144,21 @@ func (m *metrics) resolved(t time.Duration, tokens, gpu, pinned, disk, remote in
 	p := m.point(t)
 	p.AdmittedTokens += int64(tokens)
 	p.HitTokens += int64(gpu + pinned + disk + remote)
+	if !readmitted {
+		return
+	}
+	q := &m.res.Readmissions
+	q.Tokens += int64(tokens)
+	q.GPU += int64(gpu)
+	q.Pinned += int64(pinned)
+	q.Disk += int64(disk)
+	q.Remote += int64(remote)
+	q.PrefillSaved.GPU += saved.GPU
+	q.PrefillSaved.Pinned += saved.Pinned
+	q.PrefillSaved.Disk += saved.Disk
+	q.PrefillSaved.Remote += saved.Remote
+	p.ReadmittedTokens += int64(tokens)
+	p.ReadmittedHitTokens += int64(gpu + pinned + disk + remote)
 }
 
 func (m *metrics) sampled(t time.Duration, n int) {

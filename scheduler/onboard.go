@@ -122,5 +122,8 @@ func (s *Scheduler) resolve(q *sequence, now time.Duration, got int) {
 	q.computed = total
 	q.phase = phaseRunning
 	q.ready, q.loaded = nil, nil
-	s.m.resolved(now, len(q.tokens), gpu, pinned, disk, remote)
+	// A sequence preempted while its load was in flight was never counted:
+	// its next admission is its first.
+	s.m.resolved(now, q.resolved, len(q.tokens), gpu, pinned, disk, remote)
+	q.resolved = true
 }

@@ -28,6 +28,7 @@ type sequence struct {
 	allocated int  // leading tokens the cache holds blocks for
 	fill      int  // len(tokens) at the last admission: computing up to it is prefill
 	firstOut  bool // the first output token has been sampled
+	resolved  bool // an admission's prefix was counted: each one counted since is a readmission's
 
 	admitted time.Duration
 	order    uint64 // admission counter: higher is more recent

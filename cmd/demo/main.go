@@ -144,11 +144,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 
 	rep := newJSONReport(o, name, len(reqs), work, outs)
 	printTable(table, rep)
-	fmt.Fprintln(table, "\nserved from: share of admitted tokens (a preempted request is admitted again) found on each tier;")
-	fmt.Fprintln(table, "prefill tokens computed: what prefill steps computed; a request preempted during its prefill counts the chunks it ran, so this can fall short of admitted minus served;")
-	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
+	fmt.Fprintln(table, "\nserved from: share of the prompt tokens found on each tier at each request's first admission; hit ratio: their sum;")
+	fmt.Fprintln(table, "readmitted tokens: what requests preempted and admitted again presented (prompt and output so far), and what of it they found cached (mostly their own KV): not in the rows above;")
+	fmt.Fprintln(table, "prefill tokens computed: what prefill steps computed, recomputation after a preemption included; a request preempted during its prefill counts the chunks it ran;")
+	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served at first admissions, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
 	fmt.Fprintln(table, "GPU busy: modelled time in steps (a decode step costs at least one read of the weights, however small its batch).")
-	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (the hit ratio is over admitted tokens, which exceed the prompt tokens by the readmissions, and OPT maximises blocks, not tokens, so the ratio can pass 1 by a little).")
+	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT, over the ids by prefix as chained hashes tell blocks apart), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (OPT maximises blocks, not tokens, so the ratio can pass 1 by a little).")
 	fmt.Fprintf(table, "link bytes: blocks moved x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))
 	if o.preempt == scheduler.Swap {

@@ -177,10 +177,10 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 		ttfts = append(ttfts, n.tr.values()...)
 	}
 	out.res.TTFT = ttftOf(ttfts)
-	if out.res.AdmittedTokens > 0 {
-		r := out.res
-		out.res.HitRatio = float64(r.GPUTokens+r.PinnedTokens+r.DiskTokens+r.RemoteTokens) / float64(r.AdmittedTokens)
-	}
+	// The hit ratio of first admissions, as the tier comparison's table
+	// counts it: a readmission after a preemption mostly finds its own KV.
+	first := out.res.FirstAdmissions()
+	out.res.HitRatio = ratio(first.Hits(), first.Tokens)
 	return out, nil
 }
 
@@ -224,6 +224,16 @@ func addResult(a *scheduler.Result, b scheduler.Result) {
 	a.PrefillSaved.Pinned += b.PrefillSaved.Pinned
 	a.PrefillSaved.Disk += b.PrefillSaved.Disk
 	a.PrefillSaved.Remote += b.PrefillSaved.Remote
+	q, bq := &a.Readmissions, b.Readmissions
+	q.Tokens += bq.Tokens
+	q.GPU += bq.GPU
+	q.Pinned += bq.Pinned
+	q.Disk += bq.Disk
+	q.Remote += bq.Remote
+	q.PrefillSaved.GPU += bq.PrefillSaved.GPU
+	q.PrefillSaved.Pinned += bq.PrefillSaved.Pinned
+	q.PrefillSaved.Disk += bq.PrefillSaved.Disk
+	q.PrefillSaved.Remote += bq.PrefillSaved.Remote
 }
 
 // ttftOf returns the nearest-rank percentiles of xs.
@@ -292,16 +302,18 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 		return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(d))
 	}
 	row("requests per replica", func(x fleetOutcome) string { return fmt.Sprint(x.perReq) })
-	row("served from GPU", func(x fleetOutcome) string { return pct(x.res.GPUTokens, x.res.AdmittedTokens) })
-	row("served from pinned", func(x fleetOutcome) string { return pct(x.res.PinnedTokens, x.res.AdmittedTokens) })
-	row("served from shared tier", func(x fleetOutcome) string { return pct(x.res.RemoteTokens, x.res.AdmittedTokens) })
+	// Hits at each request's first admission, over its prompt tokens: a
+	// readmission after a preemption mostly finds its own KV.
+	row("served from GPU", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.GPU, f.Tokens) })
+	row("served from pinned", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Pinned, f.Tokens) })
+	row("served from shared tier", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Remote, f.Tokens) })
 	row("hit ratio", func(x fleetOutcome) string { return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio) })
 	row("prefill tokens computed", func(x fleetOutcome) string { return fmt.Sprint(x.res.PrefillTokens) })
 	row("prefill compute saved", func(x fleetOutcome) string {
-		return fmt.Sprintf("%.1f s", x.res.PrefillSaved.Total().Seconds())
+		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Total().Seconds())
 	})
 	row("  of which by the shared tier", func(x fleetOutcome) string {
-		return fmt.Sprintf("%.1f s", x.res.PrefillSaved.Remote.Seconds())
+		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Remote.Seconds())
 	})
 	row("TTFT p50", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P50) })
 	row("TTFT p90", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P90) })

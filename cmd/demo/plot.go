@@ -38,7 +38,7 @@ func writePlot(path string, outs []outcome) (err error) {
 	hits := plot.New()
 	hits.Title.Text = "Prefix hit ratio over time (cumulative)"
 	hits.X.Label.Text = "run time (s)"
-	hits.Y.Label.Text = "admitted tokens served from a cache tier"
+	hits.Y.Label.Text = "prompt tokens served from a cache tier (first admissions)"
 	hits.Y.Min = 0
 	hits.Legend.Top, hits.Legend.Left = true, true
 	hits.Add(plotter.NewGrid())
@@ -105,14 +105,14 @@ func plotFormat(path string) (string, error) {
 	return format, nil
 }
 
-// cumulativeHits is the hit ratio of everything admitted up to the end of
-// each series interval.
+// cumulativeHits is the hit ratio of the first admissions resolved up to the
+// end of each series interval, as the table counts it (readmissions apart).
 func cumulativeHits(series []scheduler.SeriesPoint, interval time.Duration) plotter.XYs {
 	var pts plotter.XYs
 	var admitted, hit int64
 	for _, p := range series {
-		admitted += p.AdmittedTokens
-		hit += p.HitTokens
+		admitted += p.AdmittedTokens - p.ReadmittedTokens
+		hit += p.HitTokens - p.ReadmittedHitTokens
 		if admitted > 0 {
 			pts = append(pts, plotter.XY{X: (p.Start + interval).Seconds(), Y: float64(hit) / float64(admitted)})
 		}

@@ -32,10 +32,24 @@ type outcome struct {
 }
 
 // optBound replays reqs against OPT with the blocks of every tier of out as
-// one cache, counted in trace hash ids (-trace-block-tokens tokens each).
+// one cache. The ids are taken by prefix (cachesim.PrefixIDs), as the
+// Manager's chained block hashes tell blocks apart: on a trace whose ids are
+// not chained, an id met after another prefix is another block, which OPT
+// over the raw ids would count as a hit no cache can have (and there OPT over
+// raw ids is no bound). On a chained trace, the Mooncake ones, that changes
+// nothing. When a cache block holds several of the trace's ids
+// (-block-tokens a multiple of -trace-block-tokens) OPT runs on cache blocks
+// (cachesim.PrefixBlocks): a prefix shared up to the middle of a block is no
+// hit for the Manager. Otherwise it runs on the trace's ids, with the
+// capacity converted to them.
 func optBound(o options, out outcome, reqs []trace.Request) cachesim.Result {
-	ids := (out.gpu + out.pinned + out.disk) * o.blockTokens / o.traceBlockTokens
-	return cachesim.OPT(reqs, ids, cachesim.Options{BlockTokens: o.traceBlockTokens})
+	blocks := out.gpu + out.pinned + out.disk
+	if o.blockTokens%o.traceBlockTokens == 0 {
+		return cachesim.OPT(cachesim.PrefixBlocks(reqs, o.blockTokens/o.traceBlockTokens), blocks,
+			cachesim.Options{BlockTokens: o.blockTokens})
+	}
+	ids := blocks * o.blockTokens / o.traceBlockTokens
+	return cachesim.OPT(cachesim.PrefixIDs(reqs), ids, cachesim.Options{BlockTokens: o.traceBlockTokens})
 }
 
 // managerConfig returns the Manager configuration for one tier set. Blocks

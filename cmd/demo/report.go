@@ -55,13 +55,16 @@ type jsonTTFT struct {
 	P50, P90, P99, Max, Mean float64 // milliseconds
 }
 
+// jsonPoint is one series interval. PromptTokens and HitTokens are those
+// of the requests whose first admission resolved in it, as the table's hit
+// ratio counts them (readmissions apart).
 type jsonPoint struct {
-	StartS         float64 `json:"start_s"`
-	Arrivals       int     `json:"arrivals"`
-	AdmittedTokens int64   `json:"admitted_tokens"`
-	HitTokens      int64   `json:"hit_tokens"`
-	HitRatio       float64 `json:"hit_ratio"`
-	OutputTokens   int64   `json:"output_tokens"`
+	StartS       float64 `json:"start_s"`
+	Arrivals     int     `json:"arrivals"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	HitTokens    int64   `json:"hit_tokens"`
+	HitRatio     float64 `json:"hit_ratio"`
+	OutputTokens int64   `json:"output_tokens"`
 }
 
 // jsonTierSeconds is a modelled time per tier, in seconds.
@@ -74,17 +77,27 @@ type jsonTierSeconds struct {
 func (t jsonTierSeconds) total() float64 { return t.GPU + t.Pinned + t.Disk }
 
 type jsonConfig struct {
-	Name           string  `json:"name"`
-	GPUBlocks      int     `json:"gpu_blocks"`
-	PinnedBlocks   int     `json:"pinned_blocks"`
-	DiskBlocks     int     `json:"disk_blocks"`
-	Requests       int     `json:"requests"`
-	PromptTokens   int64   `json:"prompt_tokens"`
-	AdmittedTokens int64   `json:"admitted_tokens"`
-	GPUTokens      int64   `json:"gpu_tokens"`
-	PinnedTokens   int64   `json:"pinned_tokens"`
-	DiskTokens     int64   `json:"disk_tokens"`
-	HitRatio       float64 `json:"hit_ratio"`
+	Name         string `json:"name"`
+	GPUBlocks    int    `json:"gpu_blocks"`
+	PinnedBlocks int    `json:"pinned_blocks"`
+	DiskBlocks   int    `json:"disk_blocks"`
+	Requests     int    `json:"requests"`
+	PromptTokens int64  `json:"prompt_tokens"`
+	// AdmittedTokens counts every admission: a preempted request is
+	// admitted again with its prompt and the output so far.
+	AdmittedTokens int64 `json:"admitted_tokens"`
+	// GPUTokens, PinnedTokens, DiskTokens, HitRatio and PrefillSavedS count
+	// what requests found at their first admission (HitRatio is over the
+	// prompt tokens): a readmission after a preemption mostly finds the
+	// request's own KV, which is no reuse between requests, and neither OPT
+	// nor a run with no cache has it. ReadmittedTokens and
+	// ReadmittedHitTokens are what readmissions presented and found.
+	GPUTokens           int64   `json:"gpu_tokens"`
+	PinnedTokens        int64   `json:"pinned_tokens"`
+	DiskTokens          int64   `json:"disk_tokens"`
+	HitRatio            float64 `json:"hit_ratio"`
+	ReadmittedTokens    int64   `json:"readmitted_tokens"`
+	ReadmittedHitTokens int64   `json:"readmitted_hit_tokens"`
 	// OPTHitRatio is the clairvoyant reference at the configuration's total
 	// capacity (every tier's blocks as one cache): hit tokens over prompt
 	// tokens under Belady's MIN (cachesim.OPT), which maximises block hits.
@@ -134,6 +147,14 @@ type jsonReport struct {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// ratio is n / of, 0 when of is 0.
+func ratio(n, of int64) float64 {
+	if of == 0 {
+		return 0
+	}
+	return float64(n) / float64(of)
+}
+
 func newJSONReport(o options, traceName string, nreqs int, w offered, outs []outcome) jsonReport {
 	mb := modelBlockBytes(o.blockTokens)
 	r := jsonReport{
@@ -149,13 +170,15 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 		for _, ts := range st.Tiers {
 			timeouts, denied, failed = timeouts+ts.Timeouts, denied+ts.Denied, failed+ts.Failed
 		}
+		first := res.FirstAdmissions()
 		c := jsonConfig{
 			Name: out.tiers.String(), GPUBlocks: out.gpu, PinnedBlocks: out.pinned, DiskBlocks: out.disk,
 			Requests: res.Requests, PromptTokens: res.PromptTokens, AdmittedTokens: res.AdmittedTokens,
-			GPUTokens: res.GPUTokens, PinnedTokens: res.PinnedTokens, DiskTokens: res.DiskTokens, HitRatio: res.HitRatio,
+			GPUTokens: first.GPU, PinnedTokens: first.Pinned, DiskTokens: first.Disk, HitRatio: ratio(first.Hits(), first.Tokens),
+			ReadmittedTokens: res.Readmissions.Tokens, ReadmittedHitTokens: res.Readmissions.Hits(),
 			OPTHitRatio:   out.opt.TokenHitRatio,
 			PrefillTokens: res.PrefillTokens, OutputTokens: res.OutputTokens,
-			PrefillSavedS: jsonTierSeconds{res.PrefillSaved.GPU.Seconds(), res.PrefillSaved.Pinned.Seconds(), res.PrefillSaved.Disk.Seconds()},
+			PrefillSavedS: jsonTierSeconds{first.PrefillSaved.GPU.Seconds(), first.PrefillSaved.Pinned.Seconds(), first.PrefillSaved.Disk.Seconds()},
 			GPUBusyS:      out.busy.Seconds(),
 			TTFTMillis:    jsonTTFT{ms(res.TTFT.P50), ms(res.TTFT.P90), ms(res.TTFT.P99), ms(res.TTFT.Max), ms(res.TTFT.Mean)},
 			DurationS:     res.Duration.Seconds(), OutputTokensPerS: res.OutputTokensPerS, RequestsPerS: res.RequestsPerS,
@@ -169,7 +192,8 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 			WallS:             out.wall.Seconds(),
 		}
 		for _, p := range res.Series {
-			c.Series = append(c.Series, jsonPoint{p.Start.Seconds(), p.Arrivals, p.AdmittedTokens, p.HitTokens, p.HitRatio, p.OutputTokens})
+			admitted, hit := p.AdmittedTokens-p.ReadmittedTokens, p.HitTokens-p.ReadmittedHitTokens
+			c.Series = append(c.Series, jsonPoint{p.Start.Seconds(), p.Arrivals, admitted, hit, ratio(hit, admitted), p.OutputTokens})
 		}
 		r.Configs = append(r.Configs, c)
 	}
@@ -204,10 +228,9 @@ func printTable(w io.Writer, r jsonReport) {
 	})
 	row("requests", func(c jsonConfig) string { return commas(int64(c.Requests)) })
 	row("prompt tokens", func(c jsonConfig) string { return commas(c.PromptTokens) })
-	row("admitted tokens (+ readmissions)", func(c jsonConfig) string { return commas(c.AdmittedTokens) })
-	row("  served from GPU", func(c jsonConfig) string { return share(c.GPUTokens, c.AdmittedTokens) })
-	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.AdmittedTokens) })
-	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.AdmittedTokens) })
+	row("  served from GPU", func(c jsonConfig) string { return share(c.GPUTokens, c.PromptTokens) })
+	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.PromptTokens) })
+	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.PromptTokens) })
 	row("hit ratio", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
 	row("OPT at total capacity", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.OPTHitRatio) })
 	row("hit ratio / OPT", func(c jsonConfig) string {
@@ -216,6 +239,8 @@ func printTable(w io.Writer, r jsonReport) {
 		}
 		return fmt.Sprintf("%.2f", c.HitRatio/c.OPTHitRatio)
 	})
+	row("readmitted tokens", func(c jsonConfig) string { return commas(c.ReadmittedTokens) })
+	row("  found again on readmission", func(c jsonConfig) string { return share(c.ReadmittedHitTokens, c.ReadmittedTokens) })
 	row("prefill tokens computed", func(c jsonConfig) string { return commas(c.PrefillTokens) })
 	pct := func(v, of float64) string {
 		if of <= 0 {

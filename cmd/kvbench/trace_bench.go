@@ -117,8 +117,15 @@ func runTrace(path string, capacities []int, blockTokens int) (*TraceResult, err
 		}
 		best := -1.0
 		for _, k := range tracePolicies {
+			// Built before the clock starts: NsPerRef is the replay's cost,
+			// not the policy's allocation (at 64k blocks LRU's New took as
+			// long as its whole replay of the embedded sample).
+			p, err := policy.New(k, c)
+			if err != nil {
+				return nil, fmt.Errorf("%v at %d blocks: %w", k, c, err)
+			}
 			start := time.Now()
-			res, err := cachesim.Simulate(reqs, c, k, opts)
+			res, err := cachesim.SimulatePolicy(reqs, c, p, opts)
 			if err != nil {
 				return nil, fmt.Errorf("%v at %d blocks: %w", k, c, err)
 			}
