@@ -189,14 +189,17 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 			continue
 		}
 		// Held already, resident or draining below: the GPU may count it as
-		// stored, unless another prefix holds the hash (never stored here).
+		// stored, unless another prefix holds the hash.
 		if slot, ok := t.held(it.Hash); ok {
-			g.Slots[i] = messages.SlotExists
-			if t.digests[slot] != it.Digest {
-				g.Slots[i] = messages.SlotDenied
-				t.stats.Mismatches++
+			if t.digests[slot] == it.Digest {
+				g.Slots[i] = messages.SlotExists
+				continue
 			}
-			continue
+			t.stats.Mismatches++
+			if !t.displace(it.Hash, &evicted) {
+				g.Slots[i] = messages.SlotDenied
+				continue
+			}
 		}
 		if t.inFlight >= t.cfg.WriteQuota {
 			g.Slots[i] = messages.SlotDenied
@@ -226,6 +229,26 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 		t.toIndex(&messages.IndexUpdate{Tier: messages.Pinned, Remove: evicted})
 	}
 	return g
+}
+
+// displace evicts the resident block of another prefix that holds h (a
+// 64-bit collision: forged, as no honest one is expected) so that the
+// block offered now can take its place. A slot keeps one block per hash;
+// were the first writer kept, a tenant that forged a victim's chain and
+// wrote it first would keep the victim's KV out of pinned memory for as
+// long as it kept its own there (stress TestForgedSquatterBelowTheGPU).
+// The newer write wins instead, as recency would have it: two prompts
+// colliding take turns, and neither is ever served the other's bytes (the
+// digests are compared on every fetch). A block draining below or still
+// filling is not displaced (false: the offer is denied); readers of the
+// displaced one finish with it (Pool.Remove).
+func (t *Tier) displace(h uint64, evicted *[]uint64) bool {
+	if !t.pool.Remove(h) {
+		return false
+	}
+	*evicted = append(*evicted, h)
+	t.stats.Evictions++
+	return true
 }
 
 // held returns the slot holding h: resident, or draining below and still

@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -105,6 +106,55 @@ func TestTierOffloadThenFetch(t *testing.T) {
 	}
 	if st := tr.Stats(); st.Mismatches != 1 || st.Offloaded != 0 { // stored here, not written below
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestTierOfferDisplacesAnotherPrefixUnderItsHash: an offer of a block
+// whose hash a resident block of another prefix holds (a forged 64-bit
+// collision) takes its place, a counted mismatch and eviction; the
+// displaced block leaves the index and is never served for the new
+// digest, nor the new block for the old one. It used to be denied: the
+// first writer kept the hash for as long as it stayed (stress
+// TestForgedSquatterBelowTheGPU). An offer of the block held already, same
+// digest, is SlotExists.
+func TestTierOfferDisplacesAnotherPrefixUnderItsHash(t *testing.T) {
+	tr := newTestTier(t, 4, false)
+	store(t, tr, 1)
+	again := offer(1)
+	tr.Offload(again, gpuPeer{})
+	if g := step(t, tr).Sends[0].Msg.(*messages.OffloadGrant); g.Slots[0] != messages.SlotExists {
+		t.Fatalf("offer of the block held: %+v, want SlotExists", g)
+	}
+
+	forged := offer(1)
+	forged.Items[0].Digest[0] ^= 1 // another prefix under hash 1
+	tr.Offload(forged, gpuPeer{})
+	r := step(t, tr)
+	g := r.Sends[0].Msg.(*messages.OffloadGrant)
+	if g.Slots[0] < 0 {
+		t.Fatalf("offer of another prefix under a held hash: %+v, want a slot", g)
+	}
+	if len(r.ToIndex) != 1 || !slices.Equal(r.ToIndex[0].Remove, []uint64{1}) {
+		t.Fatalf("index: %+v, want hash 1 removed while its new block fills", r.ToIndex)
+	}
+	if st := tr.Stats(); st.Mismatches != 1 || st.Evictions != 1 {
+		t.Fatalf("stats %+v, want one mismatch and one eviction", st)
+	}
+	tr.Fetch(fetch(1), gpuPeer{}) // the old digest: the block is gone
+	if fg := step(t, tr).Sends[0].Msg.(*messages.FetchGrant); len(fg.Slots) != 0 {
+		t.Fatalf("fetch of the displaced block: %+v, want nothing", fg)
+	}
+	tr.OffloadDone(&messages.OffloadDone{Slots: g.Slots, Hashes: []uint64{1}})
+	step(t, tr)
+	tr.Fetch(fetch(1), gpuPeer{})
+	if fg := step(t, tr).Sends[0].Msg.(*messages.FetchGrant); len(fg.Slots) != 0 || fg.Short != messages.MissMismatch {
+		t.Fatalf("fetch with the old digest after the new block landed: %+v, want a mismatch", fg)
+	}
+	m := fetch(1)
+	m.Digests[0] = forged.Items[0].Digest
+	tr.Fetch(m, gpuPeer{})
+	if fg := step(t, tr).Sends[0].Msg.(*messages.FetchGrant); len(fg.Slots) != 1 {
+		t.Fatalf("fetch with the new digest: %+v, want its slot", fg)
 	}
 }
 

@@ -14,7 +14,6 @@
 //	KVTIER_SOAK=1             run TestSoak, the long run
 //	KVTIER_SOAK_OPS           operations of the soak in all (default 1e6)
 //	KVTIER_STRESS_DEADLINE_S  seconds one test may run (default 120, 360 with -tags invariants)
-//	KVTIER_STRESS_KNOWN=1     run the known, unfixed failure (TestForgedSquatterBelowTheGPU)
 //
 // # Data integrity under concurrency
 //
@@ -49,9 +48,8 @@
 // prompts sharing their hashes both hit on the GPU, whichever committed
 // first. The forger derives the Manager's namespace keys as manager.go
 // does and checks them against Residency, so a change there fails loudly.
-// Below the GPU a squatter still wins: pinned memory keeps one block per
-// hash, the first written, and denies the victim's
-// (TestForgedSquatterBelowTheGPU, skipped unless KVTIER_STRESS_KNOWN=1).
+// Below the GPU the victim's write displaces a squatter's block in pinned
+// memory (TestForgedSquatterBelowTheGPU).
 //
 // # Engines ahead of their KV
 //
