@@ -88,3 +88,30 @@ func (p *Pool) CachedHashes(dst []prefixhash.Hash) []prefixhash.Hash {
 	}
 	return dst
 }
+
+// CachedChanges appends a Stored change for each hash a block is findable
+// by (its first holder, as CachedHashes), as the journal would record it
+// now, with its chain's namespace when the chain's start is still linked.
+// The tokens are copies the caller owns. For a tier whose reports of its
+// changes may have been lost on the way: it reports its whole residency.
+func (p *Pool) CachedChanges(dst []Change) []Change {
+	var slab []int64
+	for i := range p.blocks {
+		b := &p.blocks[i]
+		if !b.cached {
+			continue
+		}
+		if first, _ := p.byHash.get(b.hash); first != BlockID(i) {
+			continue
+		}
+		c := Change{Stored: true, Hash: b.hash, NS: p.chainNS(BlockID(i))}
+		if b.parent != none && p.blocks[b.parent].gen == b.pgen {
+			c.Parent, c.HasParent = p.blocks[b.parent].hash, true
+		}
+		start := len(slab)
+		slab = append(slab, b.tokens...)
+		c.Tokens = slab[start:len(slab):len(slab)]
+		dst = append(dst, c)
+	}
+	return dst
+}
