@@ -38,7 +38,11 @@
 // block becomes GPU-resident when the engine commits it (never before its
 // KV is computed), and lower-tier resident when its copy there is verified
 // and indexed. A block moving down is stored on the lower medium before it
-// is removed from the upper one. A publisher starts (and stops) with
+// is removed from the upper one. Should an actor on the way of the tiers'
+// changes (the pinned tier's, the prefix index's) stop for good, the
+// tiers below the GPU serve no more: the stream says they hold nothing,
+// and the GPU's changes go around the stopped actor, starting with its
+// whole residency (a Full messages.Residency). A publisher starts (and stops) with
 // AllBlocksCleared; a disk reopened after a restart then announces its
 // records (their token ids unknown: stored with none). The remote tier is
 // shared and evicts on its own: its stores and removals are what this
