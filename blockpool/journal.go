@@ -4,6 +4,18 @@ import "github.com/kvtier/kvtier/prefixhash"
 
 // Change is one entry of the pool's journal (Config.Journal): a block
 // became findable by Hash (Stored) or stopped being findable.
+//
+// A hash several blocks hold (a forged 64-bit collision; a block of the
+// same prefix left unreachable when its own was uncached) has one Stored
+// entry, for the block that made it findable first, and one removal, when
+// its last holder goes: with a forger's block first, the event stream
+// carries the forger's tokens, parent and namespace for the hash. Naming
+// each later holder instead (or too) would not mend it: the stream is
+// keyed by the 64-bit hash, as vLLM's is, so a consumer keyed by it keeps
+// one entry per hash whichever block is named, the publisher one record
+// per hash, and a forger can commit after its victim as well as before.
+// The mend is a key that cannot be forged on the wire (the 32-byte prefix
+// digest as a bytes hash, which vLLM's ExternalBlockHash allows).
 type Change struct {
 	Stored bool
 	Hash   prefixhash.Hash
