@@ -228,7 +228,6 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		if m.Who.Equal(a.cfg.Pinned) || m.Who.Equal(a.cfg.Index) {
 			a.cfg.Log.Error("gpu actor: a tier below stopped for good; the GPU serves its own blocks alone", zap.String("actor", m.Who.Id))
 			a.t.LowerGone()
-			a.execute(ctx) // by the way the changes went so far
 			a.eventsWayLost(ctx, m.Who)
 		}
 	case *actor.DeadLetterResponse:
@@ -365,17 +364,19 @@ func (a *GPUActor) eventsWay() *actor.PID {
 }
 
 // eventsWayLost takes gone (the pinned actor or the index, stopped for
-// good) off the events' way. What it held on its way to the publisher is
-// lost, and the tiers below no longer serve (LowerGone), so the publisher
-// hears by the new way that they hold nothing — from the index, which drops
-// their entries and ignores their later additions (messages.TiersDown), or
-// straight when the index is gone — and then the GPU's whole residency.
+// good) off the events' way and carries out what LowerGone readied. What
+// gone held on its way to the publisher is lost, and the tiers below no
+// longer serve (LowerGone), so the publisher then hears by the new way
+// that they hold nothing — from the index, which drops their entries and
+// ignores their later additions (messages.TiersDown), or straight when
+// the index is gone — and the GPU's whole residency.
 func (a *GPUActor) eventsWayLost(ctx actor.Context, gone *actor.PID) {
 	if gone.Equal(a.cfg.Pinned) {
 		a.pinnedGone = true
 	} else {
 		a.indexGone = true
 	}
+	a.execute(ctx)
 	if a.cfg.Events == nil {
 		return
 	}
