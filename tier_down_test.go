@@ -216,9 +216,10 @@ func TestFanOutNeverStopsForGood(t *testing.T) {
 // the pinned and disk blocks no lookup reaches any more. Now the GPU
 // takes the way around the stopped actor, and says there that the tiers
 // below hold nothing and which blocks it holds: after the churn the
-// stream's residency is the GPU's, and nothing below it.
+// stream's residency is the GPU's, and nothing below it; also when the
+// index, the way around a stopped pinned actor, stops in its turn.
 func TestEventsFollowTheGPUWithATierBelowStoppedForGood(t *testing.T) {
-	for _, which := range []string{"pinned", "index"} {
+	for _, which := range []string{"pinned", "index", "pinned then index"} {
 		t.Run(which, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -257,11 +258,20 @@ func TestEventsFollowTheGPUWithATierBelowStoppedForGood(t *testing.T) {
 			if before := stream(); len(before[events.MediumCPU]) == 0 || len(before[events.MediumStorage]) == 0 {
 				t.Fatalf("before the stop the stream holds %v: want blocks on CPU and STORAGE too", summary(before))
 			}
-			pid := map[string]*actor.PID{"pinned": m.pinPID, "index": m.idxPID}[which]
-			if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
-				t.Fatal(err)
+			stop := func(pid *actor.PID) {
+				t.Helper()
+				if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
+					t.Fatal(err)
+				}
 			}
+			stop(map[string]*actor.PID{"pinned": m.pinPID, "index": m.idxPID, "pinned then index": m.pinPID}[which])
 			run(3, toks(900, 8*bt)) // evicts every block above from the GPU
+			if which == "pinned then index" {
+				// The GPU's changes now go by the index: stopped too, what
+				// it held on the way is lost again.
+				stop(m.idxPID)
+				run(5, toks(2900, 8*bt))
+			}
 			run(4, toks(1900, 3*bt))
 			if err := m.Flush(ctx); err != nil {
 				t.Fatal(err)
@@ -274,9 +284,9 @@ func TestEventsFollowTheGPUWithATierBelowStoppedForGood(t *testing.T) {
 			// Flush above put behind what the GPU sent (EventsSeq says
 			// ErrTierDown with an actor on the usual way stopped): the
 			// index forwards a sync to the publisher in order.
-			way := m.idxPID
-			if which == "index" {
-				way = m.evPID
+			way := m.evPID
+			if which == "pinned" {
+				way = m.idxPID
 			}
 			synced := make(chan messages.EventsSeq, 1)
 			m.system.Root.Send(way, &messages.EventsSync{Reply: synced})
