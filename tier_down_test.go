@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/kvtier/kvtier/messages"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvtier/kvtier/events"
+	"github.com/kvtier/kvtier/messages"
 )
 
 // TestDiskActorStoppedForGood: protoactor stops an actor that keeps failing
@@ -198,6 +203,107 @@ func TestFanOutNeverStopsForGood(t *testing.T) {
 			}
 			if _, err := m.Delete(ctx, a, ""); !errors.Is(err, ErrNotDurable) || !errors.Is(err, ErrTierDown) {
 				t.Errorf("delete with the remote actor stopped: %v, want ErrNotDurable wrapping ErrTierDown", err)
+			}
+		})
+	}
+}
+
+// TestEventsFollowTheGPUWithATierBelowStoppedForGood: the GPU's changes
+// reach the event publisher through the pinned actor and the index. With
+// either stopped for good, what it held on the way was lost and what the
+// GPU changes next would be too: the stream kept announcing GPU blocks
+// evicted long before, never announced those committed since, and kept
+// the pinned and disk blocks no lookup reaches any more. Now the GPU
+// takes the way around the stopped actor, and says there that the tiers
+// below hold nothing and which blocks it holds: after the churn the
+// stream's residency is the GPU's, and nothing below it; also when the
+// index, the way around a stopped pinned actor, stops in its turn.
+func TestEventsFollowTheGPUWithATierBelowStoppedForGood(t *testing.T) {
+	for _, which := range []string{"pinned", "index", "pinned then index"} {
+		t.Run(which, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cfg := diskConfig(t, t.TempDir())
+			cfg.Ingestion = IngestAll // committed blocks go down at once: the stream has CPU and STORAGE blocks
+			cfg.DiskIngestion = IngestAll
+			cfg.Events = &EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
+			m := newManager(t, cfg)
+			run := func(seq uint64, tokens []int64) {
+				t.Helper()
+				r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: tokens})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait(t, r)
+				if err := commitFree(ctx, m, seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, replay := m.EventEndpoints()
+			stream := func() map[events.Medium][]uint64 {
+				t.Helper()
+				f, err := events.FetchSnapshot(ctx, replay)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := events.NewView()
+				if err := v.Reset(f.Seq, f.Payload); err != nil {
+					t.Fatal(err)
+				}
+				return v.Residency()
+			}
+			run(1, toks(7, 4*bt))
+			run(2, toks(500, 4*bt))
+			barrier(t, m)
+			if before := stream(); len(before[events.MediumCPU]) == 0 || len(before[events.MediumStorage]) == 0 {
+				t.Fatalf("before the stop the stream holds %v: want blocks on CPU and STORAGE too", summary(before))
+			}
+			stop := func(pid *actor.PID) {
+				t.Helper()
+				if err := m.system.Root.StopFuture(pid).Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop(map[string]*actor.PID{"pinned": m.pinPID, "index": m.idxPID, "pinned then index": m.pinPID}[which])
+			run(3, toks(900, 8*bt)) // evicts every block above from the GPU
+			if which == "pinned then index" {
+				// The GPU's changes now go by the index: stopped too, what
+				// it held on the way is lost again.
+				stop(m.idxPID)
+				run(5, toks(2900, 8*bt))
+			}
+			run(4, toks(1900, 3*bt))
+			if err := m.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			req := &messages.ResidencyQuery{Reply: make(chan map[Tier][]uint64, 1)}
+			m.system.Root.Send(m.gpuPID, req)
+			held := <-req.Reply
+			gpu := slices.Sorted(slices.Values(held[GPU]))
+			// A barrier down the GPU's way to the publisher, which the
+			// Flush above put behind what the GPU sent (EventsSeq says
+			// ErrTierDown with an actor on the usual way stopped): the
+			// index forwards a sync to the publisher in order.
+			way := m.evPID
+			if which == "pinned" {
+				way = m.idxPID
+			}
+			synced := make(chan messages.EventsSeq, 1)
+			m.system.Root.Send(way, &messages.EventsSync{Reply: synced})
+			select {
+			case <-synced:
+			case <-ctx.Done():
+				t.Fatal("no answer to a sync sent to the publisher")
+			}
+			want := map[events.Medium][]uint64{events.MediumGPU: gpu}
+			if got := stream(); !reflect.DeepEqual(got, want) {
+				same := 0
+				for _, h := range got[events.MediumGPU] {
+					if _, ok := slices.BinarySearch(gpu, h); ok {
+						same++
+					}
+				}
+				t.Fatalf("with the %s actor stopped the stream holds %v (%d of its GPU blocks on the GPU), the GPU %d blocks and nothing below", which, summary(got), same, len(gpu))
 			}
 		})
 	}

@@ -40,7 +40,8 @@ type GPUConfig struct {
 	Pinned, Index *actor.PID
 	// Events, when set, is the KV-event publisher: it hears what became
 	// findable on the GPU or stopped being (the pool needs Journal on), by
-	// way of the pinned actor and the index when there is a pinned tier.
+	// way of the pinned actor and the index when there is a pinned tier
+	// (around either once it stopped for good: see eventsWay).
 	Events *actor.PID
 
 	Ingestion        Ingestion
@@ -94,6 +95,9 @@ type GPUActor struct {
 	clock  func() time.Time
 	events map[tier.CopyID]*gpu.Event // copies on the stream
 	timers map[uint64]*time.Timer     // load deadlines armed
+	// pinnedGone and indexGone: that actor stopped for good, and the
+	// GPU's changes for the event publisher no longer go through it.
+	pinnedGone, indexGone bool
 }
 
 // NewGPUActor returns the actor's producer.
@@ -204,7 +208,10 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 	case *messages.ResidencyQuery:
 		m.Reply <- map[messages.Tier][]uint64{messages.GPU: a.t.CachedHashes()}
 	case *messages.EventsSync:
-		// The way the GPU's changes go, behind every one made before.
+		// The way the GPU's changes go, behind every one made before. Not
+		// the way around a stopped actor (eventsWay): the Manager's
+		// EventsSeq says ErrTierDown once one on the way stopped, and a
+		// sync sent before the GPU heard of it is lost there.
 		switch {
 		case a.cfg.Events == nil:
 			m.Reply <- messages.EventsSeq{}
@@ -221,6 +228,7 @@ func (a *GPUActor) Receive(ctx actor.Context) {
 		if m.Who.Equal(a.cfg.Pinned) || m.Who.Equal(a.cfg.Index) {
 			a.cfg.Log.Error("gpu actor: a tier below stopped for good; the GPU serves its own blocks alone", zap.String("actor", m.Who.Id))
 			a.t.LowerGone()
+			a.eventsWayLost(ctx, m.Who)
 		}
 	case *actor.DeadLetterResponse:
 		// A request that reached a stopped actor: its Terminated answers.
@@ -335,12 +343,53 @@ func (a *GPUActor) execute(ctx actor.Context) {
 // before, so a block written down is stored in pinned memory before the
 // GPU's removal of it reaches the publisher.
 func (a *GPUActor) residency(ctx actor.Context, r *messages.Residency) {
+	if r != nil && a.cfg.Events != nil {
+		ctx.Send(a.eventsWay(), r)
+	}
+}
+
+// eventsWay is the actor the GPU's changes for the event publisher go to:
+// the pinned actor, which relays them to the index behind its own index
+// updates; the index, once the pinned actor stopped for good; the
+// publisher, once the index did or with no tier below.
+func (a *GPUActor) eventsWay() *actor.PID {
 	switch {
-	case r == nil || a.cfg.Events == nil:
-	case a.cfg.Pinned != nil:
-		ctx.Send(a.cfg.Pinned, r)
+	case a.cfg.Pinned == nil || a.indexGone:
+		return a.cfg.Events
+	case a.pinnedGone:
+		return a.cfg.Index
 	default:
-		ctx.Send(a.cfg.Events, r)
+		return a.cfg.Pinned
+	}
+}
+
+// eventsWayLost takes gone (the pinned actor or the index, stopped for
+// good) off the events' way and carries out what LowerGone readied. What
+// gone held on its way to the publisher is lost, and the tiers below no
+// longer serve (LowerGone), so the publisher then hears by the new way
+// that they hold nothing — from the index, which drops their entries and
+// ignores their later additions (messages.TiersDown), or straight when
+// the index is gone — and the GPU's whole residency.
+func (a *GPUActor) eventsWayLost(ctx actor.Context, gone *actor.PID) {
+	if gone.Equal(a.cfg.Pinned) {
+		a.pinnedGone = true
+	} else {
+		a.indexGone = true
+	}
+	a.execute(ctx)
+	if a.cfg.Events == nil {
+		return
+	}
+	way := a.eventsWay()
+	if way.Equal(a.cfg.Index) {
+		ctx.Send(way, &messages.TiersDown{Tiers: messages.Pinned | messages.Disk | messages.Remote})
+	} else {
+		for _, t := range []messages.Tier{messages.Pinned, messages.Disk} {
+			ctx.Send(way, &messages.Residency{Tier: t, Full: true})
+		}
+	}
+	if r := a.t.FullResidency(); r != nil {
+		ctx.Send(way, r)
 	}
 }
 

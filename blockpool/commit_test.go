@@ -3,6 +3,7 @@ package blockpool
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -302,5 +303,40 @@ func TestHoldersListsEveryBlockOfAHash(t *testing.T) {
 	}
 	if id, ok := p.Lookup(h); !ok || !slices.Contains(got, id) {
 		t.Fatalf("Lookup = %d, %t; want one of %v", id, ok, got)
+	}
+}
+
+// TestCachedChangesAsTheJournalSaidThem: CachedChanges lists each findable
+// block once, as its journal entry said it (parent, tokens, namespace),
+// with tokens the caller owns: a block reused afterwards does not change
+// them.
+func TestCachedChangesAsTheJournalSaidThem(t *testing.T) {
+	p, err := New(Config{NumBlocks: 4, BlockSize: 2, Journal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Allocate(1, []int64{1, 2, 3, 4}, "tenant-ns"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Commit(1, AllTokens, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Deallocate(1); err != nil {
+		t.Fatal(err)
+	}
+	said := p.DrainJournal()
+	got := p.CachedChanges(nil)
+	if !reflect.DeepEqual(got, said) {
+		t.Fatalf("CachedChanges %+v, the journal said %+v", got, said)
+	}
+	// Another sequence takes every block: the changes keep their tokens.
+	if _, err := p.Allocate(2, []int64{9, 9, 9, 9, 9, 9, 9, 9}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Commit(2, AllTokens, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got[0].Tokens, []int64{1, 2}) || !slices.Equal(got[1].Tokens, []int64{3, 4}) {
+		t.Fatalf("tokens changed with the blocks' reuse: %+v", got)
 	}
 }

@@ -4,6 +4,18 @@ import "github.com/kvtier/kvtier/prefixhash"
 
 // Change is one entry of the pool's journal (Config.Journal): a block
 // became findable by Hash (Stored) or stopped being findable.
+//
+// A hash several blocks hold (a forged 64-bit collision; a block of the
+// same prefix left unreachable when its own was uncached) has one Stored
+// entry, for the block that made it findable first, and one removal, when
+// its last holder goes: with a forger's block first, the event stream
+// carries the forger's tokens, parent and namespace for the hash. Naming
+// each later holder instead (or too) would not mend it: the stream is
+// keyed by the 64-bit hash, as vLLM's is, so a consumer keyed by it keeps
+// one entry per hash whichever block is named, the publisher one record
+// per hash, and a forger can commit after its victim as well as before.
+// The mend is a key that cannot be forged on the wire (the 32-byte prefix
+// digest as a bytes hash, which vLLM's ExternalBlockHash allows).
 type Change struct {
 	Stored bool
 	Hash   prefixhash.Hash
@@ -85,6 +97,33 @@ func (p *Pool) CachedHashes(dst []prefixhash.Hash) []prefixhash.Hash {
 				dst = append(dst, b.hash)
 			}
 		}
+	}
+	return dst
+}
+
+// CachedChanges appends a Stored change for each hash a block is findable
+// by (its first holder, as CachedHashes), as the journal would record it
+// now, with its chain's namespace when the chain's start is still linked.
+// The tokens are copies the caller owns. For a tier whose reports of its
+// changes may have been lost on the way: it reports its whole residency.
+func (p *Pool) CachedChanges(dst []Change) []Change {
+	var slab []int64
+	for i := range p.blocks {
+		b := &p.blocks[i]
+		if !b.cached {
+			continue
+		}
+		if first, _ := p.byHash.get(b.hash); first != BlockID(i) {
+			continue
+		}
+		c := Change{Stored: true, Hash: b.hash, NS: p.chainNS(BlockID(i))}
+		if b.parent != none && p.blocks[b.parent].gen == b.pgen {
+			c.Parent, c.HasParent = p.blocks[b.parent].hash, true
+		}
+		start := len(slab)
+		slab = append(slab, b.tokens...)
+		c.Tokens = slab[start:len(slab):len(slab)]
+		dst = append(dst, c)
 	}
 	return dst
 }

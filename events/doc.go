@@ -38,9 +38,19 @@
 // block becomes GPU-resident when the engine commits it (never before its
 // KV is computed), and lower-tier resident when its copy there is verified
 // and indexed. A block moving down is stored on the lower medium before it
-// is removed from the upper one. A publisher starts (and stops) with
-// AllBlocksCleared; a disk reopened after a restart then announces its
-// records (their token ids unknown: stored with none). The remote tier is
+// is removed from the upper one. Should an actor on the way of the tiers'
+// changes (the pinned tier's, the prefix index's) stop for good, the
+// tiers below the GPU serve no more: the stream says they hold nothing,
+// and the GPU's changes go around the stopped actor, starting with its
+// whole residency (a Full messages.Residency). A publisher starts (and
+// stops) with AllBlocksCleared; a disk reopened after a restart then
+// announces its records with no token ids, no parent block hash and no
+// adapter name, as roots: its record headers have fields for a parent hash
+// and a namespace, but nothing fills them (the GPU's OffloadItem carries a
+// block's hash, digest and size, so the pinned tier's LowerWriteItems
+// leave both zero), a zero parent cannot be told from none, and a 64-bit
+// namespace field cannot hold the namespace key that names the adapter
+// (prefixhash.LoRAOf). The remote tier is
 // shared and evicts on its own: its stores and removals are what this
 // node wrote and found gone.
 //

@@ -611,3 +611,41 @@ func TestDecodeSkipsExtFields(t *testing.T) {
 		}
 	}
 }
+
+// TestPublisherFullResidency: a Full residency removes the medium's blocks
+// it does not list (one BlockRemoved, in hash order), stores those it lists
+// that the medium lacks, and leaves the other mediums alone.
+func TestPublisherFullResidency(t *testing.T) {
+	now := time.Unix(100, 0)
+	p := NewPublisher(Config{BlockSize: 2})
+	p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{
+		change(true, 30, 0, false, 1, 2), change(true, 10, 0, false, 3, 4), change(true, 20, 0, false, 5, 6)}}, now)
+	p.Apply(&messages.Residency{Tier: messages.Pinned, Changes: []messages.ResidencyChange{change(true, 30, 0, false)}}, now)
+	f, ok := p.Apply(&messages.Residency{Tier: messages.GPU, Full: true, Changes: []messages.ResidencyChange{
+		change(true, 20, 0, false, 5, 6), change(true, 40, 20, true, 7, 8)}}, now)
+	if !ok {
+		t.Fatal("a Full residency that changed the GPU's published nothing")
+	}
+	b, err := DecodeBatch(f.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{Kind: BlockRemoved, Hashes: []uint64{10, 30}, Medium: MediumGPU},
+		{Kind: BlockStored, Hashes: []uint64{40}, Parent: 20, HasParent: true, Tokens: []int64{7, 8}, BlockSize: 2, Medium: MediumGPU},
+	}
+	if !reflect.DeepEqual(b.Events, want) {
+		t.Fatalf("events %+v, want %+v", b.Events, want)
+	}
+	wantRes := map[Medium][]uint64{MediumGPU: {20, 40}, MediumCPU: {30}}
+	if got := p.Residency(); !reflect.DeepEqual(got, wantRes) {
+		t.Fatalf("residency %v, want %v", got, wantRes)
+	}
+	// An empty Full residency empties its medium; a second one says nothing.
+	if _, ok := p.Apply(&messages.Residency{Tier: messages.Pinned, Full: true}, now); !ok || p.Count(MediumCPU) != 0 {
+		t.Fatalf("empty Full: published %v, CPU holds %d", ok, p.Count(MediumCPU))
+	}
+	if _, ok := p.Apply(&messages.Residency{Tier: messages.Pinned, Full: true}, now); ok {
+		t.Fatal("an empty Full residency of an empty medium published a batch")
+	}
+}

@@ -100,7 +100,9 @@ func sizeHint(evs []Event) int {
 // Apply turns one tier's changes into a batch and publishes it; false when
 // nothing changed (a store of a block the medium holds already, a removal
 // of one it does not). Runs of stores that chain (each the previous one's
-// child) share one BlockStored, as vLLM sends a request's new blocks.
+// child) share one BlockStored, as vLLM sends a request's new blocks. A
+// Full residency first removes (one BlockRemoved, in hash order) the
+// blocks the medium holds that it does not list.
 func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 	m := MediumOf(r.Tier)
 	bit := mediumBit(m)
@@ -108,6 +110,14 @@ func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 		return Frame{}, false
 	}
 	var evs []Event
+	if r.Full {
+		if gone := p.unlisted(r.Changes, bit); len(gone) > 0 {
+			for _, h := range gone {
+				p.drop(h, bit)
+			}
+			evs = append(evs, Event{Kind: BlockRemoved, Hashes: gone, Medium: m})
+		}
+	}
 	for _, c := range r.Changes {
 		b := p.blocks[c.Hash]
 		if !c.Stored {
@@ -181,6 +191,18 @@ func (p *Publisher) drop(h uint64, bit uint8) {
 	if b.mediums == 0 {
 		delete(p.blocks, h)
 	}
+}
+
+// unlisted returns the blocks the medium of bit holds that changes does
+// not store, sorted.
+func (p *Publisher) unlisted(changes []messages.ResidencyChange, bit uint8) []uint64 {
+	listed := make(map[uint64]bool, len(changes))
+	for _, c := range changes {
+		if c.Stored {
+			listed[c.Hash] = true
+		}
+	}
+	return slices.DeleteFunc(p.held(bit), func(h uint64) bool { return listed[h] })
 }
 
 func bitIndex(bit uint8) int { return bits.TrailingZeros8(bit) }

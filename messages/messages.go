@@ -678,6 +678,11 @@ type ResidencyChange struct {
 type Residency struct {
 	Tier    Tier
 	Changes []ResidencyChange
+	// Full: Changes are every block the tier holds now, all Stored, and
+	// the publisher drops the tier's other blocks. A tier sends it when
+	// changes it sent before may have been lost on the way (an actor that
+	// relayed them stopped for good).
+	Full bool
 }
 
 // ResidencyQuery asks the GPU actor, or the index for the pinned and disk

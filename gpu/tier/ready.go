@@ -96,12 +96,34 @@ func (t *Tier) Ready() Ready {
 				t.held[h] = true
 				continue
 			}
-			r.Residency.Changes = append(r.Residency.Changes, messages.ResidencyChange{Stored: c.Stored, Hash: h, Parent: uint64(c.Parent), HasParent: c.HasParent, Tokens: c.Tokens,
-				LoRA: prefixhash.LoRAOf(c.NS)})
+			r.Residency.Changes = append(r.Residency.Changes, residencyChange(c))
 		}
 		if len(r.Residency.Changes) == 0 {
 			r.Residency = nil
 		}
+	}
+	return r
+}
+
+// residencyChange is a journal entry as the event publisher takes it.
+func residencyChange(c blockpool.Change) messages.ResidencyChange {
+	return messages.ResidencyChange{Stored: c.Stored, Hash: uint64(c.Hash), Parent: uint64(c.Parent), HasParent: c.HasParent, Tokens: c.Tokens,
+		LoRA: prefixhash.LoRAOf(c.NS)}
+}
+
+// FullResidency returns every block the GPU serves hits from, as one Full
+// residency for the event publisher (nil without the pool's Journal): for
+// the executor to send when changes it sent before may have been lost on
+// their way (LowerGone). Call it after Ready, so that it comes after every
+// change reported.
+func (t *Tier) FullResidency() *messages.Residency {
+	if !t.pool.Config().Journal {
+		return nil
+	}
+	cs := t.pool.CachedChanges(nil)
+	r := &messages.Residency{Tier: messages.GPU, Full: true, Changes: make([]messages.ResidencyChange, len(cs))}
+	for i, c := range cs {
+		r.Changes[i] = residencyChange(c)
 	}
 	return r
 }
