@@ -425,6 +425,7 @@ func (a *DiskActor) snapshot() messages.TierStats {
 			"reopen_records":  float64(a.reopenRecords),
 			"corrupt":         float64(st.ReadErrors.Corrupt),
 			"verify_mismatch": float64(st.VerifyMismatch),
+			"displaced":       float64(st.Displaced),
 			"misses_observed": float64(st.MissesObserved),
 			"read_errors":     float64(st.ReadErrors.Total()),
 			"write_errors":    float64(st.WriteErrors.Total()),

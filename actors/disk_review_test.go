@@ -1,10 +1,14 @@
 package actors
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/messages"
@@ -117,5 +121,39 @@ func TestDiskCancelledReadCountsNoRead(t *testing.T) {
 	}
 	if got := s.Extra["bytes_read"] - base; got != 0 {
 		t.Fatalf("bytes_read grew by %v while the only read that did I/O was still held: the cancelled read counted as read", got)
+	}
+}
+
+// TestDiskWriteDisplacesAnotherPrefixUnderItsHash: a drain of a block whose
+// hash the disk holds with another digest (a forged collision written
+// first) is written, replacing that record, and reported written; reads
+// with the new digest get its bytes. It used to be skipped as stored, and
+// not reported written, so the squatter kept the hash on disk.
+func TestDiskWriteDisplacesAnotherPrefixUnderItsHash(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newDiskEnv(t, 0)
+	defer e.stop()
+	e.write(1) // the squatter
+	e.flush()
+	e.nextUpdate()
+
+	victim := writeMsg(1)
+	victim.Items[0].Digest[0] ^= 1
+	victim.Items[0].Bytes = payloadOf(2) // other bytes
+	done := request[*messages.LowerWriteDone](e, victim)
+	if !slices.Equal(done.Written, []uint64{1}) {
+		t.Fatalf("LowerWriteDone %+v, want block 1 written", done)
+	}
+	m := readMsg(9, time.Time{}, 1)
+	m.Items[0].Digest = victim.Items[0].Digest
+	got := request[*messages.LowerReadDone](e, m)
+	if !slices.Equal(got.OK, []bool{true}) || !bytes.Equal(m.Items[0].Bytes[:len(victim.Items[0].Bytes)], victim.Items[0].Bytes) {
+		t.Fatalf("read with the new digest: %+v", got)
+	}
+	m, got = e.read(1) // the squatter's digest
+	checkRead(t, m, got, false)
+	checkWhy(t, got, messages.MissMismatch)
+	if s := e.stats(); s.Extra["displaced"] != 1 {
+		t.Fatalf("stats %v %+v, want one record displaced", s, s.Extra)
 	}
 }

@@ -60,7 +60,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 	for i, it := range m.Items {
 		req.slots[i] = it.Slot
 		a.undoom(it.Hash, it.Digest)
-		if a.store.Contains(it.Hash) {
+		if m, ok := a.store.Meta(it.Hash); ok && m.Digest == it.Digest {
 			a.stats.skipped++
 			a.waitFor(req, it.Hash)
 			continue
@@ -84,9 +84,17 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 			Hash: it.Hash, Parent: it.Parent, Namespace: it.Namespace, Tokens: it.Tokens, Digest: it.Digest,
 		})
 		switch {
-		case errors.Is(err, disk.ErrExists): // being written by an earlier request
-			a.stats.skipped++
-			a.waitFor(req, it.Hash)
+		case errors.Is(err, disk.ErrExists):
+			if m, ok := a.store.WritingMeta(it.Hash); ok && m.Digest == it.Digest {
+				// being written by an earlier request
+				a.stats.skipped++
+				a.waitFor(req, it.Hash)
+				continue
+			}
+			// Another prefix's block under the hash, being written or read:
+			// not written now (reporting it written would let pinned memory
+			// drop the only copy of this one).
+			a.stats.denied++
 			continue
 		case errors.Is(err, disk.ErrNoSpace):
 			a.stats.denied++

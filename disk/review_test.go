@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"bytes"
 	"errors"
 	"path/filepath"
 	"runtime"
@@ -365,5 +366,52 @@ func TestUnreadableUnzeroableHeaderMakesRemovalsNotDurable(t *testing.T) {
 	mustWrite(t, s, 1)
 	if err := s.RemoveSync(1); err != nil {
 		t.Fatalf("removal once nothing stale is left: %v", err)
+	}
+}
+
+// TestWriteOfAnotherDigestDisplaces: a write of a hash the store holds
+// with another digest (another prefix under the 64-bit hash, a forged
+// collision) replaces the record, in its own slot, reported as the
+// write's victim; reads then get the new block for its digest and a
+// mismatch for the old. It used to be refused (ErrExists), so the first
+// writer of a hash kept it on disk: a tenant that forged a victim's chain
+// and wrote it first kept the victim's blocks off the disk. A write of the
+// same digest is still ErrExists, and so is one over a record a read pins.
+func TestWriteOfAnotherDigestDisplaces(t *testing.T) {
+	s, _ := mustOpen(t, testConfig(t, 4))
+	defer mustClose(t, s)
+	old := metaFor(1)
+	mustWrite(t, s, 1)
+	if _, err := s.PlanWrite(old); !errors.Is(err, ErrExists) {
+		t.Fatalf("a write of the block held: %v, want ErrExists", err)
+	}
+
+	forged := old
+	forged.Digest[0] ^= 1
+	rd, _, err := s.PlanRead(1, old.Digest) // a read pins the record
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PlanWrite(forged); !errors.Is(err, ErrExists) {
+		t.Fatalf("a write of another digest over a record being read: %v, want ErrExists", err)
+	}
+	buf := AlignedBuffer(testPayload)
+	s.CompleteRead(rd, rd.Execute(buf))
+
+	payload := payloadFor(99, testPayload)
+	victim, evicted, err := s.WriteSync(forged, payload)
+	if err != nil || !evicted || victim != old {
+		t.Fatalf("a write of another digest: victim %+v evicted %t err %v, want the old record displaced", victim, evicted, err)
+	}
+	checkInv(t, s)
+	if st := s.Stats(); st.Displaced != 1 || st.Live != 1 {
+		t.Fatalf("stats %+v, want one displaced record and one live", st)
+	}
+	dst := AlignedBuffer(testPayload)
+	if _, n, err := s.ReadSyncDigest(1, forged.Digest, dst); err != nil || !bytes.Equal(dst[:n], payload) {
+		t.Fatalf("read of the new block: %d bytes, %v", n, err)
+	}
+	if _, _, err := s.ReadSyncDigest(1, old.Digest, dst); !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("read of the displaced block: %v, want ErrDigestMismatch", err)
 	}
 }

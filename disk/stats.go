@@ -74,6 +74,9 @@ type Stats struct {
 	// is gone from the store but may come back after a crash.
 	RemoveErrors       ErrorCounts
 	Evictions, Removes int64
+	// Displaced counts live records that a write of the same hash with
+	// another digest replaced (PlanWrite; also counted in Evictions).
+	Displaced int64
 	// VerifyMismatch counts reads refused because the block's digest was
 	// not the one the reader expected: at plan time (a miss, the block
 	// stays) or in the header read back (also counted in

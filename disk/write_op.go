@@ -52,8 +52,13 @@ func (op *WriteOp) Scrubbed() bool { return op.executed || op.scrubbed }
 
 // PlanWrite reserves a slot for m. It takes a free slot, or else asks the
 // policy for an unpinned victim, which is unpublished at once and reported
-// by WriteOp.Victim. It returns ErrExists if m.Hash is stored or being
-// written, ErrNoSpace if every slot is pinned or being written, and
+// by WriteOp.Victim. A live record of m.Hash with another digest (another
+// prefix under the 64-bit hash: a forged collision) that no read pins is
+// displaced the same way, its own slot rewritten: were the first record
+// kept, a tenant that forged a victim's chain and wrote it first would
+// keep the victim's blocks off the disk. It returns ErrExists if m.Hash is
+// stored with m.Digest, is being written, or is held by a pinned record of
+// another digest; ErrNoSpace if every slot is pinned or being written; and
 // ErrClosed after Close. No I/O happens here.
 func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 	if s.closed {
@@ -62,12 +67,19 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 	if m.Tokens < 0 {
 		panic("kvtier: disk: PlanWrite with negative Tokens")
 	}
-	if _, ok := s.index[m.Hash]; ok {
-		return nil, fmt.Errorf("kvtier: disk: plan write %016x: %w", m.Hash, ErrExists)
-	}
 	op := &WriteOp{sync: s.cfg.Sync, direct: s.mode == IODirect, splitMin: s.splitWriteMin,
 		maxLen: s.cfg.PayloadBytes, zero: s.zero}
-	if n := len(s.free); n > 0 {
+	if i, ok := s.index[m.Hash]; ok {
+		if sl := &s.slots[i]; sl.state != slotLive || sl.meta.Digest == m.Digest || sl.pins > 0 {
+			return nil, fmt.Errorf("kvtier: disk: plan write %016x: %w", m.Hash, ErrExists)
+		}
+		s.pol.Remove(m.Hash)
+		op.victim, op.evicted = s.slots[i].meta, true
+		delete(s.index, m.Hash)
+		op.slot = i
+		s.stats.Evictions++
+		s.stats.Displaced++
+	} else if n := len(s.free); n > 0 {
 		op.slot = s.free[n-1]
 		s.free = s.free[:n-1]
 	} else {
