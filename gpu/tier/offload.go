@@ -183,6 +183,7 @@ func (t *Tier) offloadGranted(g *messages.OffloadGrant) {
 		case messages.SlotExists:
 			t.releaseOffloadBlock(op, id, true)
 		default:
+			t.othersNotBelow(op.items[i])
 			ops = append(ops, gpu.CopyOp{Block: int(id), Host: g.Bytes[i]})
 			op.slots = append(op.slots, slot)
 			op.hashes = append(op.hashes, op.items[i].Hash)
@@ -225,6 +226,21 @@ func (t *Tier) offloadCopied(id uint64, err error) {
 		t.releaseOffloadBlock(op, b, err == nil)
 	}
 	t.finishOffload(id, op)
+}
+
+// othersNotBelow takes flagBelow off the blocks that hold it's hash with
+// another digest (a forged 64-bit collision): pinned memory keeps one block
+// per hash, and a slot granted for it means that a block of another prefix
+// it held under the hash was displaced (pinned.Tier.displace), or that it
+// held none. Those blocks are written down again when they leave (at worst
+// once more than needed), instead of dropped as held below.
+func (t *Tier) othersNotBelow(it messages.OffloadItem) {
+	ids := t.pool.Holders(nil, prefixhash.Hash(it.Hash))
+	for _, id := range ids {
+		if d, ok := t.pool.BlockDigest(id); !ok || d != it.Digest {
+			t.flags[id] &^= flagBelow
+		}
+	}
 }
 
 // releaseOffloadBlock ends a block's part in an offload: flags (for blocks that
