@@ -196,6 +196,13 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 				continue
 			}
 			t.stats.Mismatches++
+			// Displaced only for an offer granted a slot: a denied one
+			// would drop the resident block for nothing.
+			if t.inFlight >= t.cfg.WriteQuota {
+				g.Slots[i] = messages.SlotDenied
+				t.stats.Denied++
+				continue
+			}
 			if !t.displace(it.Hash, &evicted) {
 				g.Slots[i] = messages.SlotDenied
 				continue
@@ -243,6 +250,12 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 // filling is not displaced (false: the offer is denied); readers of the
 // displaced one finish with it (Pool.Remove).
 func (t *Tier) displace(h uint64, evicted *[]uint64) bool {
+	if slot, ok := t.pool.Lookup(h); !ok || (t.pool.at(slot).refs > 0 && len(t.pool.free) == 0) {
+		// Draining or filling; or read, its slot not freed at once, and no
+		// free slot for the offer: displaced, it would be lost for an offer
+		// that is denied.
+		return false
+	}
 	if !t.pool.Remove(h) {
 		return false
 	}
