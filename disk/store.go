@@ -217,7 +217,7 @@ func (s *Store) release(i int32, stale bool) {
 	if !stale {
 		s.clearStale(i)
 	}
-	s.slots[i] = slot{state: slotFree, stale: stale, staleHashes: s.slots[i].staleHashes}
+	s.slots[i] = slot{state: slotFree, stale: stale, staleHashes: s.slots[i].staleHashes, staleUnknown: s.slots[i].staleUnknown}
 	s.free = append(s.free, i)
 }
 

@@ -94,7 +94,7 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 		s.stats.Evictions++
 	}
 	s.slots[op.slot] = slot{state: slotWriting, meta: m, generation: s.gen, overwrites: op.victim.Hash, overwriting: op.evicted,
-		staleHashes: s.slots[op.slot].staleHashes} // a free slot's stale records stay until the write lands
+		staleHashes: s.slots[op.slot].staleHashes, staleUnknown: s.slots[op.slot].staleUnknown} // a free slot's stale records stay until the write lands
 	if op.evicted {
 		s.overwriting[op.victim.Hash]++
 	}
