@@ -104,26 +104,43 @@ func (p *Pool) CachedHashes(dst []prefixhash.Hash) []prefixhash.Hash {
 // CachedChanges appends a Stored change for each hash a block is findable
 // by (its first holder, as CachedHashes), as the journal would record it
 // now, with its chain's namespace when the chain's start is still linked.
-// The tokens are copies the caller owns. For a tier whose reports of its
+// A parent comes before its children, as the journal says a chain (a
+// consumer's radix index places a block under a parent it has seen). The
+// tokens are copies the caller owns. For a tier whose reports of its
 // changes may have been lost on the way: it reports its whole residency.
 func (p *Pool) CachedChanges(dst []Change) []Change {
 	var slab []int64
+	listed := func(id int32) bool {
+		b := &p.blocks[id]
+		first, _ := p.byHash.get(b.hash)
+		return b.cached && first == BlockID(id)
+	}
+	done := make([]bool, len(p.blocks))
+	var up []int32
 	for i := range p.blocks {
-		b := &p.blocks[i]
-		if !b.cached {
-			continue
+		// The block and its linked ancestors not listed yet, child first.
+		up = up[:0]
+		for id := int32(i); id != none && !done[id] && listed(id); {
+			done[id] = true
+			up = append(up, id)
+			b := &p.blocks[id]
+			if b.parent == none || p.blocks[b.parent].gen != b.pgen {
+				break
+			}
+			id = b.parent
 		}
-		if first, _ := p.byHash.get(b.hash); first != BlockID(i) {
-			continue
+		for k := len(up) - 1; k >= 0; k-- {
+			id := up[k]
+			b := &p.blocks[id]
+			c := Change{Stored: true, Hash: b.hash, NS: p.chainNS(BlockID(id))}
+			if b.parent != none && p.blocks[b.parent].gen == b.pgen {
+				c.Parent, c.HasParent = p.blocks[b.parent].hash, true
+			}
+			start := len(slab)
+			slab = append(slab, b.tokens...)
+			c.Tokens = slab[start:len(slab):len(slab)]
+			dst = append(dst, c)
 		}
-		c := Change{Stored: true, Hash: b.hash, NS: p.chainNS(BlockID(i))}
-		if b.parent != none && p.blocks[b.parent].gen == b.pgen {
-			c.Parent, c.HasParent = p.blocks[b.parent].hash, true
-		}
-		start := len(slab)
-		slab = append(slab, b.tokens...)
-		c.Tokens = slab[start:len(slab):len(slab)]
-		dst = append(dst, c)
 	}
 	return dst
 }
