@@ -2,10 +2,14 @@ package kvtier
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/kvtier/kvtier/messages"
 )
@@ -111,4 +115,100 @@ func TestProbeMetricsCountersSurviveDiskDown(t *testing.T) {
 		t.Fatal("the disk tier is not down")
 	}
 	wantNoCounterDown(t, "with the disk tier down", before, counterValues(scrape(t, reg)))
+}
+
+// remoteRead writes a (2 full blocks) to the shared tier from one node,
+// lets drop (nil: none) remove keys in Redis, then reads a on a second
+// node with a Registerer, and returns that node's Stats and a scrape.
+func remoteRead(t *testing.T, drop func(cl *redis.Client, prefix string)) (Stats, map[string]*dto.MetricFamily) {
+	t.Helper()
+	ctx := context.Background()
+	rc := remoteAddrs(t)["standalone"]
+	if rc == nil {
+		t.Skip("needs the standalone server ($KVTIER_REDIS)")
+	}
+	prefix := fmt.Sprintf("kvtier-probe-%d", rand.Uint64())
+	a := toks(300, 2*bt+1)
+	computeOn(t, newManager(t, nodeConfig(rc, prefix, "m@1")), 1, a)
+	if drop != nil {
+		cl := redis.NewClient(&redis.Options{Addr: rc.Addrs[0]})
+		defer cl.Close()
+		drop(cl, prefix)
+	}
+	reg := prometheus.NewRegistry()
+	cfg := nodeConfig(rc, prefix, "m@1")
+	cfg.Registerer = reg
+	n2 := newManager(t, cfg)
+	r, err := n2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Tokens.Of(Remote) != 2*bt {
+		t.Fatalf("node 2 sees %d remote tokens, want %d", r.Tokens.Of(Remote), 2*bt)
+	}
+	wait(t, r)
+	if err := n2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n2.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, scrape(t, reg)
+}
+
+// TestProbeMetricsRemoteLoadedBlocks: kvtier_tier_loaded_blocks_total's
+// help (and TierStats.Onboarded's doc) says "disk and remote: blocks the
+// tier served upwards"; the disk actor counts its hits there, the remote
+// actor never counts anything.
+func TestProbeMetricsRemoteLoadedBlocks(t *testing.T) {
+	st, fams := remoteRead(t, nil)
+	hits := st.Tier(Remote).Hits
+	if hits != 2 {
+		t.Fatalf("remote hits %d, want 2: %+v", hits, st.Tier(Remote))
+	}
+	if got := value(t, fams, "kvtier_tier_loaded_blocks_total", "tier", "remote"); got != float64(hits) {
+		t.Errorf("kvtier_tier_loaded_blocks_total{tier=remote} = %v (Stats Onboarded %d), the remote tier served %d blocks upwards", got, st.Tier(Remote).Onboarded, hits)
+	}
+	if got := value(t, fams, metricLinkBlocks, "link", "remote_to_host"); got != float64(hits) {
+		t.Errorf("kvtier_link_blocks_total{link=remote_to_host} = %v, the remote tier served %d blocks", got, hits)
+	}
+}
+
+// TestProbeMetricsRemotePartialRead: a Redis pipeline that reads two
+// blocks, one of which lost a chunk (Redis evicts keys one by one under
+// allkeys-lru), moved one block to the host: kvtier_link_blocks_total and
+// _bytes_total{link="remote_to_host"} must count it, as the remote tier's
+// hits do. The remote actor reported the batch as not ok (not every item
+// was a hit), and the observer then counted nothing moved, and a failed
+// transfer for a server that answered every command.
+func TestProbeMetricsRemotePartialRead(t *testing.T) {
+	st, fams := remoteRead(t, func(cl *redis.Client, prefix string) {
+		ctx := context.Background()
+		chunks, err := cl.Keys(ctx, prefix+"*:c:*").Result()
+		if err != nil || len(chunks) == 0 {
+			t.Fatalf("chunk keys under %s: %v, %v", prefix, chunks, err)
+		}
+		slices.Sort(chunks)
+		if err := cl.Del(ctx, chunks[0]).Err(); err != nil { // one chunk of one of the two blocks
+			t.Fatal(err)
+		}
+	})
+	hits := st.Tier(Remote).Hits
+	if hits != 1 {
+		t.Fatalf("remote hits %d, want 1 (one block of two lost a chunk): %+v", hits, st.Tier(Remote))
+	}
+	if f := fams[metricLinkBlocks]; f == nil || len(f.GetMetric()) == 0 {
+		t.Fatalf("no %s series after a block was read from the remote tier", metricLinkBlocks)
+	}
+	if got := value(t, fams, metricLinkBlocks, "link", "remote_to_host"); got != float64(hits) {
+		t.Errorf("kvtier_link_blocks_total{link=remote_to_host} = %v, the remote tier served %d blocks", got, hits)
+	}
+	if got := value(t, fams, metricLinkBytes, "link", "remote_to_host"); got == 0 {
+		t.Errorf("kvtier_link_bytes_total{link=remote_to_host} = 0 after a block was read")
+	}
+	if fams[metricLinkFailures] != nil {
+		t.Errorf("kvtier_link_failed_transfers_total{link=remote_to_host} = %v for a read the server answered in full",
+			value(t, fams, metricLinkFailures, "link", "remote_to_host"))
+	}
 }

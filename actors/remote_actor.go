@@ -270,14 +270,20 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
 		start := time.Now()
 		out := a.store.Get(c, items)
 		if obs := a.cfg.Observe; obs != nil {
-			n, bytes := 0, int64(0)
+			// The hits moved; a block missing or corrupt in the store is
+			// the data's state, not the transfer's: the transfer failed
+			// only where the server or the deadline failed an item.
+			n, bytes, failed := 0, int64(0), false
 			for i, o := range out {
-				if o == remote.Hit {
+				switch o {
+				case remote.Hit:
 					n++
 					bytes += int64(len(items[i].Dst))
+				case remote.Failed:
+					failed = true
 				}
 			}
-			obs(messages.LinkRemoteToHost, n, bytes, time.Since(start), n == len(items))
+			obs(messages.LinkRemoteToHost, n, bytes, time.Since(start), !failed)
 		}
 		late := c.Err() != nil
 		cancel()
@@ -297,6 +303,7 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 		case remote.Hit:
 			ok[i] = true
 			a.stats.Hits++
+			a.stats.Onboarded++ // a bottom tier's Onboarded: blocks it served upwards
 		case remote.Missing, remote.Corrupt:
 			a.stats.Misses++
 			why[i] = messages.MissEvicted

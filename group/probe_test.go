@@ -76,3 +76,74 @@ func TestProbeNilContextRankKeepsGroupInStep(t *testing.T) {
 	c.free(2)
 	c.checkNoLeak()
 }
+
+// hookCollective runs after(op) on its rank once reduction op completed.
+type hookCollective struct {
+	group.Collective
+	after func(op uint64)
+}
+
+func (h hookCollective) AllReduceMin(ctx context.Context, op uint64, v int64) (int64, error) {
+	a, err := h.Collective.AllReduceMin(ctx, op, v)
+	if err == nil && h.after != nil {
+		h.after(op)
+	}
+	return a, err
+}
+
+// TestProbeEvictionAfterAgreement: rank 1's copy of the prompt is dropped
+// between the agreement on the hit and its allocation. Every rank must
+// return the same ValidTokens, rank 0 must be reallocated to hold exactly
+// it, and nothing leaks.
+func TestProbeEvictionAfterAgreement(t *testing.T) {
+	ctx := context.Background()
+	c := gpuOnlyCluster(t, 2, -1)
+	prompt := make([]int64, 3*bt+1)
+	for i := range prompt {
+		prompt[i] = int64(100 + i)
+	}
+	alloc := func(seq uint64) []group.AllocResult {
+		res := make([]group.AllocResult, 2)
+		c.must(c.each(func(r int) (err error) {
+			res[r], err = c.ranks[r].Allocate(ctx, group.AllocRequest{AllocRequest: kvtier.AllocRequest{Seq: seq, Tokens: prompt}})
+			return err
+		}))
+		return res
+	}
+	alloc(1)
+	c.must(c.each(func(r int) error { _, err := c.ranks[r].Commit(ctx, 1, len(prompt)); return err }))
+	c.free(1)
+	// Rebuild the ranks over a hooked collective.
+	l, err := group.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for r := range 2 {
+		h := hookCollective{Collective: l.Rank(r)}
+		if r == 1 {
+			h.after = func(op uint64) {
+				if op == 0 {
+					if _, err := c.ms[1].Delete(ctx, prompt, ""); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}
+		if c.ranks[r], err = group.NewRank(group.Config{Rank: r, Size: 2, Manager: c.ms[r], Collective: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := alloc(2)
+	for r, x := range res {
+		t.Logf("rank %d: %+v", r, x)
+		if x.ValidTokens != 0 {
+			t.Errorf("rank %d: ValidTokens %d, want 0 (rank 1 lost the prefix)", r, x.ValidTokens)
+		}
+	}
+	if res[0].AgreedHit != 3*bt || !res[0].Reallocated {
+		t.Errorf("rank 0: %+v, want agreed hit %d and reallocated", res[0], 3*bt)
+	}
+	c.free(2)
+	c.checkNoLeak()
+}
