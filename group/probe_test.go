@@ -147,3 +147,34 @@ func TestProbeEvictionAfterAgreement(t *testing.T) {
 	c.free(2)
 	c.checkNoLeak()
 }
+
+// TestProbeCommitErrorCountsAsFailure: Stats.Failures "counts group calls
+// that ended in an error on this rank"; a Commit that returns this rank's
+// own commit error (here a bad token count) is one.
+func TestProbeCommitErrorCountsAsFailure(t *testing.T) {
+	ctx := context.Background()
+	c := gpuOnlyCluster(t, 2, -1)
+	prompt := make([]int64, 2*bt)
+	for i := range prompt {
+		prompt[i] = int64(i)
+	}
+	c.must(c.each(func(r int) error {
+		_, err := c.ranks[r].Allocate(ctx, group.AllocRequest{AllocRequest: kvtier.AllocRequest{Seq: 1, Tokens: prompt}})
+		return err
+	}))
+	errs := c.each(func(r int) error {
+		n := len(prompt)
+		if r == 1 {
+			n = len(prompt) + 5 // past the sequence: the Manager refuses it (ErrBadCommit)
+		}
+		_, err := c.ranks[r].Commit(ctx, 1, n)
+		return err
+	})
+	if errs[0] != nil || errs[1] == nil {
+		t.Fatalf("commit errors %v, want rank 1's alone", errs)
+	}
+	if st := c.ranks[1].Stats(); st.Failures != 1 {
+		t.Errorf("rank 1 stats %+v after its Commit returned %v: want 1 failure", st, errs[1])
+	}
+	c.free(1)
+}

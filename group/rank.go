@@ -264,6 +264,8 @@ func (r *Rank) Commit(ctx context.Context, seq uint64, tokens int) (int, error) 
 	r.c.commits.Add(1)
 	if cerr == nil {
 		r.c.commitCost.Add(uint64(int64(tokens) - a))
+	} else {
+		r.c.failures.Add(1) // the call ends in this rank's own error
 	}
 	return int(a), cerr
 }
