@@ -212,3 +212,29 @@ func TestProbeMetricsRemotePartialRead(t *testing.T) {
 			value(t, fams, metricLinkFailures, "link", "remote_to_host"))
 	}
 }
+
+// TestProbeMetricsRemoteCorruptIsFailed: a remote block whose chunk was
+// evicted under its record is Corrupt (remote.Store: "a record or chunk
+// failed verification"). kvtier_tier_load_failures_total's help puts a
+// corrupt block under reason "failed" and keeps "mismatch" for a digest of
+// another prefix; the disk tier and the GPU's outcome (MissFailed) count
+// it as failed, the remote tier counted it as a mismatch.
+func TestProbeMetricsRemoteCorruptIsFailed(t *testing.T) {
+	st, fams := remoteRead(t, func(cl *redis.Client, prefix string) {
+		ctx := context.Background()
+		chunks, err := cl.Keys(ctx, prefix+"*:c:*").Result()
+		if err != nil || len(chunks) == 0 {
+			t.Fatalf("chunk keys under %s: %v, %v", prefix, chunks, err)
+		}
+		slices.Sort(chunks)
+		if err := cl.Del(ctx, chunks[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if got := value(t, fams, "kvtier_tier_load_failures_total", "tier", "remote", "reason", "mismatch"); got != 0 {
+		t.Errorf("load failures{tier=remote,reason=mismatch} = %v for a chunk evicted under its record (Stats %+v)", got, st.Tier(Remote))
+	}
+	if got := value(t, fams, "kvtier_tier_load_failures_total", "tier", "remote", "reason", "failed"); got != 1 {
+		t.Errorf("load failures{tier=remote,reason=failed} = %v, want the corrupt block's 1", got)
+	}
+}

@@ -308,7 +308,10 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 			a.stats.Misses++
 			why[i] = messages.MissEvicted
 			if o == remote.Corrupt {
-				a.stats.Mismatches++
+				// A record or chunk that failed verification: failed, as a
+				// corrupt disk record is (Mismatches are blocks of another
+				// prefix).
+				a.stats.Failed++
 				why[i] = messages.MissFailed
 			}
 			if gone != nil {
