@@ -178,3 +178,86 @@ func TestProbeCommitErrorCountsAsFailure(t *testing.T) {
 	}
 	c.free(1)
 }
+
+// TestProbeReallocationCountsDemandOnce: rank 0 (with a disk) holds the
+// prompt's first 2 blocks on the GPU, as rank 1 does until its copy is
+// dropped right after the agreement; rank 0 is then reallocated capped at
+// 0. The 3 blocks no tier held are the request's misses: rank 0's disk
+// must observe them once, not once per allocation of the same request.
+func TestProbeReallocationCountsDemandOnce(t *testing.T) {
+	ctx := context.Background()
+	m0, err := kvtier.New(kvtier.Config{GPUBlocks: 1, BlockTokens: bt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := int64(m0.Layout().BlockBytes())
+	if err := m0.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := clusterOf(t, []kvtier.Config{
+		{GPUBlocks: 16, BlockTokens: bt, PinnedBytes: 8 * 4096, DiskDir: t.TempDir(), DiskBytes: 256 * (bb + 8192)},
+		{GPUBlocks: 16, BlockTokens: bt},
+	})
+	prompt := make([]int64, 5*bt)
+	for i := range prompt {
+		prompt[i] = int64(5000 + i)
+	}
+	head := prompt[:2*bt]
+	c.must(c.each(func(r int) error {
+		if _, err := c.ranks[r].Allocate(ctx, group.AllocRequest{AllocRequest: kvtier.AllocRequest{Seq: 1, Tokens: head}}); err != nil {
+			return err
+		}
+		_, err := c.ranks[r].Commit(ctx, 1, len(head))
+		return err
+	}))
+	c.free(1)
+	c.flush()
+	before, err := c.ms[0].Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := group.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for r := range 2 {
+		h := hookCollective{Collective: l.Rank(r)}
+		if r == 1 {
+			h.after = func(op uint64) {
+				if op == 0 {
+					if _, err := c.ms[1].Delete(ctx, head, ""); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}
+		if c.ranks[r], err = group.NewRank(group.Config{Rank: r, Size: 2, Manager: c.ms[r], Collective: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := make([]group.AllocResult, 2)
+	c.must(c.each(func(r int) (err error) {
+		res[r], err = c.ranks[r].Allocate(ctx, group.AllocRequest{AllocRequest: kvtier.AllocRequest{Seq: 2, Tokens: prompt}})
+		return err
+	}))
+	if !res[0].Reallocated || res[0].ValidTokens != 0 {
+		t.Fatalf("rank 0: %+v, want reallocated to 0 valid tokens", res[0])
+	}
+	c.must(c.each(func(r int) error { _, err := c.ranks[r].Commit(ctx, 2, len(prompt)); return err }))
+	c.free(2)
+	c.flush()
+	var seen float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		st, err := c.ms[0].Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen = st.Tier(kvtier.Disk).Extra["misses_observed"] - before.Tier(kvtier.Disk).Extra["misses_observed"]; seen >= 3 {
+			break
+		}
+	}
+	if seen != 3 {
+		t.Errorf("rank 0's disk observed %v misses for the request, want its 3 blocks no tier held, once", seen)
+	}
+}
