@@ -2,15 +2,18 @@ package kvtier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
 )
 
@@ -236,5 +239,73 @@ func TestProbeMetricsRemoteCorruptIsFailed(t *testing.T) {
 	}
 	if got := value(t, fams, "kvtier_tier_load_failures_total", "tier", "remote", "reason", "failed"); got != 1 {
 		t.Errorf("load failures{tier=remote,reason=failed} = %v, want the corrupt block's 1", got)
+	}
+}
+
+// errDevice is a device whose streams refuse CopyD2H at enqueue once
+// armed (a CUDA enqueue error: cudaMemcpyAsync failing).
+type errDevice struct {
+	gpu.Device
+	arm *atomic.Bool
+}
+
+func (d errDevice) NewStream(a gpu.Arena) (gpu.Stream, error) {
+	s, err := d.Device.NewStream(a)
+	if err != nil {
+		return nil, err
+	}
+	return errStream{s, d.arm}, nil
+}
+
+type errStream struct {
+	gpu.Stream
+	arm *atomic.Bool
+}
+
+func (s errStream) CopyD2H(ops []gpu.CopyOp) (*gpu.Event, error) {
+	if s.arm.Load() {
+		return nil, errors.New("test: the copy's enqueue fails")
+	}
+	return s.Stream.CopyD2H(ops)
+}
+
+// TestProbeMetricsEnqueueFailureIsAFailedTransfer: a copy batch the stream
+// refuses at enqueue is a transfer that failed on its link
+// (kvtier_link_failed_transfers_total: "Transfers (copy batches, I/Os)
+// that failed, by link"); only batches that failed after the enqueue were
+// counted.
+func TestProbeMetricsEnqueueFailureIsAFailedTransfer(t *testing.T) {
+	ctx := context.Background()
+	inner, err := gpu.NewHost(gpu.HostConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	arm := new(atomic.Bool)
+	reg := prometheus.NewRegistry()
+	m := newManager(t, Config{GPUBlocks: 8, BlockTokens: bt, PinnedBytes: 1 << 20, Ingestion: IngestAll,
+		Device: errDevice{inner, arm}, Registerer: reg})
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: toks(7, 2*bt)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	arm.Store(true)
+	if err := m.Commit(ctx, 1, AllTokens); err != nil { // written through to pinned memory: the copy is refused
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Logf("flush: %v", err)
+	}
+	st, err := m.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, reg)
+	if fams[metricLinkFailures] == nil {
+		t.Fatalf("no %s series after a gpu_to_host copy batch failed at enqueue (GPU stats: %v)", metricLinkFailures, st.Tier(GPU))
+	}
+	if got := value(t, fams, metricLinkFailures, "link", "gpu_to_host"); got != 1 {
+		t.Errorf("%s{link=gpu_to_host} = %v, want 1", metricLinkFailures, got)
 	}
 }
