@@ -309,3 +309,50 @@ func TestProbeMetricsEnqueueFailureIsAFailedTransfer(t *testing.T) {
 		t.Errorf("%s{link=gpu_to_host} = %v, want 1", metricLinkFailures, got)
 	}
 }
+
+// TestProbeMetricsRemoteWriteOfStoredBlocks: node 2 computes a prefix node
+// 1 already stored in the shared tier; its Put finds every block there
+// (EXISTS) and sends nothing (remote.Store.Put: "left as it is and
+// reported stored"). kvtier_link_bytes_total{link="host_to_remote"} is
+// "what moved over each link": nothing did.
+func TestProbeMetricsRemoteWriteOfStoredBlocks(t *testing.T) {
+	ctx := context.Background()
+	rc := remoteAddrs(t)["standalone"]
+	if rc == nil {
+		t.Skip("needs the standalone server ($KVTIER_REDIS)")
+	}
+	prefix := fmt.Sprintf("kvtier-probe-%d", rand.Uint64())
+	a := toks(300, 2*bt)
+	computeOn(t, newManager(t, nodeConfig(rc, prefix, "m@1")), 1, a)
+	reg := prometheus.NewRegistry()
+	cfg := nodeConfig(rc, prefix, "m@1")
+	cfg.Registerer = reg
+	n2 := newManager(t, cfg)
+	r, err := n2.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a, MaxHitTokens: -1}) // computed again
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	writeBlocks(t, n2, r.Blocks, a, "")
+	if err := commitFree(ctx, n2, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n2.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, reg)
+	if f := fams[metricLinkBytes]; f != nil {
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "link" && l.GetValue() == "host_to_remote" && mt.GetCounter().GetValue() != 0 {
+					t.Errorf("kvtier_link_bytes_total{link=host_to_remote} = %v, remote written %d: blocks the server held already counted as moved",
+						mt.GetCounter().GetValue(), st.Tier(Remote).Offloaded)
+				}
+			}
+		}
+	}
+}

@@ -191,15 +191,21 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		defer a.wg.Done()
 		c, cancel := context.WithTimeout(a.base, a.cfg.WriteTimeout)
 		start := time.Now()
-		w.errs = a.store.Put(c, blocks)
+		var sent []bool
+		w.errs, sent = a.store.PutSent(c, blocks)
 		if obs := a.cfg.Observe; obs != nil {
-			n := 0
-			for _, err := range w.errs {
-				if err == nil {
+			// What crossed the link: blocks the server held already are
+			// reported stored but were not sent.
+			n, bytes, ok := 0, int64(0), true
+			for i, err := range w.errs {
+				if err != nil {
+					ok = false
+				} else if sent[i] {
 					n++
+					bytes += int64(len(blocks[i].Payload))
 				}
 			}
-			obs(messages.LinkHostToRemote, n, w.bytes, time.Since(start), n == len(blocks))
+			obs(messages.LinkHostToRemote, n, bytes, time.Since(start), ok)
 		}
 		cancel()
 		sys.Root.Send(self, w)
