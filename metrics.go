@@ -161,6 +161,11 @@ func (x *metricsSet) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(x.descs[i], tierMetrics[i].kind, v, labels...)
 	}
 	for _, ts := range st.Tiers {
+		if ts.Down {
+			// Stats has no counters of a tier whose actor stopped for
+			// good (zeros): exported, its counters would go down.
+			continue
+		}
 		t := ts.Tier.String()
 		emit(0, float64(ts.Blocks), t)
 		emit(1, float64(ts.Blocks)*x.blockBytes, t)

@@ -158,7 +158,10 @@ type DiskActor struct {
 	copying  int      // copy jobs handed to workers, not yet finished
 
 	reopenRecords int
-	stats         diskCounters
+	// stats outlive a restart (the producer makes them once, as the
+	// store): the tier's counters are exported as Prometheus counters,
+	// which never go down.
+	stats *diskCounters
 }
 
 // diskCounters are the actor's own counters; the store keeps the rest.
@@ -180,8 +183,10 @@ func NewDiskActor(cfg DiskConfig) (actor.Producer, error) {
 	if err != nil {
 		return nil, err
 	}
+	stats := &diskCounters{}
 	return func() actor.Actor {
 		return &DiskActor{
+			stats:       stats,
 			cfg:         cfg,
 			store:       cfg.Store,
 			log:         cfg.Log,

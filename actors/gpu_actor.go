@@ -268,26 +268,31 @@ func (a *GPUActor) execute(ctx actor.Context) {
 	r := a.t.Ready()
 	self, sys := ctx.Self(), ctx.ActorSystem()
 	for _, c := range r.Copies {
+		start, observe := time.Now(), a.cfg.Observe
+		done := func(ok bool) { // the batch's link observation
+			if observe == nil {
+				return
+			}
+			link := messages.LinkHostToGPU
+			if c.Dir == gpu.D2H {
+				link = messages.LinkGPUToHost
+			}
+			var n int64
+			for _, op := range c.Ops {
+				n += int64(len(op.Host))
+			}
+			observe(link, len(c.Ops), n, time.Since(start), ok)
+		}
 		ev, err := a.enqueue(c)
 		if err != nil {
+			done(false) // refused at enqueue: a failed transfer too
 			sys.Root.Send(self, &copyDone{id: c.CopyID, err: err})
 			continue
 		}
 		a.events[c.CopyID] = ev
-		start, observe := time.Now(), a.cfg.Observe
 		go func() {
 			<-ev.Done()
-			if observe != nil {
-				link := messages.LinkHostToGPU
-				if c.Dir == gpu.D2H {
-					link = messages.LinkGPUToHost
-				}
-				var n int64
-				for _, op := range c.Ops {
-					n += int64(len(op.Host))
-				}
-				observe(link, len(c.Ops), n, time.Since(start), ev.Err() == nil)
-			}
+			done(ev.Err() == nil)
 			sys.Root.Send(self, &copyDone{id: c.CopyID, err: ev.Err()})
 		}()
 	}

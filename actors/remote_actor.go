@@ -191,15 +191,21 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		defer a.wg.Done()
 		c, cancel := context.WithTimeout(a.base, a.cfg.WriteTimeout)
 		start := time.Now()
-		w.errs = a.store.Put(c, blocks)
+		var sent []bool
+		w.errs, sent = a.store.PutSent(c, blocks)
 		if obs := a.cfg.Observe; obs != nil {
-			n := 0
-			for _, err := range w.errs {
-				if err == nil {
+			// What crossed the link: blocks the server held already are
+			// reported stored but were not sent.
+			n, bytes, ok := 0, int64(0), true
+			for i, err := range w.errs {
+				if err != nil {
+					ok = false
+				} else if sent[i] {
 					n++
+					bytes += int64(len(blocks[i].Payload))
 				}
 			}
-			obs(messages.LinkHostToRemote, n, w.bytes, time.Since(start), n == len(blocks))
+			obs(messages.LinkHostToRemote, n, bytes, time.Since(start), ok)
 		}
 		cancel()
 		sys.Root.Send(self, w)
@@ -270,14 +276,20 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
 		start := time.Now()
 		out := a.store.Get(c, items)
 		if obs := a.cfg.Observe; obs != nil {
-			n, bytes := 0, int64(0)
+			// The hits moved; a block missing or corrupt in the store is
+			// the data's state, not the transfer's: the transfer failed
+			// only where the server or the deadline failed an item.
+			n, bytes, failed := 0, int64(0), false
 			for i, o := range out {
-				if o == remote.Hit {
+				switch o {
+				case remote.Hit:
 					n++
 					bytes += int64(len(items[i].Dst))
+				case remote.Failed:
+					failed = true
 				}
 			}
-			obs(messages.LinkRemoteToHost, n, bytes, time.Since(start), n == len(items))
+			obs(messages.LinkRemoteToHost, n, bytes, time.Since(start), !failed)
 		}
 		late := c.Err() != nil
 		cancel()
@@ -297,11 +309,15 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 		case remote.Hit:
 			ok[i] = true
 			a.stats.Hits++
+			a.stats.Onboarded++ // a bottom tier's Onboarded: blocks it served upwards
 		case remote.Missing, remote.Corrupt:
 			a.stats.Misses++
 			why[i] = messages.MissEvicted
 			if o == remote.Corrupt {
-				a.stats.Mismatches++
+				// A record or chunk that failed verification: failed, as a
+				// corrupt disk record is (Mismatches are blocks of another
+				// prefix).
+				a.stats.Failed++
 				why[i] = messages.MissFailed
 			}
 			if gone != nil {

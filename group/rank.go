@@ -221,8 +221,14 @@ func (r *Rank) load(ctx context.Context, req AllocRequest, limit int) ([]kvtier.
 	return table, o.ValidTokens, nil
 }
 
-// reduce runs the next reduction.
+// reduce runs the next reduction. A group call given a nil context has
+// failed on this rank (the Manager refuses it: ErrNilContext) and still
+// takes part, under a context that never ends: a Collective refuses a nil
+// one without arriving, which would leave the other ranks waiting.
 func (r *Rank) reduce(ctx context.Context, v int64) (int64, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	id := r.op
 	r.op++
 	r.c.reductions.Add(1)
@@ -258,6 +264,8 @@ func (r *Rank) Commit(ctx context.Context, seq uint64, tokens int) (int, error) 
 	r.c.commits.Add(1)
 	if cerr == nil {
 		r.c.commitCost.Add(uint64(int64(tokens) - a))
+	} else {
+		r.c.failures.Add(1) // the call ends in this rank's own error
 	}
 	return int(a), cerr
 }

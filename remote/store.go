@@ -207,6 +207,23 @@ type Block struct {
 // in parallel, the records go in a second round trip, only for blocks
 // whose chunks all landed.
 func (s *Store) Put(ctx context.Context, blocks []Block) []error {
+	return s.put(ctx, blocks, make([]bool, len(blocks)))
+}
+
+// PutSent is Put, and also says which blocks it sent to the server:
+// sent[i] is false for a block reported stored because the server held it
+// already (nothing of it crossed the network), and for a failed one.
+func (s *Store) PutSent(ctx context.Context, blocks []Block) (errs []error, sent []bool) {
+	sent = make([]bool, len(blocks))
+	errs = s.put(ctx, blocks, sent)
+	for i := range sent {
+		sent[i] = sent[i] && errs[i] == nil
+	}
+	return errs, sent
+}
+
+// put is Put; it sets write[i] for each block it sends (len(blocks) long).
+func (s *Store) put(ctx context.Context, blocks []Block, write []bool) []error {
 	single := !s.cfg.Cluster
 	errs := make([]error, len(blocks))
 	cb := s.cfg.ChunkBytes
@@ -230,7 +247,6 @@ func (s *Store) Put(ctx context.Context, blocks []Block) []error {
 		return errs
 	}
 	_, _ = pipe.Exec(ctx)
-	write := make([]bool, len(blocks))
 	for i, cmds := range exists {
 		for _, c := range cmds {
 			// Stored means the record and every chunk are there: a record
