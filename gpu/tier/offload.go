@@ -228,14 +228,15 @@ func (t *Tier) offloadCopied(id uint64, err error) {
 	t.finishOffload(id, op)
 }
 
-// othersNotBelow takes flagBelow off the blocks that hold it's hash with
+// othersNotBelow takes flagBelow off the blocks that hold its hash with
 // another digest (a forged 64-bit collision): pinned memory keeps one block
 // per hash, and a slot granted for it means that a block of another prefix
 // it held under the hash was displaced (pinned.Tier.displace), or that it
 // held none. Those blocks are written down again when they leave (at worst
 // once more than needed), instead of dropped as held below.
 func (t *Tier) othersNotBelow(it messages.OffloadItem) {
-	ids := t.pool.Holders(nil, prefixhash.Hash(it.Hash))
+	ids := t.pool.Holders(t.scratch[:0], prefixhash.Hash(it.Hash))
+	t.scratch = ids[:0]
 	for _, id := range ids {
 		if d, ok := t.pool.BlockDigest(id); !ok || d != it.Digest {
 			t.flags[id] &^= flagBelow
