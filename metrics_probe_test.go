@@ -217,8 +217,8 @@ func TestProbeMetricsRemotePartialRead(t *testing.T) {
 }
 
 // TestProbeMetricsRemoteCorruptIsFailed: a remote block whose chunk was
-// evicted under its record is Corrupt (remote.Store: "a record or chunk
-// failed verification"). kvtier_tier_load_failures_total's help puts a
+// overwritten under its record is Corrupt (remote.Store: "a record or chunk
+// failed verification"; one evicted is Missing, no failure). kvtier_tier_load_failures_total's help puts a
 // corrupt block under reason "failed" and keeps "mismatch" for a digest of
 // another prefix; the disk tier and the GPU's outcome (MissFailed) count
 // it as failed, the remote tier counted it as a mismatch.
@@ -230,12 +230,12 @@ func TestProbeMetricsRemoteCorruptIsFailed(t *testing.T) {
 			t.Fatalf("chunk keys under %s: %v, %v", prefix, chunks, err)
 		}
 		slices.Sort(chunks)
-		if err := cl.Del(ctx, chunks[0]).Err(); err != nil {
+		if err := cl.SetRange(ctx, chunks[0], 0, "x").Err(); err != nil {
 			t.Fatal(err)
 		}
 	})
 	if got := value(t, fams, "kvtier_tier_load_failures_total", "tier", "remote", "reason", "mismatch"); got != 0 {
-		t.Errorf("load failures{tier=remote,reason=mismatch} = %v for a chunk evicted under its record (Stats %+v)", got, st.Tier(Remote))
+		t.Errorf("load failures{tier=remote,reason=mismatch} = %v for a chunk overwritten under its record (Stats %+v)", got, st.Tier(Remote))
 	}
 	if got := value(t, fams, "kvtier_tier_load_failures_total", "tier", "remote", "reason", "failed"); got != 1 {
 		t.Errorf("load failures{tier=remote,reason=failed} = %v, want the corrupt block's 1", got)

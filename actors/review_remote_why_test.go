@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -23,13 +22,10 @@ import (
 // commit record included. A read that finds the record and not its chunk
 // met an eviction, no fault: its LowerReadDone.Why must not be MissFailed,
 // which the GPU counts as a failed load (the no-fault promise of stress
-// TestNoFaultNoFailure). The remote store reports it Corrupt, and the
-// remote actor maps Corrupt to MissFailed. Known and unfixed: it runs
-// with KVTIER_STRESS_KNOWN=1.
+// TestNoFaultNoFailure). The remote store reported it Corrupt, and the
+// remote actor maps Corrupt to MissFailed; it is Missing now (its record
+// still deleted). It starts its own redis-server, and skips without one.
 func TestRemoteChunkEvictedIsNoFailure(t *testing.T) {
-	if os.Getenv("KVTIER_STRESS_KNOWN") != "1" {
-		t.Skip("a known misreported miss reason; KVTIER_STRESS_KNOWN=1 runs it")
-	}
 	for _, b := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(b); err != nil {
 			t.Skipf("%s is not installed", b)

@@ -403,7 +403,7 @@ type Outcome int
 
 const (
 	Hit     Outcome = iota + 1 // verified and copied into Dst
-	Missing                    // no commit record: never stored, expired, evicted or deleted
+	Missing                    // no commit record (never stored, expired, evicted or deleted), or a chunk of it evicted or expired
 	Corrupt                    // a record or chunk failed verification (counted, cleaned up)
 	Failed                     // the server failed or the context ended
 )
@@ -433,8 +433,9 @@ type GetItem struct {
 // and its chunks: their count is fixed by PayloadBytes and ChunkBytes) and
 // copies each payload that verifies against its record into its Dst. Dst is
 // written only for a Hit; other bytes of a missed block may have been
-// written and must not be used. Corrupt blocks are deleted, if their record
-// is still the one read (a peer may have stored the block again since: a
+// written and must not be used. Corrupt blocks, and blocks a chunk of
+// which Redis evicted or expired under the record (Missing), are deleted,
+// if their record is still the one read (a peer may have stored the block again since: a
 // torn read of a rewrite is no reason to delete it), so the next lookup
 // misses at once. An item whose Dst is not PayloadBytes long or whose
 // digest is zero is Failed, and one whose record names another Hash under
@@ -509,8 +510,10 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 			b, err := cmd.Result() // a string: copied once, into Dst
 			want := it.Dst[c*cb : min((c+1)*cb, len(it.Dst))]
 			switch {
-			case errors.Is(err, redis.Nil) || wrongType(err) || (err == nil && (len(b) != len(want) || xxhash.Sum64String(b) != recs[i].Sums[c])):
-				out[i] = Corrupt // a chunk evicted, expired or overwritten under its record
+			case errors.Is(err, redis.Nil):
+				out[i] = Missing // a chunk evicted or expired under its record: gone, not damaged
+			case wrongType(err) || (err == nil && (len(b) != len(want) || xxhash.Sum64String(b) != recs[i].Sums[c])):
+				out[i] = Corrupt // a chunk overwritten under its record
 			case err != nil:
 				out[i] = Failed
 			default:
@@ -519,8 +522,8 @@ func (s *Store) Get(ctx context.Context, items []GetItem) []Outcome {
 			}
 			break
 		}
-		if out[i] == Corrupt {
-			bad = append(bad, judged{it.Key, raw[i]})
+		if out[i] == Corrupt || out[i] == Missing {
+			bad = append(bad, judged{it.Key, raw[i]}) // the record serves no one now
 		}
 	}
 	if ctx.Err() == nil {
