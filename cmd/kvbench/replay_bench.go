@@ -26,6 +26,18 @@ const (
 	replayChunk = 512
 )
 
+// replayRounds is how many times the suite replays each path at each pool
+// size, the paths interleaved.
+const replayRounds = 3
+
+// sinkIf is mx when keep is set, else a sink that keeps nothing.
+func sinkIf(mx metricsSink, keep bool) metricsSink {
+	if keep {
+		return mx
+	}
+	return metricsSink{}
+}
+
 // replayPools are the pool sizes, in blocks, the suite replays at.
 var replayPools = []int{1 << 10, 16 << 10}
 
@@ -248,36 +260,61 @@ func runReplay(path string, blockTokens int, quick bool, mx metricsSink) (*Repla
 		return nil, fmt.Errorf("trace %s has no requests", name)
 	}
 	r := &ReplayResult{Trace: name, Requests: len(reqs), BlockTokens: blockTokens,
-		Note: "direct: one blockpool.Pool, Allocate (hashing included) + Commit + Deallocate per request; " +
+		Note: fmt.Sprintf("median of %d rounds, the paths interleaved; cost ratios: median of the rounds' ratios; ", replayRounds) +
+			"direct: one blockpool.Pool, Allocate (hashing included) + Commit + Deallocate per request; " +
 			"manager: kvtier.Manager (GPU tier only), one Step per request committing and freeing the previous one; " +
 			"manager_batch8: 8 requests per Step; prompt generation untimed"}
+	// The paths, direct first (the cost ratios' base); metrics are kept
+	// for the first round only, one Manager a configuration.
 	paths := []struct {
 		name string
-		run  func([]trace.Request, int) (time.Duration, replayCount, error)
+		run  func(q []trace.Request, n int, metrics bool) (time.Duration, replayCount, error)
 	}{
-		{"direct", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
+		{"direct", func(q []trace.Request, n int, _ bool) (time.Duration, replayCount, error) {
 			return replayDirect(q, n, blockTokens)
 		}},
-		{"manager", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
-			return replayManager(q, n, blockTokens, 1, mx, fmt.Sprintf("replay/manager/pool%d", n))
+		{"manager", func(q []trace.Request, n int, metrics bool) (time.Duration, replayCount, error) {
+			return replayManager(q, n, blockTokens, 1, sinkIf(mx, metrics), fmt.Sprintf("replay/manager/pool%d", n))
 		}},
-		{"manager_batch8", func(q []trace.Request, n int) (time.Duration, replayCount, error) {
-			return replayManager(q, n, blockTokens, replayBatch, mx, fmt.Sprintf("replay/manager_batch%d/pool%d", replayBatch, n))
+		{"manager_batch8", func(q []trace.Request, n int, metrics bool) (time.Duration, replayCount, error) {
+			return replayManager(q, n, blockTokens, replayBatch, sinkIf(mx, metrics), fmt.Sprintf("replay/manager_batch%d/pool%d", replayBatch, n))
 		}},
 	}
 	for _, n := range replayPools {
 		row := ReplayPool{PoolBlocks: n, BlocksPerS: map[string]float64{}, HitRatio: map[string]float64{}}
-		for _, p := range paths {
-			d, c, err := p.run(reqs, n)
-			if err != nil {
-				return nil, fmt.Errorf("%s, pool %d: %w", p.name, n, err)
+		// Rounds with the paths interleaved, each round starting with the
+		// next path: a ratio is the median of the rounds' ratios, so a
+		// burst of load from elsewhere on a small machine, or running
+		// first, does not decide it.
+		times := make([][]time.Duration, len(paths))
+		for round := range replayRounds {
+			for k := range paths {
+				i := (k + round) % len(paths)
+				d, c, err := paths[i].run(reqs, n, round == 0)
+				if err != nil {
+					return nil, fmt.Errorf("%s, pool %d: %w", paths[i].name, n, err)
+				}
+				r.Blocks = c.blocks
+				times[i] = append(times[i], d)
+				row.HitRatio[paths[i].name] = c.ratio()
 			}
-			r.Blocks = c.blocks
-			row.BlocksPerS[p.name] = float64(c.blocks) / d.Seconds()
-			row.HitRatio[p.name] = c.ratio()
 		}
-		row.ManagerOverDirectCost = row.BlocksPerS["direct"] / row.BlocksPerS["manager"]
-		row.Batch8OverDirectCost = row.BlocksPerS["direct"] / row.BlocksPerS["manager_batch8"]
+		cost := func(i int) float64 { // median over the rounds of path i's time over direct's
+			ratios := make([]float64, replayRounds)
+			for round := range ratios {
+				ratios[round] = times[i][round].Seconds() / times[0][round].Seconds()
+			}
+			return median(ratios)
+		}
+		for i, p := range paths {
+			secs := make([]float64, replayRounds)
+			for round, d := range times[i] {
+				secs[round] = d.Seconds()
+			}
+			row.BlocksPerS[p.name] = float64(r.Blocks) / median(secs)
+		}
+		row.ManagerOverDirectCost = cost(1)
+		row.Batch8OverDirectCost = cost(2)
 		r.Pools = append(r.Pools, row)
 	}
 	return r, nil
