@@ -15,17 +15,8 @@ import (
 // the Store's count, so the count stayed 1 for ever (every later removal
 // reported not durable) and CheckInvariants failed.
 func TestWriteOverUnreadHeaderEndsStaleUnknown(t *testing.T) {
-	cfg, ffs := faultConfig(t, 3, true)
-	s, _ := mustOpen(t, cfg)
-	mustWrite(t, s, 5) // slot 0
-	mustWrite(t, s, 1) // slot 1
-	if err := s.RemoveSync(5); err != nil {
-		t.Fatal(err)
-	}
-	_, off, _ := s.slotLocation(1)
-	mustClose(t, s)
-
-	at := func(_ string, o int64, n int) bool { return o == off && n == BlockSize }
+	cfg, ffs, off := headerAtOpen(t)
+	at := headerBlock(off)
 	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: at})
 	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Times: 1, Match: at})
 	s, rep := mustOpen(t, cfg)
@@ -54,20 +45,11 @@ func TestWriteOverUnreadHeaderEndsStaleUnknown(t *testing.T) {
 // every removal stays not durable, and the slot still says so (the
 // Store's count and the slots agree, and Close's scrub ends it).
 func TestFailedWriteOverUnreadHeaderKeepsStaleUnknown(t *testing.T) {
-	cfg, ffs := faultConfig(t, 3, true)
-	s, _ := mustOpen(t, cfg)
-	mustWrite(t, s, 5) // slot 0
-	mustWrite(t, s, 1) // slot 1
-	if err := s.RemoveSync(5); err != nil {
-		t.Fatal(err)
-	}
-	_, off, _ := s.slotLocation(1)
-	mustClose(t, s)
-
-	at := func(_ string, o int64, n int) bool { return o == off && n == BlockSize }
+	cfg, ffs, off := headerAtOpen(t)
+	at := headerBlock(off)
 	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: at})
 	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Times: 1, Match: at})
-	s, _ = mustOpen(t, cfg)
+	s, _ := mustOpen(t, cfg)
 	mustWrite(t, s, 7) // slot 0
 	// The next write goes to slot 1: its payload write and the scrub fail.
 	inSlot := func(_ string, o int64, n int) bool { return o >= off && o <= off+BlockSize }

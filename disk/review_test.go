@@ -183,12 +183,12 @@ func TestFewerFilesRemovesTheFilesPastThem(t *testing.T) {
 	}
 }
 
-// TestUnreadableHeaderAtOpenIsScrubbed: a header Open cannot read (an I/O
-// error during the scan) is dropped and its slot zeroed (stale, for Close,
-// if that fails too). It used to be left untouched (review of 2026-11-27):
-// once the error passed, a later Open indexed it again, though the block
-// was written again and removed (acknowledged) in between.
-func TestUnreadableHeaderAtOpenIsScrubbed(t *testing.T) {
+// headerAtOpen writes block 5 (slot 0, then removed) and block 1 (slot 1)
+// in a new 3-slot store on a FaultFS and closes it. It returns the config,
+// the FaultFS and the offset of slot 1's header, which the caller makes
+// unreadable (or unzeroable) for the next Open (headerBlock matches it).
+func headerAtOpen(t *testing.T) (Config, *FaultFS, int64) {
+	t.Helper()
 	cfg, ffs := faultConfig(t, 3, true)
 	s, _ := mustOpen(t, cfg)
 	mustWrite(t, s, 5) // slot 0
@@ -198,9 +198,23 @@ func TestUnreadableHeaderAtOpenIsScrubbed(t *testing.T) {
 	}
 	_, off, _ := s.slotLocation(1)
 	mustClose(t, s)
+	return cfg, ffs, off
+}
 
+// headerBlock matches the I/O of the header block at off.
+func headerBlock(off int64) func(string, int64, int) bool {
+	return func(_ string, o int64, n int) bool { return o == off && n == BlockSize }
+}
+
+// TestUnreadableHeaderAtOpenIsScrubbed: a header Open cannot read (an I/O
+// error during the scan) is dropped and its slot zeroed (stale, for Close,
+// if that fails too). It used to be left untouched (review of 2026-11-27):
+// once the error passed, a later Open indexed it again, though the block
+// was written again and removed (acknowledged) in between.
+func TestUnreadableHeaderAtOpenIsScrubbed(t *testing.T) {
+	cfg, ffs, off := headerAtOpen(t)
 	// Open cannot read slot 1's header this once.
-	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: func(_ string, o int64, n int) bool { return o == off && n == BlockSize }})
+	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: headerBlock(off)})
 	s, rep := mustOpen(t, cfg)
 	if rep.Dropped[DropIOError] != 1 || s.Contains(1) {
 		t.Fatalf("open with slot 1 unreadable: %+v", rep)
@@ -325,18 +339,9 @@ func TestSyncedOpenMakesFileChangesDurable(t *testing.T) {
 // mark the slot stale with no hash (left open from the review of
 // 2026-11-27): the removal of that very block was acknowledged as durable.
 func TestUnreadableUnzeroableHeaderMakesRemovalsNotDurable(t *testing.T) {
-	cfg, ffs := faultConfig(t, 3, true)
-	s, _ := mustOpen(t, cfg)
-	mustWrite(t, s, 5) // slot 0
-	mustWrite(t, s, 1) // slot 1
-	if err := s.RemoveSync(5); err != nil {
-		t.Fatal(err)
-	}
-	_, off, _ := s.slotLocation(1)
-	mustClose(t, s)
-
+	cfg, ffs, off := headerAtOpen(t)
 	// Open can neither read slot 1's header nor zero it, this once each.
-	at := func(_ string, o int64, n int) bool { return o == off && n == BlockSize }
+	at := headerBlock(off)
 	ffs.Inject(Fault{Op: FaultRead, Err: unix.EIO, Times: 1, Match: at})
 	ffs.Inject(Fault{Op: FaultWrite, Err: unix.EIO, Times: 1, Match: at})
 	s, rep := mustOpen(t, cfg)
