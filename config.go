@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/kvtier/kvtier/events"
 	"math"
 	"os"
 	"time"
@@ -15,7 +14,9 @@ import (
 
 	"github.com/kvtier/kvtier/actors"
 	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/events"
 	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/gpu/tier"
 	"github.com/kvtier/kvtier/policy"
 )
 
@@ -218,7 +219,8 @@ type Config struct {
 	// MetricsNamespaces is a comma-separated allowlist of tenant salts whose
 	// token counts get their own namespace label; requests without a salt
 	// are "default", every other salt is "other", so the series count stays
-	// bounded however many tenants come by.
+	// bounded however many tenants come by. Those two names are refused
+	// here (ErrBadConfig): a tenant named so would merge with them.
 	MetricsNamespaces string
 	// Events, when set, publishes every change of residency on every tier
 	// as vLLM's KV events (ZMQ PUB), with vLLM's replay socket and a
@@ -368,6 +370,11 @@ func (c Config) withDefaults() (Config, error) {
 	count("OffloadAhead", &c.OffloadAhead, 64, "must be >= 1 (0: the default, 64)")
 	count("WriteQuota", &c.WriteQuota, 256, "must be >= 1")
 	count("MaxPendingCalls", &c.MaxPendingCalls, 4096, "must be >= 1")
+	for _, ns := range metricsNamespaces(c.MetricsNamespaces) {
+		if ns == tier.DefaultNamespace || ns == tier.OtherNamespace {
+			bad("MetricsNamespaces", ns, "a built-in label value: requests without a salt are \"default\", unlisted salts \"other\"")
+		}
+	}
 	count("DoubleGetMinBlocks", &c.DoubleGetMinBlocks, 1, "must be >= 1")
 	if !(c.DoubleGetMinRatio >= 0 && c.DoubleGetMinRatio <= 1) { // NaN too
 		bad("DoubleGetMinRatio", c.DoubleGetMinRatio, "must be in [0, 1]")

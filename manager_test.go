@@ -105,6 +105,8 @@ func TestConfigValidation(t *testing.T) {
 		{GPUBlocks: 4, Ingestion: 9},
 		{GPUBlocks: 4, DoubleGetMinRatio: 1.5},
 		{GPUBlocks: 4, Model: gpu.ModelSpec{Layers: 1}},
+		{GPUBlocks: 4, MetricsNamespaces: "tenant-a, other"},
+		{GPUBlocks: 4, MetricsNamespaces: "default"},
 	}
 	for _, c := range cases {
 		orig := c
