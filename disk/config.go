@@ -30,9 +30,10 @@ type Config struct {
 	// Files spreads the slots round-robin over this many files; default 1.
 	Files int
 	// Sync makes every write durable against power loss: fdatasync after
-	// the payload and again after the header, and Open syncs the directory
-	// once it has created or removed slot files (through DirSyncer, which
-	// OSFS implements). Without it a write survives a process crash but not
+	// the payload and again after the header, and Open syncs what it
+	// changed: each slot file (a length cut to a smaller capacity), the
+	// store directory and its parent (through DirSyncer, which OSFS
+	// implements). Without it a write survives a process crash but not
 	// necessarily a machine crash.
 	Sync bool
 	// NoDirectIO forces buffered I/O even where O_DIRECT works.

@@ -129,9 +129,11 @@ func (OSFS) OpenFile(name string, direct bool) (File, error) {
 // a link planted in its place.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
 
-// SyncDir implements DirSyncer with fsync on the directory.
+// SyncDir implements DirSyncer with fsync on the directory. It opens dir
+// read-only and checks nothing else: Open syncs the store directory's
+// parent too, whose owner and mode are not the store's.
 func (OSFS) SyncDir(dir string) error {
-	d, err := openPrivate(unix.AT_FDCWD, dir, dir, unix.O_RDONLY|unix.O_DIRECTORY, unix.S_IFDIR, 0o700)
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 	}
 	removeExtra(cfg.FS, cfg.Dir, lay.files, cfg.Logger)
 	if cfg.Sync {
-		syncDir(cfg.FS, cfg.Dir, cfg.Logger)
+		syncOpened(cfg.FS, cfg.Dir, files, cfg.Logger)
 	}
 	s := &Store{
 		splitWriteMin: defaultSplitWriteMin,

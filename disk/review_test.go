@@ -286,7 +286,8 @@ func evictingWrite(t *testing.T, s *Store) (*WriteOp, Meta) {
 	return op, v
 }
 
-// dirLogFS records the removals (those that removed a file) and directory syncs that reach OSFS.
+// dirLogFS records the removals (those that removed a file), the
+// directory syncs and the slot file syncs that reach OSFS.
 type dirLogFS struct {
 	OSFS
 	log []string
@@ -301,25 +302,48 @@ func (f *dirLogFS) Remove(name string) error {
 }
 
 func (f *dirLogFS) SyncDir(dir string) error {
-	f.log = append(f.log, "syncdir")
+	f.log = append(f.log, "syncdir "+filepath.Base(dir))
 	return f.OSFS.SyncDir(dir)
 }
 
-// TestSyncedOpenMakesFileChangesDurable: under Config.Sync, Open syncs the
-// store directory after creating the slot files and after removing those
-// past Config.Files. Without it (as before) a machine crash could undo the
+func (f *dirLogFS) OpenFile(name string, direct bool) (File, error) {
+	file, err := f.OSFS.OpenFile(name, direct)
+	if err != nil {
+		return nil, err
+	}
+	return &syncLogFile{File: file, name: filepath.Base(name), fs: f}, nil
+}
+
+type syncLogFile struct {
+	File
+	name string
+	fs   *dirLogFS
+}
+
+func (f *syncLogFile) Sync() error {
+	f.fs.log = append(f.fs.log, "sync "+f.name)
+	return f.File.Sync()
+}
+
+// TestSyncedOpenMakesFileChangesDurable: under Config.Sync, Open syncs
+// what it changed: each slot file (a length cut to a smaller capacity),
+// then the store directory (the slot files it created, those past
+// Config.Files it removed) and its parent (a store directory MkdirAll
+// created). Without them (as before) a machine crash could undo the
 // removal — the file and its records back for an Open with more Files —
-// or lose a created file with the records fdatasync had made durable.
+// or a cut (records past it back for an Open with more capacity), or lose
+// a created file or directory with the records fdatasync had made durable.
 func TestSyncedOpenMakesFileChangesDurable(t *testing.T) {
 	fsys := &dirLogFS{}
 	cfg := testConfig(t, 4)
+	cfg.Dir = filepath.Join(cfg.Dir, "store") // created by Open
 	cfg.Files, cfg.Sync, cfg.FS = 2, true, fsys
 	s, _ := mustOpen(t, cfg)
+	if want := []string{"sync slots-000.kv", "sync slots-001.kv", "syncdir store", "syncdir " + filepath.Base(filepath.Dir(cfg.Dir))}; !slices.Equal(fsys.log, want) {
+		t.Fatalf("creating the store: %q, want %q", fsys.log, want)
+	}
 	mustWrite(t, s, 1)
 	mustClose(t, s)
-	if !slices.Equal(fsys.log, []string{"syncdir"}) {
-		t.Fatalf("creating the store's files: %q, want a directory sync", fsys.log)
-	}
 
 	fsys.log = nil
 	one := cfg
@@ -327,8 +351,8 @@ func TestSyncedOpenMakesFileChangesDurable(t *testing.T) {
 	one.CapacityBytes = 2 * SlotBytes(testPayload)
 	s, _ = mustOpen(t, one)
 	mustClose(t, s)
-	if want := []string{"remove " + filepath.Base(slotFileName(cfg.Dir, 1)), "syncdir"}; !slices.Equal(fsys.log, want) {
-		t.Fatalf("reopening with fewer files: %q, want %q", fsys.log, want)
+	if want := []string{"remove slots-001.kv", "sync slots-000.kv", "syncdir store"}; !slices.Equal(fsys.log[:min(3, len(fsys.log))], want) {
+		t.Fatalf("reopening with fewer files and slots: %q, want %q first", fsys.log, want)
 	}
 }
 

@@ -157,18 +157,29 @@ func removeExtra(fsys FS, dir string, files int, log *zap.Logger) {
 	}
 }
 
-// syncDir makes the slot files' names durable in dir (those Open created,
-// and the removal of those removeExtra removed), where fsys is a
+// syncOpened makes what Open changed durable under Config.Sync: each slot
+// file's length (one cut to a smaller capacity keeps, after a machine
+// crash, no records past the cut that a later Open with more capacity
+// would index again), the slot files' names in dir (those Open created,
+// and the removal of those removeExtra removed) and dir's name in its
+// parent (MkdirAll may have created it), the last two where fsys is a
 // DirSyncer. A failure is logged: the store works as opened, but after a
-// machine crash a created file may be gone (its records lost) or a
-// removed one back (its records reach an Open with more Files again).
-func syncDir(fsys FS, dir string, log *zap.Logger) {
+// machine crash a created file may be gone (its records lost), or a
+// removed or cut one back (its records reach a later Open again).
+func syncOpened(fsys FS, dir string, files []File, log *zap.Logger) {
+	for i, f := range files {
+		if err := f.Sync(); err != nil {
+			log.Error("kvtier: disk: syncing a slot file at open", zap.Int("file", i), zap.Error(err))
+		}
+	}
 	d, ok := fsys.(DirSyncer)
 	if !ok {
 		return
 	}
-	if err := d.SyncDir(dir); err != nil {
-		log.Error("kvtier: disk: syncing the store directory", zap.String("dir", dir), zap.Error(err))
+	for _, name := range []string{dir, filepath.Dir(dir)} {
+		if err := d.SyncDir(name); err != nil {
+			log.Error("kvtier: disk: syncing a directory at open", zap.String("dir", name), zap.Error(err))
+		}
 	}
 }
 
