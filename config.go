@@ -124,7 +124,9 @@ type Config struct {
 	// DiskFS is the file system the disk tier uses (nil: the operating
 	// system's); tests and fault drills pass a *disk.FaultFS.
 	DiskFS disk.FS
-	// DiskSync adds fdatasync to every disk write (power-loss safety).
+	// DiskSync adds fdatasync to every disk write and syncs what opening
+	// the disk tier changed (slot files, their directory and its parent):
+	// power-loss safety (disk.Config.Sync).
 	DiskSync bool
 
 	Ingestion Ingestion // default IngestEvict
