@@ -319,9 +319,12 @@ func (t *Tier) finishFetch(f *lowerRead, ok []bool, why []messages.MissReason) {
 			if i < len(why) && why[i] != messages.MissNone {
 				g.Short = why[i]
 			}
+			// Past the deadline, a failure is the read cut there; a block
+			// the tier below did not hold, or held for another prefix, is
+			// still that.
 			if f.deleted {
 				g.Short = messages.MissEvicted
-			} else if !f.deadline.IsZero() && !t.now.Before(f.deadline) {
+			} else if late := !f.deadline.IsZero() && !t.now.Before(f.deadline); late && (g.Short == messages.MissFailed || g.Short == messages.MissLate) {
 				g.Short, g.StartedLate = messages.MissLate, f.startedLate
 			}
 			break

@@ -251,6 +251,23 @@ func TestTierReadSaysWhyBelowMissed(t *testing.T) {
 			t.Fatalf("below said %v: grant %+v, want one slot, Short %v", c.why, fg, c.want)
 		}
 	}
+	// Past the read's deadline, a block the tier below did not hold is
+	// still Evicted (it was not cut by the deadline); a failure is Late.
+	for _, c := range []struct {
+		why, want messages.MissReason
+	}{{messages.MissEvicted, messages.MissEvicted}, {messages.MissMismatch, messages.MissMismatch},
+		{messages.MissFailed, messages.MissLate}, {messages.MissLate, messages.MissLate}} {
+		tr := newTestTier(t, 4, true)
+		m := fetch(5)
+		m.Deadline = t0.Add(100 * time.Millisecond)
+		tr.Fetch(m, gpuPeer{})
+		rd := step(t, tr).ToLower[0].(*messages.LowerRead)
+		tr.SetNow(m.Deadline.Add(time.Millisecond))
+		tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{false}, Why: []messages.MissReason{c.why}})
+		if fg := fetchGrantOf(t, step(t, tr)); fg.Short != c.want {
+			t.Fatalf("past the deadline, below said %v: grant %+v, want Short %v", c.why, fg, c.want)
+		}
+	}
 }
 
 // TestTierReadDeadlineGrantsWhatLanded: a read from below answered at its
