@@ -54,6 +54,11 @@ type DiskConfig struct {
 	// Observe, when set, hears of every block written or read, from the
 	// I/O worker that did it.
 	Observe messages.LinkObserver
+
+	// writeFault, set by tests, runs in the actor once the store completed
+	// a write, before the actor's own books: a panic there is a bug met
+	// half-way through a message.
+	writeFault func(hash uint64)
 }
 
 // withDefaults validates c and returns a copy with defaults filled in.
@@ -383,13 +388,27 @@ func (a *DiskActor) shutdown(ctx actor.Context, closeStore bool) {
 		}
 	}
 	// Every op is complete, so every request has been answered; these loops
-	// only guard against a bug leaving a requester waiting for ever.
+	// only guard against a bug leaving a requester waiting for ever (a
+	// panic half-way through a message, before a restart).
 	for _, req := range a.reads {
 		a.replyRead(ctx, req)
 	}
 	for _, req := range a.writes {
 		a.log.Error("disk actor: write request left pending at stop", zap.Int("items", len(req.slots)))
 		a.replyWrite(ctx, req)
+	}
+	for _, m := range []map[uint64][]*diskDeleteReq{a.doomed, a.overwritten} {
+		for h, reqs := range m {
+			for _, req := range reqs {
+				if req.pending > 0 { // answered once, if it waits in both
+					a.log.Error("disk actor: delete left waiting at stop", zap.Uint64("hash", h))
+					req.pending = 0
+					req.errs = append(req.errs, fmt.Errorf("kvtier: actors: disk removal of %016x: the write it waited for did not complete: %w", h, ErrDiskStopped))
+					a.replyDelete(req)
+				}
+			}
+			delete(m, h)
+		}
 	}
 	for _, f := range a.flushers {
 		f.reply <- ErrDiskStopped

@@ -125,6 +125,8 @@ type diskEnv struct {
 	updates chan *messages.IndexUpdate
 	pid     *actor.PID
 	clock   func() time.Time // the actor's Clock (nil: time.Now)
+	// writeFault is the actor's DiskConfig.writeFault, read at start.
+	writeFault func(hash uint64)
 }
 
 // newDiskEnv opens a store in a fresh temp dir and starts a disk actor on it.
@@ -189,7 +191,7 @@ func (e *diskEnv) start() {
 			updates <- u
 		}
 	}))
-	prod, err := NewDiskActor(DiskConfig{Store: st, Index: e.index, WriteQuota: e.quota, Workers: e.workers, Clock: e.clock})
+	prod, err := NewDiskActor(DiskConfig{Store: st, Index: e.index, WriteQuota: e.quota, Workers: e.workers, Clock: e.clock, writeFault: e.writeFault})
 	if err != nil {
 		e.t.Fatalf("NewDiskActor: %v", err)
 	}

@@ -2,9 +2,11 @@ package actors
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +157,51 @@ func TestDiskWriteDisplacesAnotherPrefixUnderItsHash(t *testing.T) {
 	checkWhy(t, got, messages.MissMismatch)
 	if s := e.stats(); s.Extra["displaced"] != 1 {
 		t.Fatalf("stats %v %+v, want one record displaced", s, s.Extra)
+	}
+}
+
+// TestDiskPanicAnswersWaitingDelete: a delete that waits for a write
+// overwriting an earlier record of its block is answered, with an error,
+// when the actor panics half-way through that write's completion (after
+// the store, before its own books) and restarts. It used to wait for ever:
+// the restart's shutdown answered pending reads and writes, not deletes,
+// and the first CI run of 2026-11-27 (third session) hung this way when
+// an invariant walk panicked in the disk actor.
+func TestDiskPanicAnswersWaitingDelete(t *testing.T) {
+	var panicked atomic.Bool
+	e := newDiskEnv(t, 0)
+	e.stop()
+	e.writeFault = func(h uint64) {
+		if h == 1000 && panicked.CompareAndSwap(false, true) {
+			panic("kvtier: test: a bug half-way through a write's completion")
+		}
+	}
+	e.start()
+	defer e.stop()
+	if d := e.write(seq(testDiskSlots)...); len(d.Written) != testDiskSlots { // full
+		t.Fatalf("written %v", d.Written)
+	}
+	e.flush()
+	e.nextUpdate()
+
+	e.gate.armWrite()
+	held := e.sys.Root.RequestFuture(e.pid, writeMsg(1000), testWait)
+	<-e.gate.entered // block 1000's write holds; it evicted V
+	v := e.nextUpdate().Remove[0]
+	if d := e.write(v); len(d.Written) != 1 {
+		t.Fatalf("V written again: %+v", d)
+	}
+	reply := make(chan *messages.QueryResult, 1)
+	e.sys.Root.Send(e.pid, &messages.LowerQuery{Kind: messages.QueryDelete, Hashes: []uint64{v}, Reply: reply})
+	e.gate.release <- struct{}{} // the write lands; its completion panics
+	res := recv(t, reply)
+	if res.Err == nil || !errors.Is(res.Err, ErrDiskStopped) {
+		t.Fatalf("delete waiting on the write whose completion panicked: %+v, want an error naming the stop", res)
+	}
+	if !panicked.Load() {
+		t.Fatal("the write's completion did not panic")
+	}
+	if _, err := held.Result(); err != nil {
+		t.Fatalf("the held write's request: %v", err)
 	}
 }

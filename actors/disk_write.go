@@ -126,6 +126,9 @@ func (a *DiskActor) finishWrite(ctx actor.Context, j *diskJob) {
 		err = ErrDiskStopped
 	}
 	a.store.CompleteWrite(j.write, err)
+	if a.cfg.writeFault != nil {
+		a.cfg.writeFault(j.write.Meta().Hash)
+	}
 	a.writesInFlight--
 	if v, ok := j.write.Victim(); ok {
 		a.victimGone(v.Hash, j.write.Scrubbed())
