@@ -243,6 +243,16 @@ type TierTimes struct {
 // Total is the sum over the tiers.
 func (t TierTimes) Total() time.Duration { return t.GPU + t.Pinned + t.Disk + t.Remote }
 
+// Plus is t + o, tier by tier.
+func (t TierTimes) Plus(o TierTimes) TierTimes {
+	return TierTimes{GPU: t.GPU + o.GPU, Pinned: t.Pinned + o.Pinned, Disk: t.Disk + o.Disk, Remote: t.Remote + o.Remote}
+}
+
+// Minus is t - o, tier by tier.
+func (t TierTimes) Minus(o TierTimes) TierTimes {
+	return TierTimes{GPU: t.GPU - o.GPU, Pinned: t.Pinned - o.Pinned, Disk: t.Disk - o.Disk, Remote: t.Remote - o.Remote}
+}
+
 // prefillSaved is the prefill compute a resolved prefix avoided, by the tier
 // that served each part: its first gpu tokens, the next pinned, the next
 // disk, the next remote. Zero when cost does not implement WorkCoster.

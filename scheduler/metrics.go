@@ -66,6 +66,12 @@ type Served struct {
 // Hits is the tokens served from any tier.
 func (s Served) Hits() int64 { return s.GPU + s.Pinned + s.Disk + s.Remote }
 
+// Plus is s + o, field by field.
+func (s Served) Plus(o Served) Served {
+	return Served{Tokens: s.Tokens + o.Tokens, GPU: s.GPU + o.GPU, Pinned: s.Pinned + o.Pinned,
+		Disk: s.Disk + o.Disk, Remote: s.Remote + o.Remote, PrefillSaved: s.PrefillSaved.Plus(o.PrefillSaved)}
+}
+
 // FirstAdmissions is what every request found at its first admission: r's
 // per-admission counts less its Readmissions. Its Tokens are the prompt
 // tokens of the requests admitted.
@@ -75,10 +81,7 @@ func (r Result) FirstAdmissions() Served {
 		Tokens: r.AdmittedTokens - q.Tokens,
 		GPU:    r.GPUTokens - q.GPU, Pinned: r.PinnedTokens - q.Pinned,
 		Disk: r.DiskTokens - q.Disk, Remote: r.RemoteTokens - q.Remote,
-		PrefillSaved: TierTimes{
-			GPU: r.PrefillSaved.GPU - q.PrefillSaved.GPU, Pinned: r.PrefillSaved.Pinned - q.PrefillSaved.Pinned,
-			Disk: r.PrefillSaved.Disk - q.PrefillSaved.Disk, Remote: r.PrefillSaved.Remote - q.PrefillSaved.Remote,
-		},
+		PrefillSaved: r.PrefillSaved.Minus(q.PrefillSaved),
 	}
 }
 
@@ -137,26 +140,15 @@ func (m *metrics) resolved(t time.Duration, readmitted bool, tokens, gpu, pinned
 	m.res.DiskTokens += int64(disk)
 	m.res.RemoteTokens += int64(remote)
 	saved := prefillSaved(m.cost, gpu, pinned, disk, remote)
-	m.res.PrefillSaved.GPU += saved.GPU
-	m.res.PrefillSaved.Pinned += saved.Pinned
-	m.res.PrefillSaved.Disk += saved.Disk
-	m.res.PrefillSaved.Remote += saved.Remote
+	m.res.PrefillSaved = m.res.PrefillSaved.Plus(saved)
 	p := m.point(t)
 	p.AdmittedTokens += int64(tokens)
 	p.HitTokens += int64(gpu + pinned + disk + remote)
 	if !readmitted {
 		return
 	}
-	q := &m.res.Readmissions
-	q.Tokens += int64(tokens)
-	q.GPU += int64(gpu)
-	q.Pinned += int64(pinned)
-	q.Disk += int64(disk)
-	q.Remote += int64(remote)
-	q.PrefillSaved.GPU += saved.GPU
-	q.PrefillSaved.Pinned += saved.Pinned
-	q.PrefillSaved.Disk += saved.Disk
-	q.PrefillSaved.Remote += saved.Remote
+	m.res.Readmissions = m.res.Readmissions.Plus(Served{Tokens: int64(tokens),
+		GPU: int64(gpu), Pinned: int64(pinned), Disk: int64(disk), Remote: int64(remote), PrefillSaved: saved})
 	p.ReadmittedTokens += int64(tokens)
 	p.ReadmittedHitTokens += int64(gpu + pinned + disk + remote)
 }

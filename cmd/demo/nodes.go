@@ -220,20 +220,8 @@ func addResult(a *scheduler.Result, b scheduler.Result) {
 	a.RemoteTokens += b.RemoteTokens
 	a.PrefillTokens += b.PrefillTokens
 	a.OutputTokens += b.OutputTokens
-	a.PrefillSaved.GPU += b.PrefillSaved.GPU
-	a.PrefillSaved.Pinned += b.PrefillSaved.Pinned
-	a.PrefillSaved.Disk += b.PrefillSaved.Disk
-	a.PrefillSaved.Remote += b.PrefillSaved.Remote
-	q, bq := &a.Readmissions, b.Readmissions
-	q.Tokens += bq.Tokens
-	q.GPU += bq.GPU
-	q.Pinned += bq.Pinned
-	q.Disk += bq.Disk
-	q.Remote += bq.Remote
-	q.PrefillSaved.GPU += bq.PrefillSaved.GPU
-	q.PrefillSaved.Pinned += bq.PrefillSaved.Pinned
-	q.PrefillSaved.Disk += bq.PrefillSaved.Disk
-	q.PrefillSaved.Remote += bq.PrefillSaved.Remote
+	a.PrefillSaved = a.PrefillSaved.Plus(b.PrefillSaved)
+	a.Readmissions = a.Readmissions.Plus(b.Readmissions)
 }
 
 // ttftOf returns the nearest-rank percentiles of xs.
