@@ -190,27 +190,23 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 		}
 		// Held already, resident or draining below: the GPU may count it as
 		// stored, unless another prefix holds the hash.
-		if slot, ok := t.held(it.Hash); ok {
-			if t.digests[slot] == it.Digest {
-				g.Slots[i] = messages.SlotExists
-				continue
-			}
+		slot, other := t.held(it.Hash)
+		if other && t.digests[slot] == it.Digest {
+			g.Slots[i] = messages.SlotExists
+			continue
+		}
+		if other {
 			t.stats.Mismatches++
-			// Displaced only for an offer granted a slot: a denied one
-			// would drop the resident block for nothing.
-			if t.inFlight >= t.cfg.WriteQuota {
-				g.Slots[i] = messages.SlotDenied
-				t.stats.Denied++
-				continue
-			}
-			if !t.displace(it.Hash, &evicted) {
-				g.Slots[i] = messages.SlotDenied
-				continue
-			}
 		}
 		if t.inFlight >= t.cfg.WriteQuota {
 			g.Slots[i] = messages.SlotDenied
 			t.stats.Denied++
+			continue
+		}
+		// Displaced only for an offer past the quota check: a denied one
+		// would drop the resident block for nothing.
+		if other && !t.displace(it.Hash, &evicted) {
+			g.Slots[i] = messages.SlotDenied
 			continue
 		}
 		slot, err := t.reserve(it.Hash, &evicted)
@@ -256,9 +252,7 @@ func (t *Tier) displace(h uint64, evicted *[]uint64) bool {
 		// that is denied.
 		return false
 	}
-	if !t.pool.Remove(h) {
-		return false
-	}
+	t.pool.Remove(h)
 	*evicted = append(*evicted, h)
 	t.stats.Evictions++
 	return true
