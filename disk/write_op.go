@@ -74,10 +74,7 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 			return nil, fmt.Errorf("kvtier: disk: plan write %016x: %w", m.Hash, ErrExists)
 		}
 		s.pol.Remove(m.Hash)
-		op.victim, op.evicted = s.slots[i].meta, true
-		delete(s.index, m.Hash)
-		op.slot = i
-		s.stats.Evictions++
+		s.evictInto(op, i)
 		s.stats.Displaced++
 	} else if n := len(s.free); n > 0 {
 		op.slot = s.free[n-1]
@@ -87,11 +84,7 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 		if !ok {
 			return nil, fmt.Errorf("kvtier: disk: plan write %016x: %w", m.Hash, ErrNoSpace)
 		}
-		i := s.index[k]
-		op.victim, op.evicted = s.slots[i].meta, true
-		delete(s.index, k)
-		op.slot = i
-		s.stats.Evictions++
+		s.evictInto(op, s.index[k])
 	}
 	s.slots[op.slot] = slot{state: slotWriting, meta: m, generation: s.gen, overwrites: op.victim.Hash, overwriting: op.evicted,
 		staleHashes: s.slots[op.slot].staleHashes, staleUnknown: s.slots[op.slot].staleUnknown} // a free slot's stale records stay until the write lands
@@ -111,6 +104,16 @@ func (s *Store) PlanWrite(m Meta) (*WriteOp, error) {
 	}
 	s.gen++
 	return op, nil
+}
+
+// evictInto makes live slot i op's slot, its record op's victim: the
+// record leaves the index now (the caller has taken it from the policy);
+// its header stays until op's lands (Store.Overwriting).
+func (s *Store) evictInto(op *WriteOp, i int32) {
+	op.victim, op.evicted = s.slots[i].meta, true
+	delete(s.index, op.victim.Hash)
+	op.slot = i
+	s.stats.Evictions++
 }
 
 // Execute writes payload and header: in one pwritev for a payload under
