@@ -13,7 +13,8 @@ import (
 const tenants = 4
 
 // newManager returns a Manager small enough that eviction, offload ahead of need
-// and pinned eviction all happen under the stress load; Close is the caller's.
+// and pinned eviction all happen under the stress load; Close is the caller's
+// (closeManager).
 func newManager(t testing.TB, cfg kvtier.Config) *kvtier.Manager {
 	t.Helper()
 	cfg.BlockTokens = bt
@@ -34,6 +35,15 @@ func newManager(t testing.TB, cfg kvtier.Config) *kvtier.Manager {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// closeManager closes m at the end of a test (defer it), failing the test
+// if Close does.
+func closeManager(t testing.TB, m *kvtier.Manager) {
+	t.Helper()
+	if err := m.Close(context.Background()); err != nil {
+		t.Errorf("close: %v", err)
+	}
 }
 
 // runPhase runs one round on every worker concurrently and returns each
@@ -194,11 +204,7 @@ func runConcurrent(t *testing.T, cfg kvtier.Config) kvtier.Stats {
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 	defer cancel()
 	m := newManager(t, cfg)
-	defer func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	defer closeManager(t, m)
 	w := &writers{}
 	ws := make([]*worker, goroutines)
 	for g := range ws {

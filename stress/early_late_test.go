@@ -34,11 +34,7 @@ func TestEarlyCommitsAndLateWrites(t *testing.T) {
 	dev := newFaultyDevice(t, f)
 	defer dev.Close()
 	m := newManager(t, kvtier.Config{Device: dev, Ingestion: kvtier.IngestAll, ReadDeadlineBase: slowBuild * time.Second})
-	defer func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	defer closeManager(t, m)
 	w := &writers{}
 	ws := make([]*worker, goroutines)
 	for g := range ws {

@@ -44,11 +44,7 @@ func TestReferenceEngine(t *testing.T) {
 	cfg.Device, cfg.DiskDir, cfg.DiskBytes = dev, t.TempDir(), 1<<22
 	cfg.ReadDeadlineBase, cfg.ReadDeadlinePerToken = 2*time.Millisecond, time.Microsecond
 	m := newManager(t, cfg)
-	defer func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	defer closeManager(t, m)
 	p := enginetest.NewPrompts(13, refengine.TinyConfig.Vocab, bt, 3)
 	var total enginetest.Tally
 	for ph := range phases {

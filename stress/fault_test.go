@@ -85,11 +85,7 @@ func TestFaults(t *testing.T) {
 	dev := newFaultyDevice(t, f)
 	defer dev.Close()
 	m := newManager(t, kvtier.Config{Device: dev, ReadDeadlineBase: slowBuild * 2 * time.Millisecond, ReadDeadlinePerToken: slowBuild * time.Microsecond})
-	defer func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	defer closeManager(t, m)
 	w := &writers{}
 	ws := make([]*worker, goroutines)
 	for g := range ws {

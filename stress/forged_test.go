@@ -147,11 +147,7 @@ func runForged(t *testing.T, cfg kvtier.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangAfter)
 	defer cancel()
 	m := newManager(t, cfg)
-	defer func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	defer closeManager(t, m)
 	w := &writers{}
 	ws := make([]*worker, goroutines)
 	for g := range ws {
@@ -227,11 +223,7 @@ func TestForgedSquatterBelowTheGPU(t *testing.T) {
 func squatterRun(t *testing.T, ctx context.Context, squat bool) kvtier.TierTokens {
 	cfg := kvtier.Config{Ingestion: kvtier.IngestAll}
 	m := newManager(t, cfg)
-	defer func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	defer closeManager(t, m)
 	k := newWorker(m, &writers{}, 0, tenants, 1)
 	f := forge(t, ctx, m, cfg, k)
 	p := newProber(m)

@@ -23,11 +23,7 @@ func TestDisplacedVictimSwappedDownAgain(t *testing.T) {
 	defer cancel()
 	cfg := kvtier.Config{Ingestion: kvtier.IngestAll, DiskIngestion: kvtier.IngestAll, DiskDir: t.TempDir(), DiskBytes: 4096 * (8 << 10)}
 	m := newManager(t, cfg)
-	defer func() {
-		if err := m.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	defer closeManager(t, m)
 	k := newWorker(m, &writers{}, 0, tenants, 1)
 	f := forge(t, ctx, m, cfg, k)
 	run := func(tokens []int64, swap bool) {
