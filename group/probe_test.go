@@ -78,6 +78,34 @@ func TestProbeNilContextRankKeepsGroupInStep(t *testing.T) {
 }
 
 // hookCollective runs after(op) on its rank once reduction op completed.
+// deleteAfterAgreement rebuilds c's two ranks over a collective that, on
+// rank 1, deletes prompt from rank 1's Manager right after the first
+// reduction (the agreement on the hit). It returns what closes the
+// collective.
+func deleteAfterAgreement(t *testing.T, ctx context.Context, c *cluster, prompt []int64) (closeLocal func()) {
+	t.Helper()
+	l, err := group.NewLocal(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		h := hookCollective{Collective: l.Rank(r)}
+		if r == 1 {
+			h.after = func(op uint64) {
+				if op == 0 {
+					if _, err := c.ms[1].Delete(ctx, prompt, ""); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}
+		if c.ranks[r], err = group.NewRank(group.Config{Rank: r, Size: 2, Manager: c.ms[r], Collective: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l.Close
+}
+
 type hookCollective struct {
 	group.Collective
 	after func(op uint64)
@@ -114,26 +142,7 @@ func TestProbeEvictionAfterAgreement(t *testing.T) {
 	c.must(c.each(func(r int) error { _, err := c.ranks[r].Commit(ctx, 1, len(prompt)); return err }))
 	c.free(1)
 	// Rebuild the ranks over a hooked collective.
-	l, err := group.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	for r := range 2 {
-		h := hookCollective{Collective: l.Rank(r)}
-		if r == 1 {
-			h.after = func(op uint64) {
-				if op == 0 {
-					if _, err := c.ms[1].Delete(ctx, prompt, ""); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-		}
-		if c.ranks[r], err = group.NewRank(group.Config{Rank: r, Size: 2, Manager: c.ms[r], Collective: h}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	defer deleteAfterAgreement(t, ctx, c, prompt)()
 	res := alloc(2)
 	for r, x := range res {
 		t.Logf("rank %d: %+v", r, x)
@@ -216,26 +225,7 @@ func TestProbeReallocationCountsDemandOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := group.NewLocal(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	for r := range 2 {
-		h := hookCollective{Collective: l.Rank(r)}
-		if r == 1 {
-			h.after = func(op uint64) {
-				if op == 0 {
-					if _, err := c.ms[1].Delete(ctx, head, ""); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-		}
-		if c.ranks[r], err = group.NewRank(group.Config{Rank: r, Size: 2, Manager: c.ms[r], Collective: h}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	defer deleteAfterAgreement(t, ctx, c, head)()
 	res := make([]group.AllocResult, 2)
 	c.must(c.each(func(r int) (err error) {
 		res[r], err = c.ranks[r].Allocate(ctx, group.AllocRequest{AllocRequest: kvtier.AllocRequest{Seq: 2, Tokens: prompt}})
