@@ -243,15 +243,9 @@ func replayManager(reqs []trace.Request, n, blockTokens, batch int, mx metricsSi
 // the trace's size. The Managers' metrics go to mx, as configurations
 // "replay/<path>/pool<blocks>".
 func runReplay(path string, blockTokens int, quick bool, mx metricsSink) (*ReplayResult, error) {
-	reqs, name := trace.Sample(), trace.SampleName
-	if path != "" {
-		var err error
-		if reqs, _, err = trace.ReadFile(path, trace.Options{BlockTokens: blockTokens}); err != nil {
-			return nil, err
-		}
-		name = path
-	} else {
-		blockTokens = trace.BlockTokens
+	reqs, name, blockTokens, err := loadTrace(path, blockTokens)
+	if err != nil {
+		return nil, err
 	}
 	if quick && len(reqs) > 600 {
 		reqs = reqs[:600]

@@ -82,16 +82,23 @@ func (c *TraceCapacity) adaptiveOverBest() float64 {
 	}
 }
 
+// loadTrace reads the trace at path, of blockTokens tokens a hash id, or
+// returns the embedded sample (path ""; blockTokens is then the sample's,
+// Mooncake's 512), with the name results carry and the block size in force.
+func loadTrace(path string, blockTokens int) (reqs []trace.Request, name string, tokens int, err error) {
+	if path == "" {
+		return trace.Sample(), trace.SampleName, trace.BlockTokens, nil
+	}
+	if reqs, _, err = trace.ReadFile(path, trace.Options{BlockTokens: blockTokens}); err != nil {
+		return nil, "", 0, err
+	}
+	return reqs, path, blockTokens, nil
+}
+
 func runTrace(path string, capacities []int, blockTokens int) (*TraceResult, error) {
-	reqs, name := trace.Sample(), trace.SampleName
-	if path != "" {
-		var err error
-		if reqs, _, err = trace.ReadFile(path, trace.Options{BlockTokens: blockTokens}); err != nil {
-			return nil, err
-		}
-		name = path
-	} else {
-		blockTokens = trace.BlockTokens
+	reqs, name, blockTokens, err := loadTrace(path, blockTokens)
+	if err != nil {
+		return nil, err
 	}
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("trace %s has no requests", name)
