@@ -40,7 +40,7 @@ var tierMetrics = []metricDef{
 	{"kvtier_tier_miss_blocks_total", "Blocks looked up and not found on the tier.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_evictions_total", "Blocks the tier evicted, by reason.", prometheus.CounterValue, []string{"tier", "reason"}},
 	{"kvtier_tier_writes_denied_total", "Writes into the tier denied, by reason.", prometheus.CounterValue, []string{"tier", "reason"}},
-	{"kvtier_tier_written_blocks_total", "GPU and pinned: blocks the tier wrote down to the tier below; disk and remote: blocks written into the tier (the same copies seen from below; kvtier_link_blocks_total counts each copy once).", prometheus.CounterValue, []string{"tier"}},
+	{"kvtier_tier_written_blocks_total", "GPU and pinned: blocks the tier wrote down to the tier below; disk and remote: blocks written into the tier (the same copies seen from below; kvtier_link_blocks_total counts each copy once; remote: blocks this node sent, not those a peer had stored).", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_loaded_blocks_total", "GPU and pinned: blocks the tier copied up from a tier below; disk and remote: blocks the tier served upwards.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_load_failures_total", "Blocks that did not arrive, by reason: failed (copy, I/O or corrupt), late (past the deadline), mismatch (digest of another prefix).", prometheus.CounterValue, []string{"tier", "reason"}},
 	{"kvtier_tier_double_get_skips_total", "Lower-tier hits not fetched: below the double-get thresholds.", prometheus.CounterValue, []string{"tier"}},

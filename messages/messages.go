@@ -383,7 +383,9 @@ type TierStats struct {
 	// the tier(s) below; for the bottom tiers (disk, remote), blocks
 	// written into them — the same copies, seen from below, so a sum over
 	// tiers counts each pinned-to-disk write twice (the link counters of
-	// LinkObserver count each copy once).
+	// LinkObserver count each copy once). The remote tier counts the
+	// blocks this node sent: one a peer had stored already is reported
+	// written to the tier above but is neither sent nor counted.
 	Offloaded uint64
 	// Onboarded: blocks the tier copied up from a tier below (GPU,
 	// pinned); for the bottom tiers, blocks they served upwards.
