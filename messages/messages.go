@@ -635,7 +635,9 @@ func (l Link) String() string {
 }
 
 // LinkObserver hears of every finished transfer on a link: blocks and bytes
-// moved (ok false: the transfer failed) and how long it took. It is called
+// moved, how long it took, and ok false if it failed, in whole or in part (a
+// Redis pipeline some blocks of which landed reports those blocks moved; a
+// copy batch or an I/O that failed, none). It is called
 // from copy and I/O goroutines, never an actor's, so it must be safe for
 // concurrent use and quick.
 type LinkObserver func(l Link, blocks int, bytes int64, d time.Duration, ok bool)
