@@ -53,7 +53,7 @@ type lowerRead struct {
 	to   *actor.PID
 	req  *messages.LowerRead
 	ok   []bool
-	why  []messages.MissReason // per item not ok: why the last tier asked missed it
+	why  []messages.MissReason // per item not ok: why the last tier asked missed it (MissLate: the disk cut the read at its deadline)
 	kept []bool                // read from a tier that keeps it on this node (the disk in service)
 	miss []int                 // indexes of req.Items sent to the remote tier
 	at   messages.Tier         // the tier asked now: Disk, then Remote
