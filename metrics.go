@@ -40,7 +40,7 @@ var tierMetrics = []metricDef{
 	{"kvtier_tier_miss_blocks_total", "Blocks looked up and not found on the tier.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_evictions_total", "Blocks the tier evicted, by reason.", prometheus.CounterValue, []string{"tier", "reason"}},
 	{"kvtier_tier_writes_denied_total", "Writes into the tier denied, by reason.", prometheus.CounterValue, []string{"tier", "reason"}},
-	{"kvtier_tier_written_blocks_total", "GPU and pinned: blocks the tier wrote down to the tier below; disk and remote: blocks written into the tier (the same copies seen from below; kvtier_link_blocks_total counts each copy once).", prometheus.CounterValue, []string{"tier"}},
+	{"kvtier_tier_written_blocks_total", "GPU and pinned: blocks the tier wrote down to the tier below; disk and remote: blocks written into the tier (the same copies seen from below; kvtier_link_blocks_total counts each copy once; remote: blocks this node sent, not those a peer had stored).", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_loaded_blocks_total", "GPU and pinned: blocks the tier copied up from a tier below; disk and remote: blocks the tier served upwards.", prometheus.CounterValue, []string{"tier"}},
 	{"kvtier_tier_load_failures_total", "Blocks that did not arrive, by reason: failed (copy, I/O or corrupt), late (past the deadline), mismatch (digest of another prefix).", prometheus.CounterValue, []string{"tier", "reason"}},
 	{"kvtier_tier_double_get_skips_total", "Lower-tier hits not fetched: below the double-get thresholds.", prometheus.CounterValue, []string{"tier"}},
@@ -90,9 +90,9 @@ func newMetrics(reg prometheus.Registerer, blockBytes int) *metricsSet {
 	for _, d := range tierMetrics {
 		x.descs = append(x.descs, prometheus.NewDesc(d.name, d.help, d.labels, nil))
 	}
-	x.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricLinkBytes, Help: "Bytes moved over each link between tiers."}, []string{"link"})
-	x.blocks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricLinkBlocks, Help: "Blocks moved over each link between tiers."}, []string{"link"})
-	x.failures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricLinkFailures, Help: "Transfers (copy batches, I/Os) that failed, by link."}, []string{"link"})
+	x.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricLinkBytes, Help: "Bytes moved over each link between tiers (a transfer that failed in part counts what moved)."}, []string{"link"})
+	x.blocks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricLinkBlocks, Help: "Blocks moved over each link between tiers (a transfer that failed in part counts what moved)."}, []string{"link"})
+	x.failures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricLinkFailures, Help: "Transfers (copy batches, I/Os, Redis pipelines) that failed, in whole or in part, by link."}, []string{"link"})
 	x.seconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: metricLinkSeconds,
 		Help:    "Duration of one transfer (a copy batch, a disk I/O, a Redis pipeline) on each link.",
 		Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16)}, []string{"link"}) // 25 µs .. 0.8 s
@@ -126,9 +126,8 @@ func (x *metricsSet) unregister() {
 func (x *metricsSet) observe(l messages.Link, blocks int, bytes int64, d time.Duration, ok bool) {
 	name := l.String()
 	x.seconds.WithLabelValues(name).Observe(d.Seconds())
-	if !ok { // nothing moved: counted as a failure, not as bytes or blocks
+	if !ok { // failed, in whole or in part: what moved still counts
 		x.failures.WithLabelValues(name).Inc()
-		return
 	}
 	x.bytes.WithLabelValues(name).Add(float64(bytes))
 	x.blocks.WithLabelValues(name).Add(float64(blocks))

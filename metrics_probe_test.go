@@ -308,6 +308,9 @@ func TestProbeMetricsEnqueueFailureIsAFailedTransfer(t *testing.T) {
 	if got := value(t, fams, metricLinkFailures, "link", "gpu_to_host"); got != 1 {
 		t.Errorf("%s{link=gpu_to_host} = %v, want 1", metricLinkFailures, got)
 	}
+	if got := counterValues(fams)[metricLinkBlocks+",link=gpu_to_host"]; got != 0 {
+		t.Errorf("%s{link=gpu_to_host} = %v: the refused batch moved nothing", metricLinkBlocks, got)
+	}
 }
 
 // TestProbeMetricsRemoteWriteOfStoredBlocks: node 2 computes a prefix node

@@ -250,18 +250,21 @@ func TestMetricsEvents(t *testing.T) {
 	}
 }
 
-// TestMetricsFailedTransferMovesNothing: a failed transfer counts as a
-// failure and in the latency histogram, never as bytes or blocks moved.
-func TestMetricsFailedTransferMovesNothing(t *testing.T) {
+// TestMetricsFailedTransferCountsWhatMoved: a failed transfer counts as a
+// failure and in the latency histogram, and as bytes and blocks only what
+// its observer says moved: nothing for a failed copy batch or I/O, the
+// blocks that landed for a Redis pipeline that failed in part.
+func TestMetricsFailedTransferCountsWhatMoved(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	x := newMetrics(reg, 4096)
 	reg.MustRegister(x.bytes, x.blocks, x.failures, x.seconds) // the link series alone: the tier ones need a Manager
-	x.observe(messages.LinkHostToDisk, 4, 4*4096, time.Millisecond, true)
-	x.observe(messages.LinkHostToDisk, 8, 8*4096, time.Millisecond, false)
+	x.observe(messages.LinkHostToRemote, 4, 4*4096, time.Millisecond, true)
+	x.observe(messages.LinkHostToRemote, 0, 0, time.Millisecond, false)
+	x.observe(messages.LinkHostToRemote, 2, 2*4096, time.Millisecond, false) // 2 blocks of a batch landed
 	fams := scrape(t, reg)
-	link := messages.LinkHostToDisk.String()
+	link := messages.LinkHostToRemote.String()
 	if b, n, f := value(t, fams, metricLinkBytes, "link", link), value(t, fams, metricLinkBlocks, "link", link),
-		value(t, fams, metricLinkFailures, "link", link); b != 4*4096 || n != 4 || f != 1 {
-		t.Fatalf("bytes %v blocks %v failures %v, want %d 4 1: the failed transfer counted as moved", b, n, f, 4*4096)
+		value(t, fams, metricLinkFailures, "link", link); b != 6*4096 || n != 6 || f != 2 {
+		t.Fatalf("bytes %v blocks %v failures %v, want %d 6 2", b, n, f, 6*4096)
 	}
 }

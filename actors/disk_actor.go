@@ -244,13 +244,16 @@ func (a *DiskActor) start(ctx actor.Context) {
 	root, self := a.sys.Root, a.self
 	observe := a.cfg.Observe
 	a.workers = startDiskWorkers(a.cfg.Workers, func(j *diskJob) {
-		if observe != nil && !j.cancelled {
-			switch {
-			case j.write != nil:
-				observe(messages.LinkHostToDisk, 1, int64(len(j.payload)), j.took, j.err == nil)
-			case j.read != nil:
-				observe(messages.LinkDiskToHost, 1, int64(j.read.Len()), j.took, j.err == nil)
+		if observe != nil && !j.cancelled && (j.write != nil || j.read != nil) {
+			link, bytes := messages.LinkHostToDisk, int64(len(j.payload))
+			if j.write == nil {
+				link, bytes = messages.LinkDiskToHost, int64(j.read.Len())
 			}
+			blocks := 1
+			if j.err != nil { // a failed I/O moved nothing
+				blocks, bytes = 0, 0
+			}
+			observe(link, blocks, bytes, j.took, j.err == nil)
 		}
 		root.Send(self, &diskJobDone{job: j})
 	})

@@ -433,14 +433,36 @@ func TestDiskReadDeadlineAnswersWhatLanded(t *testing.T) {
 	e.gate.release <- struct{}{}
 }
 
+// TestDiskWriteEIO: a write that fails is answered as not written, counted
+// Failed, and observed as a failed transfer that moved nothing
+// (messages.LinkObserver); the tier keeps working.
 func TestDiskWriteEIO(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	e := newDiskEnv(t, 0)
 	defer e.stop()
+	type seen struct {
+		blocks int
+		bytes  int64
+		ok     bool
+	}
+	observed := make(chan seen, 8)
+	e.stop()
+	e.observe = func(l messages.Link, blocks int, bytes int64, _ time.Duration, ok bool) {
+		observed <- seen{blocks, bytes, ok}
+	}
+	e.start()
 	e.fault.Inject(disk.Fault{Op: disk.FaultWrite, Err: unix.EIO, Times: 1})
 	d := e.write(1)
 	if !slices.Equal(d.Slots, []int{100}) || len(d.Written) != 0 {
 		t.Fatalf("failed write answered %+v, want slot 100 back and nothing written", d)
+	}
+	select {
+	case o := <-observed: // before the worker reported to the actor
+		if o != (seen{0, 0, false}) {
+			t.Fatalf("failed write observed as %+v, want a failed transfer of nothing", o)
+		}
+	default:
+		t.Fatal("the failed write was not observed")
 	}
 	if s := e.stats(); s.Failed != 1 || s.UsedBlocks != 0 || s.Extra["write_errors"] != 1 {
 		t.Fatalf("stats %v %+v", s, s.Extra)

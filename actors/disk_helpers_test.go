@@ -127,6 +127,8 @@ type diskEnv struct {
 	clock   func() time.Time // the actor's Clock (nil: time.Now)
 	// writeFault is the actor's DiskConfig.writeFault, read at start.
 	writeFault func(hash uint64)
+	// observe is the actor's DiskConfig.Observe, read at start.
+	observe messages.LinkObserver
 }
 
 // newDiskEnv opens a store in a fresh temp dir and starts a disk actor on it.
@@ -191,7 +193,7 @@ func (e *diskEnv) start() {
 			updates <- u
 		}
 	}))
-	prod, err := NewDiskActor(DiskConfig{Store: st, Index: e.index, WriteQuota: e.quota, Workers: e.workers, Clock: e.clock, writeFault: e.writeFault})
+	prod, err := NewDiskActor(DiskConfig{Store: st, Index: e.index, WriteQuota: e.quota, Workers: e.workers, Clock: e.clock, writeFault: e.writeFault, Observe: e.observe})
 	if err != nil {
 		e.t.Fatalf("NewDiskActor: %v", err)
 	}

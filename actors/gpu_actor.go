@@ -277,11 +277,14 @@ func (a *GPUActor) execute(ctx actor.Context) {
 			if c.Dir == gpu.D2H {
 				link = messages.LinkGPUToHost
 			}
-			var n int64
-			for _, op := range c.Ops {
-				n += int64(len(op.Host))
+			blocks, n := 0, int64(0)
+			if ok { // a batch that failed moved nothing the tiers use
+				blocks = len(c.Ops)
+				for _, op := range c.Ops {
+					n += int64(len(op.Host))
+				}
 			}
-			observe(link, len(c.Ops), n, time.Since(start), ok)
+			observe(link, blocks, n, time.Since(start), ok)
 		}
 		ev, err := a.enqueue(c)
 		if err != nil {

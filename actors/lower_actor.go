@@ -14,7 +14,9 @@ import (
 // tier and the shared remote tier, speaking to the pinned actor the same
 // protocol either speaks alone. A LowerWrite goes to both, and its slots go
 // back once both are done with them; a LowerRead goes to the disk first and
-// what the disk missed to the remote tier, under the same deadline.
+// what the disk missed to the remote tier, under the same deadline. A disk
+// that cut the read at the deadline (MissLate) shows that no time is left:
+// its misses are then answered late, and the remote tier is not asked.
 //
 // It watches both tiers' actors. One that stopped for good (protoactor
 // stops an actor that keeps failing) is out of service from then on: what
@@ -51,7 +53,7 @@ type lowerRead struct {
 	to   *actor.PID
 	req  *messages.LowerRead
 	ok   []bool
-	why  []messages.MissReason // per item not ok: why the last tier asked missed it
+	why  []messages.MissReason // per item not ok: why the last tier asked missed it (MissLate: the disk cut the read at its deadline)
 	kept []bool                // read from a tier that keeps it on this node (the disk in service)
 	miss []int                 // indexes of req.Items sent to the remote tier
 	at   messages.Tier         // the tier asked now: Disk, then Remote
@@ -192,6 +194,7 @@ func (a *LowerActor) ask(ctx actor.Context, id uint64, r *lowerRead, tier messag
 // LowerReadDone (nil: the tier stopped for good, every item failed).
 func (a *LowerActor) readAnswered(ctx actor.Context, id uint64, r *lowerRead, ok []bool, why []messages.MissReason) {
 	var miss []int
+	late := false // the tier cut the read at its deadline
 	// A block read from the disk stays there; one from the remote tier is
 	// kept on this node only when there is no disk to drain it to.
 	kept := r.at == messages.Disk || a.gone&messages.Disk != 0
@@ -206,12 +209,20 @@ func (a *LowerActor) readAnswered(ctx actor.Context, id uint64, r *lowerRead, ok
 			if j < len(why) {
 				r.why[i] = why[j]
 			}
+			late = late || r.why[i] == messages.MissLate
 		}
 	}
 	r.miss = miss
 	if r.at == messages.Disk {
-		a.ask(ctx, id, r, messages.Remote)
-		return
+		if !late {
+			a.ask(ctx, id, r, messages.Remote)
+			return
+		}
+		// The deadline has passed: the remote tier would answer every
+		// miss late, after a round trip for nothing.
+		for _, i := range miss {
+			r.why[i] = messages.MissLate
+		}
 	}
 	r.miss = nil
 	a.ask(ctx, id, r, 0)

@@ -83,10 +83,19 @@ type servingTier struct {
 	from messages.Tier
 	has  map[uint64]bool
 	why  map[uint64]messages.MissReason // why a block it lacks missed (default MissEvicted)
+	// asked, when set, hears the hashes of every read, before its answer.
+	asked chan []uint64
 }
 
 func (f *servingTier) Receive(ctx actor.Context) {
 	if m, ok := ctx.Message().(*messages.LowerRead); ok {
+		if f.asked != nil {
+			var hs []uint64
+			for _, it := range m.Items {
+				hs = append(hs, it.Hash)
+			}
+			f.asked <- hs
+		}
 		done := &messages.LowerReadDone{ID: m.ID, OK: make([]bool, len(m.Items)), From: f.from, Why: make([]messages.MissReason, len(m.Items))}
 		for i, it := range m.Items {
 			done.OK[i] = f.has[it.Hash]
@@ -127,5 +136,38 @@ func TestLowerReadKeptOnlyFromDisk(t *testing.T) {
 	}
 	if want := []messages.MissReason{messages.MissNone, messages.MissNone, messages.MissEvicted}; !slices.Equal(done.Why, want) {
 		t.Fatalf("Why %v, want %v: the remote tier, asked last, did not hold block 3", done.Why, want)
+	}
+}
+
+// TestLowerReadLateOnDiskSkipsRemote: a read the disk cut at its deadline
+// (MissLate) proves the deadline passed; the fan-out answers its misses as
+// late and sends the remote tier nothing, instead of a read under a
+// deadline already passed (review leftover of 2026-11-27).
+func TestLowerReadLateOnDiskSkipsRemote(t *testing.T) {
+	sys := actor.NewActorSystem()
+	disk := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &servingTier{from: messages.Disk, has: map[uint64]bool{1: true}, why: map[uint64]messages.MissReason{2: messages.MissLate}}
+	}))
+	asked := make(chan []uint64, 1)
+	remote := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &servingTier{from: messages.Remote, has: map[uint64]bool{2: true, 3: true}, asked: asked}
+	}))
+	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(disk, remote, nil, zap.NewNop())))
+	read := &messages.LowerRead{ID: 9, Items: []messages.LowerReadItem{{Hash: 1}, {Hash: 2}, {Hash: 3}}, Deadline: time.Unix(1e9, 0)}
+	r, err := sys.Root.RequestFuture(lower, read, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := r.(*messages.LowerReadDone)
+	select {
+	case hs := <-asked: // sent before the remote tier answered, so before done
+		t.Fatalf("the remote tier was asked for %v past the deadline", hs)
+	default:
+	}
+	if want := []bool{true, false, false}; !slices.Equal(done.OK, want) {
+		t.Fatalf("OK %v, want %v", done.OK, want)
+	}
+	if want := []messages.MissReason{messages.MissNone, messages.MissLate, messages.MissLate}; !slices.Equal(done.Why, want) {
+		t.Fatalf("Why %v, want %v: past the deadline, the remote tier is not asked", done.Why, want)
 	}
 }

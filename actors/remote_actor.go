@@ -98,9 +98,10 @@ type remoteWritten struct {
 	seq    uint64
 	to     *actor.PID
 	slots  []int    // every item's slot, returned in LowerWriteDone
-	hashes []uint64 // the blocks put, parallel to errs
+	hashes []uint64 // the blocks put, parallel to errs and sent
 	bytes  int64
 	errs   []error
+	sent   []bool // remote.Store.PutSent: the block crossed the link (a peer had not stored it)
 }
 
 type remoteRead struct {
@@ -191,16 +192,16 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		defer a.wg.Done()
 		c, cancel := context.WithTimeout(a.base, a.cfg.WriteTimeout)
 		start := time.Now()
-		var sent []bool
-		w.errs, sent = a.store.PutSent(c, blocks)
+		w.errs, w.sent = a.store.PutSent(c, blocks)
 		if obs := a.cfg.Observe; obs != nil {
-			// What crossed the link: blocks the server held already are
-			// reported stored but were not sent.
+			// What crossed the link, even in a batch that failed in part:
+			// blocks the server held already are reported stored but were
+			// not sent.
 			n, bytes, ok := 0, int64(0), true
 			for i, err := range w.errs {
 				if err != nil {
 					ok = false
-				} else if sent[i] {
+				} else if w.sent[i] {
 					n++
 					bytes += int64(len(blocks[i].Payload))
 				}
@@ -212,19 +213,24 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 	}()
 }
 
-// written returns a finished Put's slots and releases its quota.
+// written returns a finished Put's slots and releases its quota. Every
+// block stored is Written (a peer's copy serves as well as this node's),
+// but Offloaded counts only those this node sent, and Failed each block
+// that failed.
 func (a *RemoteActor) written(ctx actor.Context, w *remoteWritten) {
 	a.inFlight -= w.bytes
 	delete(a.pending, w.seq)
 	var ok []uint64
 	for i, err := range w.errs {
-		if err == nil {
-			ok = append(ok, w.hashes[i])
-		} else {
+		if err != nil {
 			a.stats.Failed++
+			continue
+		}
+		ok = append(ok, w.hashes[i])
+		if w.sent[i] {
+			a.stats.Offloaded++
 		}
 	}
-	a.stats.Offloaded += uint64(len(ok))
 	if a.cfg.Events != nil && len(ok) > 0 {
 		r := &messages.Residency{Tier: messages.Remote, Changes: make([]messages.ResidencyChange, len(ok))}
 		for i, h := range ok {

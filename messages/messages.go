@@ -383,7 +383,9 @@ type TierStats struct {
 	// the tier(s) below; for the bottom tiers (disk, remote), blocks
 	// written into them — the same copies, seen from below, so a sum over
 	// tiers counts each pinned-to-disk write twice (the link counters of
-	// LinkObserver count each copy once).
+	// LinkObserver count each copy once). The remote tier counts the
+	// blocks this node sent: one a peer had stored already is reported
+	// written to the tier above but is neither sent nor counted.
 	Offloaded uint64
 	// Onboarded: blocks the tier copied up from a tier below (GPU,
 	// pinned); for the bottom tiers, blocks they served upwards.
@@ -633,7 +635,9 @@ func (l Link) String() string {
 }
 
 // LinkObserver hears of every finished transfer on a link: blocks and bytes
-// moved (ok false: the transfer failed) and how long it took. It is called
+// moved, how long it took, and ok false if it failed, in whole or in part (a
+// Redis pipeline some blocks of which landed reports those blocks moved; a
+// copy batch or an I/O that failed, none). It is called
 // from copy and I/O goroutines, never an actor's, so it must be safe for
 // concurrent use and quick.
 type LinkObserver func(l Link, blocks int, bytes int64, d time.Duration, ok bool)

@@ -230,6 +230,52 @@ func TestTierShortReadSaysWhy(t *testing.T) {
 	}
 }
 
+// A Delete that cuts a fetch's read from below while it waits for slots
+// (before the deleted block) leaves the cut blocks missed: the grant says
+// why it stops and Misses counts them, whether the read then goes on or
+// the tier below stops for good, so that Misses is every block asked for
+// and not served (review leftover of 2026-11-27: the cut blocks were
+// counted nowhere, and the grant that went on was short for no reason).
+func TestTierDeleteCutReadCountsMisses(t *testing.T) {
+	// waiting returns a tier whose fetch of 5, 6 waits for 1 and 2 to drain
+	// and was cut before 6, and the drain's write below.
+	waiting := func(t *testing.T) (*Tier, *messages.LowerWrite) {
+		tr := newTestTier(t, 2, true)
+		store(t, tr, 1, 2)
+		tr.Fetch(fetch(5, 6), gpuPeer{})
+		w := step(t, tr).ToLower[0].(*messages.LowerWrite)
+		deleteChain(t, tr, 6)
+		return tr, w
+	}
+	t.Run("read", func(t *testing.T) {
+		tr, w := waiting(t)
+		tr.LowerWritten(&messages.LowerWriteDone{Slots: []int{w.Items[0].Slot, w.Items[1].Slot}, Written: []uint64{1, 2}})
+		rd := step(t, tr).ToLower[0].(*messages.LowerRead)
+		if len(rd.Items) != 1 || rd.Items[0].Hash != 5 {
+			t.Fatalf("read %+v, want block 5 alone (the read cut before the deleted block)", rd.Items)
+		}
+		tr.LowerRead(&messages.LowerReadDone{ID: rd.ID, OK: []bool{true}})
+		g := fetchGrantOf(t, step(t, tr))
+		if len(g.Slots) != 1 || g.Short != messages.MissEvicted {
+			t.Errorf("grant slots %v short %v, want block 5 and the rest short, deleted (not held any more)", g.Slots, g.Short)
+		}
+		if st := tr.Stats(); st.Misses != 1 {
+			t.Errorf("Misses = %d, want 1 (block 6, deleted while the read waited)", st.Misses)
+		}
+	})
+	t.Run("lower gone", func(t *testing.T) {
+		tr, _ := waiting(t)
+		tr.LowerGone()
+		g := fetchGrantOf(t, step(t, tr))
+		if len(g.Slots) != 0 || g.Short != messages.MissFailed {
+			t.Errorf("grant slots %v short %v, want nothing, failed", g.Slots, g.Short)
+		}
+		if st := tr.Stats(); st.Misses != 2 {
+			t.Errorf("Misses = %d, want 2 (blocks 5 and 6)", st.Misses)
+		}
+	})
+}
+
 // LowerGone (the tier below stopped for good) answers everything that waited
 // on it — an offer queued for a drain, a fetch and a prefetch reading from
 // below, a flush — frees the drained slot, and from then on sends nothing

@@ -32,7 +32,8 @@ type lowerRead struct {
 	deadline time.Time
 	prefetch chan *messages.QueryResult
 	have     int    // leading blocks already in pinned memory (prefetch)
-	cut      int    // blocks asked for that got no slot to read into
+	asked    int    // blocks asked of the tier below, before any cut
+	cut      int    // of them, blocks a Delete cut or that got no slot to read into
 	deleted  bool   // a Delete aborted some of its slots
 	ep       uint64 // flush epoch
 	// startedLate: the read below began at or after its deadline (it
@@ -181,6 +182,7 @@ func (t *Tier) lowerWritten(m *messages.LowerWriteDone) {
 // them; diskRead finishes the fetch or prefetch.
 func (t *Tier) readFromLower(f *lowerRead, hashes []uint64, digests []prefixhash.Digest, deadline time.Time) {
 	hashes = hashes[:min(len(hashes), len(digests))] // each read is verified against its digest
+	f.asked = len(hashes)
 	f.ep = t.cause
 	t.begin(f.ep)
 	t.readQ = append(t.readQ, pendingRead{f, hashes, digests, deadline})
@@ -223,7 +225,7 @@ func (t *Tier) startRead(f *lowerRead, hashes []uint64, digests []prefixhash.Dig
 		f.items = append(f.items, messages.LowerReadItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: digests[i]})
 		f.digests = append(f.digests, digests[i])
 	}
-	f.cut = len(hashes) - len(f.items)
+	f.cut = f.asked - len(f.items) // hashes is what a Delete left of them
 	if len(evicted) > 0 {
 		t.toIndex(&messages.IndexUpdate{Tier: messages.Pinned, Remove: evicted})
 	}
@@ -309,7 +311,7 @@ func (t *Tier) finishFetch(f *lowerRead, ok []bool, why []messages.MissReason) {
 	}
 	g := f.grant
 	if f.cut > 0 {
-		g.Short = messages.MissEvicted // no slot could be had for the rest
+		g.Short = messages.MissEvicted // deleted, or no slot could be had for the rest
 		t.stats.Misses += uint64(f.cut)
 	}
 	for i, it := range f.items {
@@ -366,7 +368,7 @@ func (t *Tier) LowerGone() {
 		t.cause = r.f.ep
 		if r.f.grant != nil {
 			r.f.grant.Short = messages.MissFailed
-			t.stats.Misses += uint64(len(r.hashes))
+			t.stats.Misses += uint64(r.f.asked)
 		}
 		t.finishFetch(r.f, nil, nil)
 	}
