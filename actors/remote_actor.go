@@ -29,9 +29,11 @@ type RemoteConfig struct {
 	// Observe, when set, hears of every batch written or read, from the
 	// goroutine that ran it.
 	Observe messages.LinkObserver
-	// Events, when set, is the KV-event publisher: it hears of blocks this
-	// node wrote and of blocks a read found gone or corrupt (Redis evicts
-	// and expires silently: the stream's REMOTE residency is a hint).
+	// Events, when set, is the KV-event publisher: it hears of blocks a
+	// write of this node's left on the tier (those it sent and those a peer
+	// had stored already: both are there for this node's reads) and of
+	// blocks a read found gone or corrupt (Redis evicts and expires
+	// silently: the stream's REMOTE residency is a hint).
 	Events *actor.PID
 	// Clock is the clock a read's deadline is set on (nil: time.Now): the
 	// network call gets the same time left in wall time.
