@@ -24,6 +24,9 @@
 //     extra blocks go back to its cache (still findable), fresh blocks take
 //     their place for the engine to recompute into. Step 3 repeats until
 //     the minimum stops falling. Every rank returns the same ValidTokens.
+//     A reallocation is the same request: it is marked Again, so the
+//     Manager's lookup statistics (hit and lookup tokens, hit and miss
+//     blocks) keep what the first allocation found and count it once.
 //
 // A rank that cannot allocate, or whose context ends, makes every rank
 // free the sequence and return ErrAborted: the request is held on all ranks

@@ -166,6 +166,7 @@ func (r *Rank) allocate(ctx context.Context, req AllocRequest) (AllocResult, err
 				held, v, lerr = nil, abortVote, err
 				continue
 			}
+			req.Again = true // its lookup counted at the first allocation
 			held, v, lerr = r.load(ctx, req, prev)
 		}
 	}

@@ -143,6 +143,15 @@ type AllocRequest struct {
 	// tensor-parallel group derives it once and passes the same instant to
 	// every rank, so a timeout is decided against one clock reading.
 	LoadDeadline time.Time
+	// Again marks an allocation of a request whose lookup was counted
+	// already: the same request freed and allocated again, as a
+	// tensor-parallel group reallocates a rank at the group's lower valid
+	// prefix. It allocates and loads like any other, but the GPU tier's
+	// lookup statistics (TierStats Hits, Misses, DoubleGetSkips and Tokens;
+	// kvtier_lookup_tokens_total, kvtier_hit_tokens_total and the GPU's
+	// kvtier_tier_hit_blocks_total and _miss_blocks_total) keep what the
+	// first allocation found: a request's lookup counts once.
+	Again bool
 }
 
 // AllocResult answers one AllocRequest.
