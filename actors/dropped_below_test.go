@@ -27,32 +27,14 @@ func TestDrainRefusedUnderAnotherDigestTellsTheGPU(t *testing.T) {
 	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
 
 	gate := newGateFS(&disk.FaultFS{})
-	st, _, err := disk.Open(disk.Config{Dir: t.TempDir(), CapacityBytes: testDiskSlots * disk.SlotBytes(testDiskPayload),
-		PayloadBytes: testDiskPayload, Fingerprint: 0xd15c, FS: gate})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod, err := NewDiskActor(DiskConfig{Store: st, Index: idx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dsk := sys.Root.Spawn(actor.PropsFromProducer(prod))
+	dsk := diskOver(t, sys, idx, gate)
 	defer sys.Root.Stop(dsk)
-	res, err := sys.Root.RequestFuture(dsk, writeMsg(h), testWait).Result()
-	if err != nil || !slices.Equal(res.(*messages.LowerWriteDone).Written, []uint64{h}) {
-		t.Fatalf("the other prefix's block written: %v %v", res, err)
-	}
+	writeBelow(t, sys, dsk, writeMsg(h))
 	gate.arm() // its read stays in flight: the disk cannot displace it
 	read := sys.Root.RequestFuture(dsk, readMsg(1, time.Time{}, h), testWait)
 	<-gate.entered
 
-	heard := make(chan any, 8)
-	gpu := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		switch m := c.Message().(type) {
-		case *messages.OffloadGrant, *messages.BelowGone, string:
-			heard <- m
-		}
-	}))
+	gpu, heard := gpuProbe(sys)
 	pool, err := pinned.New(pinned.Config{CapacityBytes: testDiskPayload, SlotBytes: testDiskPayload})
 	if err != nil {
 		t.Fatal(err)
@@ -88,19 +70,92 @@ func TestDrainRefusedUnderAnotherDigestTellsTheGPU(t *testing.T) {
 	if n := recv(t, q.Reply).Tokens.Of(messages.Pinned); n != 0 {
 		t.Fatalf("pinned memory still holds the victim's block (%d tokens): the drain was not refused", n)
 	}
-	// Whatever the index sent the GPU went before the Lookup's answer.
-	sys.Root.Send(gpu, "marker")
-	var gone bool
-	for m := recv(t, heard); m != "marker"; m = recv(t, heard) {
-		if b, ok := m.(*messages.BelowGone); ok && slices.Contains(b.Hashes, h) {
-			gone = true
-		}
-	}
-	if !gone {
+	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
 		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though no tier below holds the victim's KV", h)
 	}
 	gate.release <- struct{}{}
 	if _, err := read.Result(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDiskDisplacementTellsTheGPU: the disk holds the victim's block 7
+// (the GPU evicted its own copy as held below, or keeps it so marked) when
+// another prefix's block under the same 64-bit hash, which pinned memory
+// read from the shared tier, drains to the disk and displaces it. The
+// index still lists hash 7, in pinned memory (draining) and then on the
+// disk, for the other prefix: the GPU must hear BelowGone, or it drops its
+// copy of the victim's block as held below.
+func TestDiskDisplacementTellsTheGPU(t *testing.T) {
+	const h = 7
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
+	defer sys.Root.Stop(dsk)
+	gpu, heard := gpuProbe(sys)
+	sys.Root.Send(idx, &IndexWatch{GPU: gpu})
+
+	writeBelow(t, sys, dsk, writeMsg(h))                                                 // the victim's block
+	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Pinned, Added: []uint64{h}}) // the other prefix's, in pinned memory
+	other := writeMsg(h)
+	other.Items[0].Digest = digestOf(h + 1000)
+	writeBelow(t, sys, dsk, other)
+	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
+		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though the disk displaced the victim's KV", h)
+	}
+}
+
+// diskOver starts a disk actor over a fresh store on fs that reports to idx.
+func diskOver(t *testing.T, sys *actor.ActorSystem, idx *actor.PID, fs disk.FS) *actor.PID {
+	t.Helper()
+	st, _, err := disk.Open(disk.Config{Dir: t.TempDir(), CapacityBytes: testDiskSlots * disk.SlotBytes(testDiskPayload),
+		PayloadBytes: testDiskPayload, Fingerprint: 0xd15c, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := NewDiskActor(DiskConfig{Store: st, Index: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sys.Root.Spawn(actor.PropsFromProducer(prod))
+}
+
+// writeBelow writes m's single block to the disk actor and checks it was
+// written (and so announced to the index before the answer).
+func writeBelow(t *testing.T, sys *actor.ActorSystem, dsk *actor.PID, m *messages.LowerWrite) {
+	t.Helper()
+	res, err := sys.Root.RequestFuture(dsk, m, testWait).Result()
+	if err != nil || !slices.Equal(res.(*messages.LowerWriteDone).Written, []uint64{m.Items[0].Hash}) {
+		t.Fatalf("write of block %d: %v %v", m.Items[0].Hash, res, err)
+	}
+}
+
+// gpuProbe stands for the GPU actor: it passes on the grants, BelowGones
+// and markers it receives.
+func gpuProbe(sys *actor.ActorSystem) (*actor.PID, chan any) {
+	heard := make(chan any, 8)
+	return sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *messages.OffloadGrant, *messages.BelowGone, string:
+			heard <- m
+		}
+	})), heard
+}
+
+// heardBelowGone syncs with the index (whatever it sent the GPU goes
+// before a Lookup's answer), then reports whether the GPU heard BelowGone
+// for h before a marker sent after it.
+func heardBelowGone(t *testing.T, sys *actor.ActorSystem, idx, gpu *actor.PID, heard chan any, h uint64) bool {
+	t.Helper()
+	if _, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 99}, testWait).Result(); err != nil {
+		t.Fatal(err)
+	}
+	sys.Root.Send(gpu, "marker")
+	gone := false
+	for m := recv(t, heard); m != "marker"; m = recv(t, heard) {
+		if b, ok := m.(*messages.BelowGone); ok && slices.Contains(b.Hashes, h) {
+			gone = true
+		}
+	}
+	return gone
 }

@@ -520,13 +520,14 @@ type Missed struct {
 type IndexUpdate struct {
 	Tier          Tier
 	Added, Remove []uint64
-	// Dropped are hashes of Remove whose block left the tier without the
-	// tier below taking it (pinned memory: a drain the tier below did not
-	// report Written). The index tracks hashes, not prefixes: a tier below
-	// may still hold the hash for another prefix's block (a forged 64-bit
-	// collision), so the GPU hears BelowGone for these even when the index
-	// still lists the hash below. At worst, for a block the tier below
-	// held already (a skipped write), that costs the GPU one more write.
+	// Dropped are hashes of Remove whose block left every tier below the
+	// GPU, though the hash may stay listed for another prefix's block (a
+	// forged 64-bit collision; the index tracks hashes, not prefixes):
+	// pinned memory dropped a drain the tier below did not report Written,
+	// or the disk displaced the block for another prefix's under its hash.
+	// The GPU hears BelowGone for these even when the index still lists the
+	// hash below. At worst, for a block the tier below held already (a
+	// skipped write), that costs the GPU one more write.
 	Dropped []uint64
 }
 
