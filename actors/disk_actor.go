@@ -288,8 +288,11 @@ func (a *DiskActor) finish(ctx actor.Context, j *diskJob) {
 // forget handles hashes that left the disk: those not yet announced to the
 // index are dropped from their pending announcement, the rest are sent as
 // one IndexUpdate Remove. This keeps Added and Remove for a hash in order.
-func (a *DiskActor) forget(ctx actor.Context, hashes []uint64) {
-	var remove []uint64
+// Those of displaced, whose block another prefix's took the place of under
+// the same hash, are Dropped too: the index keeps listing the hash (pinned
+// memory holds the new block on its way down), so it tells the GPU.
+func (a *DiskActor) forget(ctx actor.Context, hashes, displaced []uint64) {
+	var remove, dropped []uint64
 	for _, h := range hashes {
 		if req, ok := a.unannounced[h]; ok {
 			delete(a.unannounced, h)
@@ -297,9 +300,12 @@ func (a *DiskActor) forget(ctx actor.Context, hashes []uint64) {
 			continue
 		}
 		remove = append(remove, h)
+		if slices.Contains(displaced, h) {
+			dropped = append(dropped, h)
+		}
 	}
 	if len(remove) > 0 {
-		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Remove: remove})
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Remove: remove, Dropped: dropped})
 	}
 }
 

@@ -56,7 +56,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		a.replyWrite(ctx, req)
 		return
 	}
-	var evicted []uint64
+	var evicted, displaced []uint64
 	for i, it := range m.Items {
 		req.slots[i] = it.Slot
 		a.undoom(it.Hash, it.Digest)
@@ -92,8 +92,10 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 				continue
 			}
 			// Another prefix's block under the hash, being written or read:
-			// not written now (reporting it written would let pinned memory
-			// drop the only copy of this one).
+			// not written now. Not reported written either: pinned memory
+			// keeps a block written through, and of a drain it drops it
+			// tells the GPU (IndexUpdate.Dropped), as the index lists the
+			// hash on the disk for the other prefix.
 			a.stats.denied++
 			continue
 		case errors.Is(err, disk.ErrNoSpace):
@@ -106,13 +108,16 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		}
 		if v, ok := op.Victim(); ok {
 			evicted = append(evicted, v.Hash)
+			if v.Hash == it.Hash { // another prefix's block, displaced
+				displaced = append(displaced, v.Hash)
+			}
 		}
 		a.writesInFlight++
 		req.pending++
 		a.writing[it.Hash] = req
 		a.workers.submit(&diskJob{write: op, payload: it.Bytes, wreq: req})
 	}
-	a.forget(ctx, evicted)
+	a.forget(ctx, evicted, displaced)
 	if req.pending == 0 {
 		a.replyWrite(ctx, req)
 	}

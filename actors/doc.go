@@ -79,6 +79,10 @@
 //     holds with IndexUpdate (the disk) and takes its place in the index's
 //     IndexConfig.Tiers, the order blocks are served from; a shared one
 //     answers the index's RemoteLookup instead, since other nodes change it.
+//     The index tracks hashes, not prefixes: a removal of a block whose
+//     hash may stay listed for another prefix's block (the disk displacing
+//     a record under its hash) is also IndexUpdate.Dropped, so the GPU
+//     stops counting its copy held below.
 //
 // Indexed by tier already, so a new tier adds an entry and no field:
 // the token counts of AllocResult, QueryResult, Presence and LookupResult

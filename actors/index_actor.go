@@ -274,10 +274,11 @@ func (a *IndexActor) remoteGone(ctx actor.Context) {
 
 // update applies one tier's changes: announced to the event publisher in the
 // order applied, and BelowGone to the pinned tier and the GPU for blocks
-// that left every tier below them. A tier that is down adds nothing.
+// that left every tier below them, and to the GPU for blocks dropped on
+// their way down (m.Dropped). A tier that is down adds nothing.
 func (a *IndexActor) update(ctx actor.Context, m *messages.IndexUpdate) {
 	if m.Tier&a.down != 0 && len(m.Added) > 0 {
-		m = &messages.IndexUpdate{Tier: m.Tier, Remove: m.Remove}
+		m = &messages.IndexUpdate{Tier: m.Tier, Remove: m.Remove, Dropped: m.Dropped}
 	}
 	if a.events != nil {
 		ctx.Send(a.events, residencyOf(m))
@@ -299,6 +300,13 @@ func (a *IndexActor) update(ctx actor.Context, m *messages.IndexUpdate) {
 			leftBelow = append(leftBelow, h)
 		}
 		if was != 0 && t == 0 {
+			leftAll = append(leftAll, h)
+		}
+	}
+	// A block dropped on its way down may leave the hash listed below
+	// under another prefix's block: the GPU forgets its copy anyway.
+	for _, h := range m.Dropped {
+		if !slices.Contains(leftAll, h) {
 			leftAll = append(leftAll, h)
 		}
 	}

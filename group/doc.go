@@ -24,6 +24,16 @@
 //     extra blocks go back to its cache (still findable), fresh blocks take
 //     their place for the engine to recompute into. Step 3 repeats until
 //     the minimum stops falling. Every rank returns the same ValidTokens.
+//     A reallocation is the same request: it is marked Again, so the
+//     Manager's lookup statistics (hit and lookup tokens, hit and miss
+//     blocks) keep what the first allocation found and count it once. It
+//     keeps the shared Deadline, even once past: the deadline bounds the
+//     request, not each try, and a fresh budget would let one rank load
+//     after the instant every other rank was held to. What the rank held
+//     valid went back to its GPU cache and is hit again; a block evicted
+//     meanwhile is a miss at once when the deadline has passed (the
+//     Manager asks no tier below for a load already late), so a late
+//     reallocation starts no load that would surely be cut.
 //
 // A rank that cannot allocate, or whose context ends, makes every rank
 // free the sequence and return ErrAborted: the request is held on all ranks

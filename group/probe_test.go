@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/gpu/tier"
 	"github.com/kvtier/kvtier/group"
 )
 
@@ -106,6 +107,16 @@ func deleteAfterAgreement(t *testing.T, ctx context.Context, c *cluster, prompt 
 	return l.Close
 }
 
+// gpuStats returns m's GPU tier stats.
+func gpuStats(t *testing.T, m *kvtier.Manager) kvtier.TierStats {
+	t.Helper()
+	st, err := m.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Tier(kvtier.GPU)
+}
+
 type hookCollective struct {
 	group.Collective
 	after func(op uint64)
@@ -122,7 +133,8 @@ func (h hookCollective) AllReduceMin(ctx context.Context, op uint64, v int64) (i
 // TestProbeEvictionAfterAgreement: rank 1's copy of the prompt is dropped
 // between the agreement on the hit and its allocation. Every rank must
 // return the same ValidTokens, rank 0 must be reallocated to hold exactly
-// it, and nothing leaks.
+// it, and nothing leaks. Rank 0's lookup statistics count the request
+// once: its reallocation is not another lookup.
 func TestProbeEvictionAfterAgreement(t *testing.T) {
 	ctx := context.Background()
 	c := gpuOnlyCluster(t, 2, -1)
@@ -141,9 +153,17 @@ func TestProbeEvictionAfterAgreement(t *testing.T) {
 	alloc(1)
 	c.must(c.each(func(r int) error { _, err := c.ranks[r].Commit(ctx, 1, len(prompt)); return err }))
 	c.free(1)
+	before := gpuStats(t, c.ms[0])
 	// Rebuild the ranks over a hooked collective.
 	defer deleteAfterAgreement(t, ctx, c, prompt)()
 	res := alloc(2)
+	after := gpuStats(t, c.ms[0])
+	lookedUp := after.Tokens[tier.DefaultNamespace].Prompt - before.Tokens[tier.DefaultNamespace].Prompt
+	blocks := after.Hits + after.Misses - before.Hits - before.Misses
+	if lookedUp != uint64(len(prompt)) || blocks != 4 {
+		t.Errorf("rank 0's GPU tier counted %d prompt tokens and %d blocks looked up for request 2, want %d and 4: its reallocation is the same request",
+			lookedUp, blocks, len(prompt))
+	}
 	for r, x := range res {
 		t.Logf("rank %d: %+v", r, x)
 		if x.ValidTokens != 0 {

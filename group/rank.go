@@ -66,7 +66,8 @@ type AllocRequest struct {
 	// leaves each Manager's ReadDeadline settings in force. A Manager with
 	// no free GPU block to put in place of a late load's blocks lets that
 	// load finish late (its Ready waits for the copy): size GPUBlocks with
-	// headroom.
+	// headroom. A reallocation (Allocate's step 3) keeps it, even once it
+	// has passed: see the package doc.
 	Deadline time.Time
 }
 
@@ -166,6 +167,7 @@ func (r *Rank) allocate(ctx context.Context, req AllocRequest) (AllocResult, err
 				held, v, lerr = nil, abortVote, err
 				continue
 			}
+			req.Again = true // its lookup counted at the first allocation
 			held, v, lerr = r.load(ctx, req, prev)
 		}
 	}

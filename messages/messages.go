@@ -143,6 +143,15 @@ type AllocRequest struct {
 	// tensor-parallel group derives it once and passes the same instant to
 	// every rank, so a timeout is decided against one clock reading.
 	LoadDeadline time.Time
+	// Again marks an allocation of a request whose lookup was counted
+	// already: the same request freed and allocated again, as a
+	// tensor-parallel group reallocates a rank at the group's lower valid
+	// prefix. It allocates and loads like any other, but the GPU tier's
+	// lookup statistics (TierStats Hits, Misses, DoubleGetSkips and Tokens;
+	// kvtier_lookup_tokens_total, kvtier_hit_tokens_total and the GPU's
+	// kvtier_tier_hit_blocks_total and _miss_blocks_total) keep what the
+	// first allocation found: a request's lookup counts once.
+	Again bool
 }
 
 // AllocResult answers one AllocRequest.
@@ -513,6 +522,15 @@ type Missed struct {
 type IndexUpdate struct {
 	Tier          Tier
 	Added, Remove []uint64
+	// Dropped are hashes of Remove whose block left every tier below the
+	// GPU, though the hash may stay listed for another prefix's block (a
+	// forged 64-bit collision; the index tracks hashes, not prefixes):
+	// pinned memory dropped a drain the tier below did not report Written,
+	// or the disk displaced the block for another prefix's under its hash.
+	// The GPU hears BelowGone for these even when the index still lists the
+	// hash below. At worst, for a block the tier below held already (a
+	// skipped write), that costs the GPU one more write.
+	Dropped []uint64
 }
 
 // OffloadItem is one GPU block to write down, with the digest that identifies

@@ -127,8 +127,9 @@ func (t *Tier) LowerWritten(m *messages.LowerWriteDone) {
 }
 
 func (t *Tier) lowerWritten(m *messages.LowerWriteDone) {
+	var written map[uint64]bool
 	if len(m.Written) > 0 {
-		written := make(map[uint64]bool, len(m.Written))
+		written = make(map[uint64]bool, len(m.Written))
 		for _, h := range m.Written {
 			written[h] = true
 		}
@@ -144,7 +145,7 @@ func (t *Tier) lowerWritten(m *messages.LowerWriteDone) {
 	defer t.serveGrants()
 	defer t.serveReads()
 	t.cause = t.minEp(t.drainEp, m.Slots)
-	var removed []uint64
+	var removed, dropped []uint64
 	for _, s := range m.Slots {
 		drain, ok := t.draining[s]
 		if !ok {
@@ -165,6 +166,9 @@ func (t *Tier) lowerWritten(m *messages.LowerWriteDone) {
 		delete(t.drainKey, s)
 		if _, resident := t.pool.Lookup(k); !resident { // else served from its other slot
 			removed = append(removed, k)
+			if !written[k] { // refused below: its KV is gone from every tier below
+				dropped = append(dropped, k)
+			}
 		}
 		if t.readers[s] > 0 {
 			t.drained[s] = true
@@ -173,7 +177,7 @@ func (t *Tier) lowerWritten(m *messages.LowerWriteDone) {
 		}
 	}
 	if len(removed) > 0 {
-		t.toIndex(&messages.IndexUpdate{Tier: messages.Pinned, Remove: removed})
+		t.toIndex(&messages.IndexUpdate{Tier: messages.Pinned, Remove: removed, Dropped: dropped})
 	}
 	t.maybeFlushed()
 }

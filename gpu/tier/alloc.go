@@ -255,11 +255,8 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 		out.Err = err
 		return false
 	}
-	t.stats.DoubleGetSkips += uint64(skipped)
 	out.Blocks = alloc.Blocks
 	out.Tokens[messages.GPU.Index()] = alloc.CachedTokens
-	t.stats.Hits += uint64(alloc.HitBlocks)
-	t.stats.Misses += uint64(nb - alloc.HitBlocks)
 	w := &waiter{seq: blockpool.SeqID(r.Seq), pending: 1}
 	w.out.ValidTokens = alloc.CachedTokens
 	out.Ready = &w.c
@@ -342,7 +339,12 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	for _, op := range ops {
 		t.launchFetch(op, evictOp)
 	}
-	t.countTokens(r.Salt, len(r.Tokens), out)
+	if !r.Again { // a request's lookup counts once
+		t.stats.DoubleGetSkips += uint64(skipped)
+		t.stats.Hits += uint64(alloc.HitBlocks)
+		t.stats.Misses += uint64(nb - alloc.HitBlocks)
+		t.countTokens(r.Salt, len(r.Tokens), out)
+	}
 	w.done(t)
 	return false
 }

@@ -158,3 +158,31 @@ func TestDeadlineDuringCopyWithoutFreeBlocksIsOverdue(t *testing.T) {
 		t.Fatalf("outcome %+v, want every token valid", out)
 	}
 }
+
+// TestPastLoadDeadlineAsksNothingBelow: an allocation whose LoadDeadline
+// has passed already (a tensor-parallel group's reallocation after the
+// group's deadline) serves its GPU hits and misses the rest at once: no
+// load is asked of the tiers below, none is waited for, and no block is
+// pinned for a copy that would surely be cut.
+func TestPastLoadDeadlineAsksNothingBelow(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true})
+	p := prompt(1, 3*bs)
+	cacheSeq(t, tr, 1, p[:bs])
+	var res *messages.AllocateBatchResult
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 2, Tokens: p, LoadDeadline: t0.Add(-time.Millisecond)}},
+		[]*blockpool.Keys{blockpool.ComputeKeys("", p, bs, true)}, func(r *messages.AllocateBatchResult) { res = r })
+	lk := drain(t, tr).ToIndex[0].(*messages.Lookup)
+	tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: [][]messages.Tier{{messages.Pinned, messages.Disk}}})
+	r := drain(t, tr)
+	for _, m := range r.ToPinned {
+		if _, ok := m.(*messages.FetchRequest); ok {
+			t.Fatalf("a load past its deadline was asked below: %+v", m)
+		}
+	}
+	if !readyDone(res.Results[0]) {
+		t.Fatal("the allocation waits for loads past their deadline")
+	}
+	if out := res.Results[0].Ready.Outcome(); out.ValidTokens != bs || out.Late != 2 {
+		t.Fatalf("outcome %+v, want the GPU hit valid and 2 late blocks", out)
+	}
+}

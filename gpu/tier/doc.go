@@ -50,6 +50,7 @@
 //
 // Beside the pool's own states (free, free-cached, held; see blockpool),
 // each block carries: below (a copy of its committed bytes is in the
-// pinned tier), moving (an offload of it is in flight; the pool pins it),
+// pinned tier or under it; cleared by BelowGone, which also keeps a load of
+// the hash in flight from setting it when it lands), moving (an offload of it is in flight; the pool pins it),
 // a hit count (IngestHot) and the fence of its last commit.
 package tier

@@ -376,14 +376,34 @@ func sameFence(a, b gpu.Fence) bool {
 
 // BelowGone forgets that blocks holding these hashes have a copy below: no
 // lower tier holds one any more, so they are written down again when they
-// are evicted. A hash matches candidates only (every block holding it), so
-// at worst a block is written down once more.
+// are evicted. Loads of these hashes in flight land not held below: pinned
+// memory may have served them from the copy that is gone. A hash matches
+// candidates only (every block holding it), so at worst a block is written
+// down once more.
 func (t *Tier) BelowGone(hashes []uint64) {
 	var ids []blockpool.BlockID
 	for _, h := range hashes {
 		ids = t.pool.Holders(ids[:0], prefixhash.Hash(h))
 		for _, id := range ids {
 			t.flags[id] &^= flagBelow
+		}
+	}
+	if len(t.fetches) == 0 {
+		return
+	}
+	gone := make(map[uint64]bool, len(hashes))
+	for _, h := range hashes {
+		gone[h] = true
+	}
+	for _, op := range t.fetches {
+		for i, h := range op.hashes {
+			if !gone[h] {
+				continue
+			}
+			if op.belowGone == nil {
+				op.belowGone = make([]bool, len(op.hashes))
+			}
+			op.belowGone[i] = true
 		}
 	}
 }

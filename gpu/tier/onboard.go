@@ -26,10 +26,14 @@ type fetchOp struct {
 	copied  bool
 	// deleted: a Delete of the chain came while the load was in flight;
 	// only the first keep blocks are published, the rest are a miss.
-	deleted  bool
-	keep     int
-	timed    bool // a deadline timer is armed
-	deadline time.Time
+	deleted bool
+	keep    int
+	// belowGone, when not nil, marks the blocks whose hash a BelowGone
+	// named while they loaded: the copy they come from may be gone from
+	// pinned memory already, so they land not held below.
+	belowGone []bool
+	timed     bool // a deadline timer is armed
+	deadline  time.Time
 	// askBy is the deadline the tiers below are given (lowerDeadline):
 	// they answer by then with the leading blocks they have read; sentAt
 	// is when the request went to them (a queue may hold it past askBy),
@@ -262,9 +266,11 @@ func (t *Tier) publishFetch(op *fetchOp) {
 	}
 	// The bytes arrived from a record whose digest matched: the blocks
 	// hold computed KV of this prefix, so they are committed.
-	for _, id := range op.blocks {
+	for i, id := range op.blocks {
 		t.pool.Recache(id)
-		t.flags[id] |= flagBelow
+		if op.belowGone == nil || !op.belowGone[i] {
+			t.flags[id] |= flagBelow
+		}
 		t.pool.Unpin(id)
 	}
 	t.stats.Onboarded += uint64(len(op.blocks))

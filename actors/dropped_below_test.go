@@ -1,0 +1,161 @@
+package actors
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/pinned"
+	"github.com/kvtier/kvtier/prefixhash"
+)
+
+// TestDrainRefusedUnderAnotherDigestTellsTheGPU: the disk holds block 7 of
+// one prefix (announced, a read of it in flight, so it cannot be displaced)
+// when pinned memory drains its only copy of another prefix's block under
+// the same 64-bit hash (a forged collision). The disk refuses it and pinned
+// memory drops it; the index still lists hash 7 on the disk, for the other
+// prefix. The GPU, which copied the victim's block down and marked it held
+// below, must hear BelowGone: told nothing, it evicts the block without a
+// copy and the victim's KV is held nowhere.
+func TestDrainRefusedUnderAnotherDigestTellsTheGPU(t *testing.T) {
+	const h = 7
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+
+	gate := newGateFS(&disk.FaultFS{})
+	dsk := diskOver(t, sys, idx, gate)
+	defer sys.Root.Stop(dsk)
+	writeBelow(t, sys, dsk, writeMsg(h))
+	gate.arm() // its read stays in flight: the disk cannot displace it
+	read := sys.Root.RequestFuture(dsk, readMsg(1, time.Time{}, h), testWait)
+	<-gate.entered
+
+	gpu, heard := gpuProbe(sys)
+	pool, err := pinned.New(pinned.Config{CapacityBytes: testDiskPayload, SlotBytes: testDiskPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One slot, kept free ahead of need: the block drains once committed.
+	pin := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, Disk: dsk, WriteQuota: 4, FreeTarget: 1})))
+	defer sys.Root.Stop(pin)
+	sys.Root.Send(idx, &IndexWatch{GPU: gpu, Pinned: pin})
+
+	victim := messages.OffloadItem{Hash: h, Digest: digestOf(h + 1000), Tokens: 16}
+	sys.Root.RequestWithCustomSender(pin, &messages.OffloadRequest{ID: 1, Items: []messages.OffloadItem{victim}}, gpu)
+	g := recv(t, heard).(*messages.OffloadGrant)
+	if g.Slots[0] < 0 {
+		t.Fatalf("the victim's offer: %v", g.Slots)
+	}
+	// The GPU copied its block into the slot: from now on it counts it
+	// held below.
+	sys.Root.Send(pin, &messages.OffloadDone{Slots: g.Slots, Hashes: []uint64{h}})
+	flush := &messages.Flush{Reply: make(chan error, 1)}
+	sys.Root.Send(pin, flush) // answered once the drain ended, after its index update
+	if err := recv(t, flush.Reply); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{h}}}, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{messages.Disk}) {
+		t.Fatalf("the index serves hash %d from %v, want the disk (the other prefix's block)", h, got)
+	}
+	q := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: []prefixhash.Digest{victim.Digest}, Reply: make(chan *messages.QueryResult, 1)}
+	sys.Root.Send(pin, q)
+	if n := recv(t, q.Reply).Tokens.Of(messages.Pinned); n != 0 {
+		t.Fatalf("pinned memory still holds the victim's block (%d tokens): the drain was not refused", n)
+	}
+	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
+		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though no tier below holds the victim's KV", h)
+	}
+	gate.release <- struct{}{}
+	if _, err := read.Result(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiskDisplacementTellsTheGPU: the disk holds the victim's block 7
+// (the GPU evicted its own copy as held below, or keeps it so marked) when
+// another prefix's block under the same 64-bit hash, which pinned memory
+// read from the shared tier, drains to the disk and displaces it. The
+// index still lists hash 7, in pinned memory (draining) and then on the
+// disk, for the other prefix: the GPU must hear BelowGone, or it drops its
+// copy of the victim's block as held below.
+func TestDiskDisplacementTellsTheGPU(t *testing.T) {
+	const h = 7
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
+	defer sys.Root.Stop(dsk)
+	gpu, heard := gpuProbe(sys)
+	sys.Root.Send(idx, &IndexWatch{GPU: gpu})
+
+	writeBelow(t, sys, dsk, writeMsg(h))                                                 // the victim's block
+	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Pinned, Added: []uint64{h}}) // the other prefix's, in pinned memory
+	other := writeMsg(h)
+	other.Items[0].Digest = digestOf(h + 1000)
+	writeBelow(t, sys, dsk, other)
+	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
+		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though the disk displaced the victim's KV", h)
+	}
+}
+
+// diskOver starts a disk actor over a fresh store on fs that reports to idx.
+func diskOver(t *testing.T, sys *actor.ActorSystem, idx *actor.PID, fs disk.FS) *actor.PID {
+	t.Helper()
+	st, _, err := disk.Open(disk.Config{Dir: t.TempDir(), CapacityBytes: testDiskSlots * disk.SlotBytes(testDiskPayload),
+		PayloadBytes: testDiskPayload, Fingerprint: 0xd15c, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := NewDiskActor(DiskConfig{Store: st, Index: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sys.Root.Spawn(actor.PropsFromProducer(prod))
+}
+
+// writeBelow writes m's single block to the disk actor and checks it was
+// written (and so announced to the index before the answer).
+func writeBelow(t *testing.T, sys *actor.ActorSystem, dsk *actor.PID, m *messages.LowerWrite) {
+	t.Helper()
+	res, err := sys.Root.RequestFuture(dsk, m, testWait).Result()
+	if err != nil || !slices.Equal(res.(*messages.LowerWriteDone).Written, []uint64{m.Items[0].Hash}) {
+		t.Fatalf("write of block %d: %v %v", m.Items[0].Hash, res, err)
+	}
+}
+
+// gpuProbe stands for the GPU actor: it passes on the grants, BelowGones
+// and markers it receives.
+func gpuProbe(sys *actor.ActorSystem) (*actor.PID, chan any) {
+	heard := make(chan any, 8)
+	return sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *messages.OffloadGrant, *messages.BelowGone, string:
+			heard <- m
+		}
+	})), heard
+}
+
+// heardBelowGone syncs with the index (whatever it sent the GPU goes
+// before a Lookup's answer), then reports whether the GPU heard BelowGone
+// for h before a marker sent after it.
+func heardBelowGone(t *testing.T, sys *actor.ActorSystem, idx, gpu *actor.PID, heard chan any, h uint64) bool {
+	t.Helper()
+	if _, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 99}, testWait).Result(); err != nil {
+		t.Fatal(err)
+	}
+	sys.Root.Send(gpu, "marker")
+	gone := false
+	for m := recv(t, heard); m != "marker"; m = recv(t, heard) {
+		if b, ok := m.(*messages.BelowGone); ok && slices.Contains(b.Hashes, h) {
+			gone = true
+		}
+	}
+	return gone
+}
