@@ -66,11 +66,13 @@ type Meta struct {
 	// the header's chain extension for the KV events a store reopened after
 	// a restart announces (see record.go for what fits). It is metadata for
 	// events only: never verified against a reader's, never used to serve.
-	// The store keeps the pointer (the caller must not change the Chain
-	// after PlanWrite or WriteSync) and hands it out read-only (Range,
-	// Meta, ReadOp.Meta). After Open it is what the extension held: nil for
-	// a record with none (written by older code, or a LoRA name too long
-	// to fit) or a corrupt one (OpenReport.BadChains).
+	// The store keeps the caller's pointer until the write completes (the
+	// caller must not change the Chain meanwhile) and then lets it go: the
+	// Meta of a block written since Open has no Chain. A record Open found
+	// has what its extension held, in memory of its own, handed out
+	// read-only (Range, Meta, ReadOp.Meta): nil for a record with none
+	// (written by older code, or a LoRA name too long to fit) or a corrupt
+	// one (OpenReport.BadChains).
 	Chain *Chain
 }
 

@@ -511,6 +511,23 @@ type Missed struct {
 type IndexUpdate struct {
 	Tier          Tier
 	Added, Remove []uint64
+	// Chains, when not nil, is parallel to Added: each added block's chain
+	// as the tier recorded it, for the event publisher (the disk's records
+	// as it reopens; a tier that says nothing leaves it nil and the
+	// publisher fills in what it heard of the blocks before).
+	Chains []BlockChain
+}
+
+// BlockChain is what a KV event says of a block besides its hash: its
+// parent's hash (when HasParent; none for a chain's first block), its
+// token ids and its LoRA adapter. Tokens nil means the chain is not known
+// (the rest is then meaningless). Its Tokens are read-only once sent and
+// may be part of a larger array shared by other blocks' chains.
+type BlockChain struct {
+	Parent    uint64
+	HasParent bool
+	Tokens    []int64
+	LoRA      string // "" for the base model
 }
 
 // OffloadItem is one GPU block to write down, with the digest that identifies
@@ -519,6 +536,13 @@ type OffloadItem struct {
 	Hash   uint64
 	Digest prefixhash.Digest
 	Tokens int
+	// Namespace is the block's namespace id (prefixhash.Namespace.ID), and
+	// Chain its place in its chain (Tokens nil when the GPU no longer knew
+	// it), for the tiers below to record with the copy: a disk reopened
+	// after a restart announces its blocks with them. Chain.Tokens are a
+	// copy of the pool's, owned by the message.
+	Namespace uint64
+	Chain     BlockChain
 }
 
 // OffloadRequest asks the pinned actor for slots to copy GPU blocks into.
