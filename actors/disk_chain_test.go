@@ -109,7 +109,7 @@ func TestReopenedOrder(t *testing.T) {
 		{Hash: 3, Parent: 8, Chain: &disk.Chain{HasParent: true, TokenIDs: tok}},
 		{Hash: 8, Chain: &disk.Chain{TokenIDs: tok}},
 		{Hash: 1, Parent: 99, Chain: &disk.Chain{HasParent: true, TokenIDs: tok}}, // its parent is not on disk
-		{Hash: 6, Parent: 1, Chain: &disk.Chain{HasParent: true}},                // no token ids recorded
+		{Hash: 6, Parent: 1, Chain: &disk.Chain{HasParent: true}},                 // no token ids recorded
 	}
 	hs, cs := reopened(metas)
 	if want := []uint64{1, 8, 3, 4, 6}; !slices.Equal(hs, want) {
