@@ -684,13 +684,15 @@ type ResidencyChange struct {
 	Hash   uint64
 	// Parent is the hash of the block before it in its chain when
 	// HasParent; Tokens its token ids. Known on the GPU tier, which
-	// computed the block; the event publisher fills them in for the tiers
-	// below from what it heard of the block before.
+	// computed the block, and on a disk reopened after a restart, which
+	// recorded them with its copy (IndexUpdate.Chains); otherwise (Tokens
+	// nil) the event publisher fills them in for the tiers below from what
+	// it heard of the block before.
 	Parent    uint64
 	HasParent bool
 	Tokens    []int64
 	// LoRA names the adapter the block's KV was computed under ("" for
-	// the base model); known on the GPU tier, as Parent is.
+	// the base model); known where Parent is.
 	LoRA string
 }
 
