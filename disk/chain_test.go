@@ -242,3 +242,61 @@ func TestChainOldRecordOpens(t *testing.T) {
 		t.Fatalf("read: %v", err)
 	}
 }
+
+// FuzzChainRoundTrip encodes a record with an arbitrary chain: it must
+// decode to the same chain (token ids left out only when they do not fit,
+// the whole extension only when the LoRA name does not), leave the
+// record's own bytes as they are without it, and any one bit flipped in
+// the extension must make it corrupt, never another chain.
+func FuzzChainRoundTrip(f *testing.F) {
+	f.Add(true, "sql-adapter", []byte{1, 2, 3, 4, 5, 6, 7, 8}, false, uint16(3))
+	f.Add(false, "", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, true, uint16(70))
+	f.Fuzz(func(t *testing.T, hasParent bool, lora string, raw []byte, wide bool, bit uint16) {
+		ids := make([]int64, len(raw)/2)
+		for i := range ids {
+			ids[i] = int64(binary.LittleEndian.Uint16(raw[2*i:]))
+			if wide && i == 0 {
+				ids[i] = -ids[i] - 1
+			}
+		}
+		r := seedRecord()
+		r.meta.Tokens = len(ids)
+		r.meta.Chain = &Chain{HasParent: hasParent, TokenIDs: ids, LoRA: lora}
+		hdr := make([]byte, BlockSize)
+		encodeHeader(hdr, &r)
+		plain := r
+		plain.meta.Chain = nil
+		if old := validHeader(plain); !bytes.Equal(old[:headerUsed], hdr[:headerUsed]) {
+			t.Fatal("the chain changed the record's own bytes")
+		}
+		var back record
+		if st := decodeHeader(hdr, &back); st != headerValid || back != plain {
+			t.Fatalf("record decodes as %d %+v", st, back)
+		}
+		c, st := decodeChain(hdr, &back)
+		room := BlockSize - offChain - chainFixed - chainSumBytes - len(lora)
+		if room < 0 {
+			if st != chainNone || c != nil {
+				t.Fatalf("a LoRA name of %d bytes recorded: %d %+v", len(lora), st, c)
+			}
+			return
+		}
+		width := 4
+		if wide && len(ids) > 0 {
+			width = 8
+		}
+		want := &Chain{HasParent: hasParent, LoRA: lora}
+		if len(ids)*width <= room {
+			want.TokenIDs = ids
+		}
+		if st != chainValid || !sameChain(c, want) {
+			t.Fatalf("decoded %d %+v, want %+v", st, c, want)
+		}
+		end := offChain + chainFixed + len(lora) + len(want.TokenIDs)*width + chainSumBytes
+		at := offChain*8 + int(bit)%((end-offChain)*8)
+		hdr[at/8] ^= 1 << (at % 8)
+		if c, st := decodeChain(hdr, &back); st != chainCorrupt || c != nil {
+			t.Fatalf("bit %d flipped: %d %+v", at, st, c)
+		}
+	})
+}
