@@ -99,7 +99,7 @@ func encodeChain(hdr []byte, c *Chain, tokens int) {
 		return
 	}
 	room := BlockSize - offChain - chainFixed - chainSumBytes - len(c.LoRA)
-	if room < 0 || len(c.LoRA) > math.MaxUint16 {
+	if room < 0 {
 		return
 	}
 	flags := uint8(0)

@@ -10,16 +10,17 @@ import (
 // restart announces). It remembers the last namespace it named, as an
 // offload's blocks mostly share one, so the id and adapter are derived once.
 type chainer struct {
-	ns        string
-	set       bool
-	id        uint64
-	lora      string
-	tokens    []int64 // the op's slab: one copy of every block's token ids
-	blockSize int
+	ns     string
+	set    bool
+	id     uint64
+	lora   string
+	tokens []int64 // the op's slab: one copy of every block's token ids
 }
 
+// newChainer returns a chainer with room for blocks blocks' token ids of
+// blockSize each.
 func newChainer(blockSize, blocks int) *chainer {
-	return &chainer{blockSize: blockSize, tokens: make([]int64, 0, blockSize*blocks)}
+	return &chainer{tokens: make([]int64, 0, blockSize*blocks)}
 }
 
 // fill sets the item's Namespace and Chain. owned are token ids it may
