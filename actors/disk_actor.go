@@ -262,6 +262,7 @@ func (a *DiskActor) start(ctx actor.Context) {
 	// With the chains the records kept, for the event publisher to announce
 	// them as the GPU did.
 	hashes, chains := reopened(metas)
+	a.store.ReleaseChains() // the message owns them now
 	a.reopenRecords = len(hashes)
 	if len(hashes) > 0 {
 		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Added: hashes, Chains: chains})

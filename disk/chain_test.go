@@ -83,6 +83,18 @@ func TestChainRoundTrip(t *testing.T) {
 			t.Fatalf("read %d: %v, chain %+v", h, err, m.Chain)
 		}
 	}
+	s.ReleaseChains()
+	s.Range(func(m Meta) bool {
+		if m.Chain != nil {
+			t.Fatalf("block %d kept its chain after ReleaseChains", m.Hash)
+		}
+		return true
+	})
+	// A block whose chain was let go is served as before.
+	dst := AlignedBuffer(testPayload)
+	if m, n, err := s.ReadSyncDigest(2, digestFor(2), dst); err != nil || m != chainMetaFor(2).recorded() || !bytes.Equal(dst[:n], payloadFor(2, testPayload)) {
+		t.Fatalf("read after ReleaseChains: %+v, %v", m, err)
+	}
 	checkInv(t, s)
 }
 

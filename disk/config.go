@@ -70,9 +70,9 @@ type Meta struct {
 	// caller must not change the Chain meanwhile) and then lets it go: the
 	// Meta of a block written since Open has no Chain. A record Open found
 	// has what its extension held, in memory of its own, handed out
-	// read-only (Range, Meta, ReadOp.Meta): nil for a record with none
-	// (written by older code, or a LoRA name too long to fit) or a corrupt
-	// one (OpenReport.BadChains).
+	// read-only (Range, Meta, ReadOp.Meta) until Store.ReleaseChains: nil
+	// for a record with none (written by older code, or a LoRA name too
+	// long to fit) or a corrupt one (OpenReport.BadChains).
 	Chain *Chain
 }
 
