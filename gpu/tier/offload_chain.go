@@ -15,12 +15,13 @@ type chainer struct {
 	id     uint64
 	lora   string
 	tokens []int64 // the op's slab: one copy of every block's token ids
+	room   int     // the slab's size, made on the first copy
 }
 
-// newChainer returns a chainer with room for blocks blocks' token ids of
-// blockSize each.
+// newChainer returns a chainer whose slab, made only when a block's token
+// ids are copied, has room for blocks blocks of blockSize.
 func newChainer(blockSize, blocks int) *chainer {
-	return &chainer{tokens: make([]int64, 0, blockSize*blocks)}
+	return &chainer{room: blockSize * blocks}
 }
 
 // fill sets the item's Namespace and Chain. owned are token ids it may
@@ -35,6 +36,9 @@ func (c *chainer) fill(it *messages.OffloadItem, parent prefixhash.Hash, hasPare
 	it.Namespace = c.id
 	toks := owned
 	if toks == nil && poolTokens != nil {
+		if c.tokens == nil {
+			c.tokens = make([]int64, 0, max(c.room, len(poolTokens)))
+		}
 		start := len(c.tokens)
 		c.tokens = append(c.tokens, poolTokens...)
 		toks = c.tokens[start:len(c.tokens):len(c.tokens)]
