@@ -257,15 +257,18 @@ func (a *DiskActor) start(ctx actor.Context) {
 		}
 		root.Send(self, &diskJobDone{job: j})
 	})
-	var hashes []uint64
+	var metas []disk.Meta
 	a.store.Range(func(m disk.Meta) bool {
-		hashes = append(hashes, m.Hash)
+		metas = append(metas, m)
 		return true
 	})
-	slices.Sort(hashes)
+	// With the chains the records kept, for the event publisher to announce
+	// them as the GPU did.
+	hashes, chains := reopened(metas)
+	a.store.ReleaseChains() // the message owns them now
 	a.reopenRecords = len(hashes)
 	if len(hashes) > 0 {
-		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Added: hashes})
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Added: hashes, Chains: chains})
 	}
 	a.log.Info("disk actor: started", zap.Int("records", len(hashes)),
 		zap.Stringer("mode", a.store.Mode()), zap.Int("workers", a.cfg.Workers))

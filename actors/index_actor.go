@@ -364,11 +364,18 @@ func (a *IndexActor) leadingRun(chain []uint64) []messages.Tier {
 }
 
 // residencyOf is an index update as the event publisher takes it: the
-// additions, then the removals, as the index applies them.
+// additions, with their chains where the tier gave them, then the removals,
+// as the index applies them.
 func residencyOf(m *messages.IndexUpdate) *messages.Residency {
 	r := &messages.Residency{Tier: m.Tier, Changes: make([]messages.ResidencyChange, 0, len(m.Added)+len(m.Remove))}
-	for _, h := range m.Added {
-		r.Changes = append(r.Changes, messages.ResidencyChange{Stored: true, Hash: h})
+	for i, h := range m.Added {
+		c := messages.ResidencyChange{Stored: true, Hash: h}
+		if i < len(m.Chains) && m.Chains[i].Tokens != nil {
+			// The tier's own record of the block (the disk's as it reopens).
+			ch := &m.Chains[i]
+			c.Parent, c.HasParent, c.Tokens, c.LoRA = ch.Parent, ch.HasParent, ch.Tokens, ch.LoRA
+		}
+		r.Changes = append(r.Changes, c)
 	}
 	for _, h := range m.Remove {
 		r.Changes = append(r.Changes, messages.ResidencyChange{Hash: h})

@@ -44,8 +44,8 @@ func (p *Pool) CheckInvariants() error {
 	nsRefs := make(map[uint32]int32)
 	for i := range p.blocks {
 		if b := &p.blocks[i]; b.ns != 0 {
-			if b.parent != none {
-				return fmt.Errorf("block %d: namespace %d on a block with a parent", i, b.ns)
+			if b.parent != none && p.blocks[b.parent].gen == b.pgen && p.blocks[b.parent].ns != b.ns {
+				return fmt.Errorf("block %d: namespace %d, its parent %d's %d", i, b.ns, b.parent, p.blocks[b.parent].ns)
 			}
 			nsRefs[b.ns]++
 		}

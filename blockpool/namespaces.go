@@ -48,6 +48,25 @@ func (t *nsTable) acquire(ns string) uint32 {
 	return id
 }
 
+// key returns id's namespace key ("" for 0).
+func (t *nsTable) key(id uint32) string {
+	if id == 0 {
+		return ""
+	}
+	return t.keys[id]
+}
+
+// hold counts one more holder of id, which some block holds, and returns it.
+func (t *nsTable) hold(id uint32) uint32 {
+	if id != 0 {
+		if t.refs[id] <= 0 {
+			panic(fmt.Sprintf("kvtier: blockpool: namespace %d held while no block holds it", id))
+		}
+		t.refs[id]++
+	}
+	return id
+}
+
 // release drops one holder of id; the last one forgets the key.
 func (t *nsTable) release(id uint32) {
 	if id == 0 {

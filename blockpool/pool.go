@@ -70,7 +70,12 @@ type block struct {
 	parent int32
 	pgen   uint32
 	gen    uint32 // bumped each time the block's contents are dropped
-	ns     uint32 // a chain's first block: its namespace (p.ns); 0 on the others
+	// ns is the namespace (an id of p.ns) of the block's chain: set on a
+	// chain's first block when filled and handed down to each block linked
+	// after it, so that every linked block names its chain's namespace in
+	// O(1) even once a link on the way was reused. Each block holds a
+	// reference to its id.
+	ns     uint32
 	state  blockState
 	cached bool // byHash maps hash to this block
 	// queuedPin marks a block that copies pinned while it was free (an
@@ -93,10 +98,22 @@ type sequence struct {
 
 // Evicted is a cached block whose contents were dropped because the block was
 // reused. Hash is what it held.
+//
+// With Config.Digests (a tier below keeps what the pool drops) it also says
+// where the block sat in its chain, as a journal Change does, for the tier
+// below to record with its copy: Tokens are a copy of its token ids (nil
+// when the chain is not known: the block's parent was reused before it),
+// Parent its parent's hash when HasParent, NS its chain's namespace key.
+// Tokens live in a slab of the pool's shared by up to 64 blocks' evictions
+// and never written again once handed out by DrainEvicted.
 type Evicted struct {
-	Block  BlockID
-	Hash   prefixhash.Hash
-	Digest prefixhash.Digest
+	Block     BlockID
+	Hash      prefixhash.Hash
+	Digest    prefixhash.Digest
+	Parent    prefixhash.Hash
+	HasParent bool
+	Tokens    []int64
+	NS        string
 }
 
 // Keys are the chained hashes and digests of a prompt's full blocks in one
@@ -167,30 +184,32 @@ type Stats struct {
 
 // Pool is the block manager. See the package doc; not safe for concurrent use.
 type Pool struct {
-	cfg        Config
-	blocks     []block
-	free       freeQueue
-	byHash     hashTable // cached blocks by hash
-	seqs       map[SeqID]*sequence
-	resv       map[SeqID][]BlockID
-	pins       map[BlockID]int32 // references held by in-flight copies
-	spare      []*sequence       // recycled sequence records
-	hasher     prefixhash.Hasher
-	digester   prefixhash.Digester
-	digests    []prefixhash.Digest // a filled block's digest, by block id
-	scratch    []prefixhash.Hash
-	planned    []BlockID // the hits the last plan found, in order
-	nsMemo     nsMemo
-	dscratch   []prefixhash.Digest
-	evicted    []Evicted
-	journal    journal
-	slab       tokenSlab // blocks' token ids
-	ns         nsTable   // namespaces of chains' first blocks
-	sink       uint64    // what prefetch read, kept so its reads stay
-	reserved   int
-	freeCache  int
-	queuedPins int // blocks in the free queue that copies pin (queuedPin)
-	stats      Stats
+	cfg      Config
+	blocks   []block
+	free     freeQueue
+	byHash   hashTable // cached blocks by hash
+	seqs     map[SeqID]*sequence
+	resv     map[SeqID][]BlockID
+	pins     map[BlockID]int32 // references held by in-flight copies
+	spare    []*sequence       // recycled sequence records
+	hasher   prefixhash.Hasher
+	digester prefixhash.Digester
+	digests  []prefixhash.Digest // a filled block's digest, by block id
+	scratch  []prefixhash.Hash
+	planned  []BlockID // the hits the last plan found, in order
+	nsMemo   nsMemo
+	dscratch []prefixhash.Digest
+	evicted  []Evicted
+	// evictedTokens is the slab Evicted.Tokens are copied into.
+	evictedTokens []int64
+	journal       journal
+	slab          tokenSlab // blocks' token ids
+	ns            nsTable   // namespaces of chains' first blocks
+	sink          uint64    // what prefetch read, kept so its reads stay
+	reserved      int
+	freeCache     int
+	queuedPins    int // blocks in the free queue that copies pin (queuedPin)
+	stats         Stats
 }
 
 // MetadataBytes estimates the host memory a pool of cfg takes: per block its
@@ -643,11 +662,60 @@ func (p *Pool) Release(id SeqID) error {
 // Reserved returns how many blocks request id still holds in reserve.
 func (p *Pool) Reserved(id SeqID) int { return len(p.resv[id]) }
 
-// DrainEvicted appends the evictions since the last call to dst and forgets them.
+// DrainEvicted appends the evictions since the last call to dst and forgets
+// them. The caller owns their Tokens.
 func (p *Pool) DrainEvicted(dst []Evicted) []Evicted {
 	dst = append(dst, p.evicted...)
 	p.evicted = p.evicted[:0]
+	// As the journal's: the pool only appends past what it handed out.
+	p.evictedTokens = p.evictedTokens[len(p.evictedTokens):]
 	return dst
+}
+
+// evictedChain records in e the chain of b, a cached block being evicted
+// (still linked): its parent and namespace, and a copy of its tokens.
+func (p *Pool) evictedChain(e *Evicted, b *block) {
+	parent, hasParent, ok := p.parentOf(b)
+	if !ok || len(b.tokens) != p.cfg.BlockSize {
+		return
+	}
+	e.Parent, e.HasParent, e.NS = parent, hasParent, p.ns.key(b.ns)
+	if cap(p.evictedTokens)-len(p.evictedTokens) < len(b.tokens) {
+		// A fixed size, not doubled: a lower tier keeps a block's tokens
+		// while it holds the block, and with them the whole slab.
+		p.evictedTokens = make([]int64, 0, 64*p.cfg.BlockSize)
+	}
+	start := len(p.evictedTokens)
+	p.evictedTokens = append(p.evictedTokens, b.tokens...)
+	e.Tokens = p.evictedTokens[start:len(p.evictedTokens):len(p.evictedTokens)]
+}
+
+// parentOf returns the hash of b's parent, or hasParent false for a chain's
+// first block; ok is false when b has a parent whose block was reused since
+// (its hash is no longer known).
+func (p *Pool) parentOf(b *block) (parent prefixhash.Hash, hasParent, ok bool) {
+	if b.parent == none {
+		return 0, false, true
+	}
+	if pb := &p.blocks[b.parent]; pb.gen == b.pgen {
+		return pb.hash, true, true
+	}
+	return 0, false, false
+}
+
+// BlockChain returns where the full block id sits in its chain, as
+// Evicted says it: its parent's hash when hasParent and its chain's
+// namespace key; ok is false when the block holds no full block or its
+// parent was reused since. Its tokens are BlockTokens'.
+func (p *Pool) BlockChain(id BlockID) (parent prefixhash.Hash, hasParent bool, ns string, ok bool) {
+	b := p.at(id, "chain")
+	if len(b.tokens) != p.cfg.BlockSize {
+		return 0, false, "", false
+	}
+	if parent, hasParent, ok = p.parentOf(b); !ok {
+		return 0, false, "", false
+	}
+	return parent, hasParent, p.ns.key(b.ns), true
 }
 
 // Table appends seq's block table to dst.
@@ -869,6 +937,7 @@ func (p *Pool) popFree() BlockID {
 		e := Evicted{Block: BlockID(i), Hash: b.hash}
 		if p.cfg.Digests {
 			e.Digest = p.digests[i]
+			p.evictedChain(&e, b)
 		}
 		p.evicted = append(p.evicted, e)
 		p.freeCache--
@@ -904,6 +973,7 @@ func (p *Pool) link(id BlockID, table []BlockID, ns string) {
 	}
 	par := table[len(table)-2]
 	b.parent, b.pgen = int32(par), p.blocks[par].gen
+	b.ns = p.ns.hold(p.blocks[par].ns)
 }
 
 // unlink drops b's links: its namespace, if it starts a chain.

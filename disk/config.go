@@ -47,8 +47,8 @@ type Config struct {
 
 // Meta describes one block: its chained hash, its parent's hash, the tenant
 // namespace, how many tokens it covers and its prefix digest. The store
-// records every field in the block's header and checks all of them against
-// its index when the block is read back.
+// records every field in the block's header and checks all of them but
+// Chain against its index when the block is read back.
 type Meta struct {
 	Hash      uint64
 	Parent    uint64
@@ -62,6 +62,32 @@ type Meta struct {
 	// block stored with another one. The zero digest is a valid value for
 	// callers that have none: zero matches zero.
 	Digest [32]byte
+	// Chain, when not nil, is the block's place in its chain, recorded in
+	// the header's chain extension for the KV events a store reopened after
+	// a restart announces (see record.go for what fits). It is metadata for
+	// events only: never verified against a reader's, never used to serve.
+	// The store keeps the caller's pointer until the write completes (the
+	// caller must not change the Chain meanwhile) and then lets it go: the
+	// Meta of a block written since Open has no Chain. A record Open found
+	// has what its extension held, in memory of its own, handed out
+	// read-only (Range, Meta, ReadOp.Meta) until Store.ReleaseChains: nil
+	// for a record with none (written by older code, or a LoRA name too
+	// long to fit) or a corrupt one (OpenReport.BadChains).
+	Chain *Chain
+}
+
+// Chain is what KV events say of a block besides its hash: whether it has
+// a parent (Meta.Parent then is its hash), its token ids and the LoRA
+// adapter its KV was computed under.
+type Chain struct {
+	// HasParent: the block is not its chain's first; Meta.Parent is the
+	// hash of the block before it.
+	HasParent bool
+	// TokenIDs are the block's token ids, Meta.Tokens of them; nil when
+	// not known or not recorded (too many to fit the header block).
+	TokenIDs []int64
+	// LoRA names the adapter ("" for the base model).
+	LoRA string
 }
 
 // SlotBytes returns the on-disk size of one slot for a payload size: one
@@ -99,4 +125,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = zap.NewNop()
 	}
 	return c, nil
+}
+
+// recorded is m as decodeHeader reads it back from the record's verified
+// fields: without the Chain, which reads compare nothing of.
+func (m Meta) recorded() Meta {
+	m.Chain = nil
+	return m
 }

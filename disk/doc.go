@@ -16,6 +16,14 @@
 // and a checksum over all of it. Open rebuilds the index from the headers
 // alone; payloads are verified when read.
 //
+// After the record, the header block may hold its chain extension
+// (Meta.Chain: whether the block has a parent, its token ids, its LoRA
+// adapter), with a checksum of its own, so that a store reopened after a
+// restart announces its blocks as the GPU did (KV events). Records
+// written before the extension open with no Chain; one whose extension
+// does not verify opens the same way, counted in OpenReport.BadChains,
+// and is served as ever: the extension is never used to serve a block.
+//
 // # Verification
 //
 // A 64-bit block hash may be shared by two prefixes, so a reader names the

@@ -78,6 +78,19 @@ func FuzzRecordDecode(f *testing.F) {
 		if !bytes.Equal(again[:headerUsed], hdr[:headerUsed]) {
 			t.Fatalf("accepted header does not re-encode to itself:\n got %x\nwant %x", again[:headerUsed], hdr[:headerUsed])
 		}
+		// The chain extension past the record's bytes: whatever it holds,
+		// decoding it never panics, never changes the record, and a Chain
+		// it accepts is consistent with the record.
+		c, cs := decodeChain(hdr, &r)
+		if !bytes.Equal(hdr, orig) {
+			t.Fatal("decodeChain modified its input")
+		}
+		if (c != nil) != (cs == chainValid) || cs == chainNone && !allZero(hdr[headerUsed:]) {
+			t.Fatalf("decodeChain = %+v, status %d", c, cs)
+		}
+		if c != nil && c.TokenIDs != nil && len(c.TokenIDs) != r.meta.Tokens {
+			t.Fatalf("chain of %d token ids for a %d-token record", len(c.TokenIDs), r.meta.Tokens)
+		}
 	})
 }
 

@@ -110,6 +110,7 @@ func (s *Store) markDropped(i int, sc *scanned) {
 type scanned struct {
 	status headerStatus
 	rec    record
+	chain  chainStatus // of a valid header
 	err    error
 }
 
@@ -129,7 +130,10 @@ func (s *Store) rebuild() OpenReport {
 					found[i] = scanned{err: err}
 					continue
 				}
-				found[i].status = decodeHeader(buf, &found[i].rec)
+				sc := &found[i]
+				if sc.status = decodeHeader(buf, &sc.rec); sc.status == headerValid {
+					sc.rec.meta.Chain, sc.chain = decodeChain(buf, &sc.rec)
+				}
 			}
 		}()
 	}
@@ -220,6 +224,13 @@ func (s *Store) rebuild() OpenReport {
 	slices.SortFunc(live, func(a, b int32) int { return cmp.Compare(found[a].rec.generation, found[b].rec.generation) })
 	for _, i := range live {
 		r := &found[i].rec
+		if found[i].chain == chainCorrupt {
+			// The record stands (its payload is verified on read as
+			// ever); only the events lose what the extension said.
+			rep.BadChains++
+			s.log.Warn("kvtier: disk: record's chain extension is corrupt; announced without it",
+				zap.Int("slot", int(i)), zap.Uint64("hash", r.meta.Hash))
+		}
 		s.slots[i] = slot{state: slotLive, meta: r.meta, generation: r.generation, payloadLen: r.payloadLen}
 		s.index[r.meta.Hash] = i
 		s.pol.Add(r.meta.Hash)

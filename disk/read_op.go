@@ -150,7 +150,7 @@ func (op *ReadOp) Execute(dst []byte) error {
 	switch {
 	case r.meta.Digest != op.meta.Digest:
 		return op.corruptErr(dst, "digest differs from the index", ErrDigestMismatch)
-	case r.meta != op.meta:
+	case r.meta != op.meta.recorded():
 		return op.corrupt(dst, "header metadata differs from the index")
 	case r.fingerprint != op.fingerprint:
 		return op.corrupt(dst, "fingerprint")

@@ -2,13 +2,15 @@ package disk
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/cespare/xxhash/v2"
 )
 
 // Record header layout. Each slot starts with one BlockSize header block;
 // the fields below sit at its front, little-endian, and the rest of the
-// block is zero. The header checksum is xxh64 over bytes [0, offHeaderSum).
+// block is zero but for the optional chain extension (see below). The
+// header checksum is xxh64 over bytes [0, offHeaderSum).
 const (
 	recordMagic uint32 = 0x4b565444 // "DTVK" on disk: kvtier disk
 	// FormatVersion is the on-disk record layout version. Version 2 added
@@ -36,6 +38,165 @@ const (
 	offHeaderSum   = 112 // uint64
 	headerUsed     = 120
 )
+
+// The chain extension: a block's place in its chain (Meta.Chain), for the
+// KV events a reopened store announces, in the header block's unused space.
+// It is optional and checked apart from the record: the header checksum
+// above does not cover it, so code that knows nothing of it (format 2 as
+// first written) opens these records as before and ignores the bytes, and
+// a record with no extension (written by that code) opens here with no
+// Chain. FormatVersion therefore stays 2: the record's layout, and what
+// verifies it, did not change; only zero bytes became optional metadata.
+// Its own checksum is xxh64 over the record's used bytes [0, headerUsed)
+// and the extension up to the checksum, so an extension left from a
+// record this one's write tore over never passes as this record's. A bad
+// extension never fails the record (whose payload is verified as ever on
+// read): the record opens with no Chain, counted in OpenReport.BadChains.
+//
+//	offset            size  field
+//	offChain          4     chainMagic
+//	offChain+4        1     chainVersion
+//	offChain+5        1     flags: chainHasParent, chainTokens, chainWide
+//	offChain+6        2     LoRA name length, n
+//	offChain+8        2     token ids, t (0 without chainTokens)
+//	offChain+10       6     zero
+//	offChain+16       n     LoRA name bytes
+//	...               4t|8t token ids, uint32 each, or int64 with chainWide
+//	...               8     checksum
+//
+// Token ids are 4 bytes each when every one is in [0, 2^32), as any
+// vocabulary's are, and 8 otherwise. The extension must end within the
+// block: a block whose token ids do not fit (over 986 ids of 4 bytes, less
+// the LoRA name's length) is recorded without them (no chainTokens) and
+// one whose LoRA name alone does not fit has no extension.
+const (
+	chainMagic   uint32 = 0x48435648 // "HVCH" on disk: kvtier chain
+	chainVersion uint8  = 1
+
+	offChain      = 128
+	chainFixed    = 16 // magic, version, flags, lengths, padding
+	chainSumBytes = 8
+
+	chainHasParent = 1 << 0 // Meta.Parent is the block's parent (none otherwise)
+	chainTokens    = 1 << 1 // the token ids are recorded
+	chainWide      = 1 << 2 // token ids are 8 bytes each
+)
+
+// chainStatus is the outcome of decoding the chain extension.
+type chainStatus int
+
+const (
+	chainNone    chainStatus = iota + 1 // no extension: older code wrote it, or it did not fit
+	chainValid                          // decoded into a Chain
+	chainCorrupt                        // an extension whose checksum or fields do not hold
+)
+
+// encodeChain writes c after the record's used bytes in hdr (encodeHeader
+// has written them, and zeroed the rest); nothing when c is nil or its
+// LoRA name does not fit.
+func encodeChain(hdr []byte, c *Chain, tokens int) {
+	if c == nil {
+		return
+	}
+	room := BlockSize - offChain - chainFixed - chainSumBytes - len(c.LoRA)
+	if room < 0 {
+		return
+	}
+	flags := uint8(0)
+	if c.HasParent {
+		flags |= chainHasParent
+	}
+	width := 4
+	for _, t := range c.TokenIDs {
+		if t < 0 || t > math.MaxUint32 {
+			width = 8
+			break
+		}
+	}
+	n := 0
+	if c.TokenIDs != nil && len(c.TokenIDs) == tokens && len(c.TokenIDs)*width <= room {
+		n = len(c.TokenIDs)
+		flags |= chainTokens
+		if width == 8 {
+			flags |= chainWide
+		}
+	}
+	le := binary.LittleEndian
+	le.PutUint32(hdr[offChain:], chainMagic)
+	hdr[offChain+4] = chainVersion
+	hdr[offChain+5] = flags
+	le.PutUint16(hdr[offChain+6:], uint16(len(c.LoRA)))
+	le.PutUint16(hdr[offChain+8:], uint16(n))
+	at := offChain + chainFixed
+	at += copy(hdr[at:], c.LoRA)
+	for _, t := range c.TokenIDs[:n] {
+		if width == 4 {
+			le.PutUint32(hdr[at:], uint32(t))
+		} else {
+			le.PutUint64(hdr[at:], uint64(t))
+		}
+		at += width
+	}
+	le.PutUint64(hdr[at:], chainSum(hdr, at))
+}
+
+// chainSum is the extension's checksum: xxh64 over the record's used bytes
+// and the extension's bytes before end.
+func chainSum(hdr []byte, end int) uint64 {
+	d := xxhash.New()
+	_, _ = d.Write(hdr[:headerUsed])
+	_, _ = d.Write(hdr[offChain:end])
+	return d.Sum64()
+}
+
+// decodeChain decodes the chain extension of a header block that
+// decodeHeader found valid, with r its record. A Chain is returned only
+// with chainValid; it owns its memory.
+func decodeChain(hdr []byte, r *record) (*Chain, chainStatus) {
+	le := binary.LittleEndian
+	if le.Uint32(hdr[offChain:]) != chainMagic {
+		// Older code leaves the rest of the block zero: anything else is
+		// an extension whose magic was hit.
+		if !allZero(hdr[headerUsed:BlockSize]) {
+			return nil, chainCorrupt
+		}
+		return nil, chainNone
+	}
+	flags := hdr[offChain+5]
+	nl, nt := int(le.Uint16(hdr[offChain+6:])), int(le.Uint16(hdr[offChain+8:]))
+	width := 4
+	if flags&chainWide != 0 {
+		width = 8
+	}
+	end := offChain + chainFixed + nl + nt*width
+	switch {
+	case hdr[offChain+4] != chainVersion,
+		flags&^(chainHasParent|chainTokens|chainWide) != 0,
+		flags&chainTokens == 0 && (nt != 0 || flags&chainWide != 0),
+		end+chainSumBytes > BlockSize,
+		le.Uint64(hdr[end:]) != chainSum(hdr, end),
+		flags&chainTokens != 0 && nt != r.meta.Tokens:
+		return nil, chainCorrupt
+	}
+	if !allZero(hdr[headerUsed:offChain]) || !allZero(hdr[offChain+10:offChain+chainFixed]) {
+		return nil, chainCorrupt
+	}
+	at := offChain + chainFixed
+	c := &Chain{HasParent: flags&chainHasParent != 0, LoRA: string(hdr[at : at+nl])}
+	at += nl
+	if flags&chainTokens != 0 {
+		c.TokenIDs = make([]int64, nt)
+		for i := range c.TokenIDs {
+			if width == 4 {
+				c.TokenIDs[i] = int64(le.Uint32(hdr[at:]))
+			} else {
+				c.TokenIDs[i] = int64(le.Uint64(hdr[at:]))
+			}
+			at += width
+		}
+	}
+	return c, chainValid
+}
 
 // record is the decoded form of a header block.
 type record struct {
@@ -65,6 +226,7 @@ func encodeHeader(hdr []byte, r *record) {
 	le.PutUint64(hdr[offGeneration:], r.generation)
 	copy(hdr[offDigest:offDigest+len(r.meta.Digest)], r.meta.Digest[:])
 	le.PutUint64(hdr[offHeaderSum:], xxhash.Sum64(hdr[:offHeaderSum]))
+	encodeChain(hdr, r.meta.Chain, r.meta.Tokens)
 }
 
 // headerStatus is the outcome of decoding a header block, before the
@@ -79,7 +241,8 @@ const (
 	headerBadVersion
 )
 
-// decodeHeader parses hdr into r. Only headerValid fills r.
+// decodeHeader parses hdr into r. Only headerValid fills r. It leaves
+// r.meta.Chain nil: the chain extension is decodeChain's (Open's only).
 func decodeHeader(hdr []byte, r *record) headerStatus {
 	le := binary.LittleEndian
 	if le.Uint32(hdr[offMagic:]) != recordMagic {
@@ -111,6 +274,15 @@ func decodeHeader(hdr []byte, r *record) headerStatus {
 		generation: le.Uint64(hdr[offGeneration:]),
 	}
 	return headerValid
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Checksum is the payload checksum the store records and verifies: xxh64

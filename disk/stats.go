@@ -139,6 +139,10 @@ type OpenReport struct {
 	// Dropped counts discarded records by reason; their header blocks are
 	// zeroed so later opens do not see them again.
 	Dropped map[DropReason]int
+	// BadChains counts records indexed whose chain extension (Meta.Chain)
+	// did not verify: they open with no Chain, as records written before
+	// the extension do.
+	BadChains int
 	// Mode is the I/O mode in use.
 	Mode IOMode
 	// Duration is how long Open took, scan included.

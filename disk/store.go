@@ -179,6 +179,16 @@ func (s *Store) Range(fn func(Meta) bool) {
 	}
 }
 
+// ReleaseChains lets go of the chains Open read from the records
+// (Meta.Chain): the owner calls it once it has announced them, so that a
+// large store does not keep every block's token ids in memory for the
+// rest of its life. Meta and Range return no Chain afterwards.
+func (s *Store) ReleaseChains() {
+	for i := range s.slots {
+		s.slots[i].meta.Chain = nil
+	}
+}
+
 // unpublish takes live slot i out of the index and the policy. With scrub
 // it dooms the slot until a RemoveOp zeroes its header; otherwise it frees
 // the slot, or dooms it while reads hold it.

@@ -292,6 +292,9 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 		return
 	}
 	s.clearStale(op.slot) // the new header is over whatever was there
+	// The Chain is on disk now, for the next Open; the caller's is let go
+	// (its token ids may share an array with other blocks', see Meta.Chain).
+	sl.meta.Chain = nil
 	sl.state = slotLive
 	sl.payloadLen = op.n
 	s.pol.Add(sl.meta.Hash)

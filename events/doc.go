@@ -44,13 +44,18 @@
 // and the GPU's changes go around the stopped actor, starting with its
 // whole residency (a Full messages.Residency). A publisher starts (and
 // stops) with AllBlocksCleared; a disk reopened after a restart then
-// announces its records with no token ids, no parent block hash and no
-// adapter name, as roots: its record headers have fields for a parent hash
-// and a namespace, but nothing fills them (the GPU's OffloadItem carries a
-// block's hash, digest and size, so the pinned tier's LowerWriteItems
-// leave both zero), a zero parent cannot be told from none, and a 64-bit
-// namespace field cannot hold the namespace key that names the adapter
-// (prefixhash.LoRAOf). The remote tier is
+// announces its records as the GPU announced the blocks: each with its
+// parent block hash (none for a chain's first block), its token ids and its
+// adapter name, a parent the disk holds before its children. The chain goes
+// down with each copy (messages.OffloadItem.Chain, LowerWriteItem) and the
+// disk keeps it in its record header (disk.Meta.Chain). A record announces
+// none of the three, as a root with no token ids, where its chain was not
+// known or did not fit when written (the GPU had reused the block's parent
+// first; a block read up from the shared tier and written to the disk; token
+// ids past the header's room, about 986 per block), where it was written by
+// a kvtier that did not record chains, or where its chain's checksum fails
+// (disk.OpenReport.BadChains; the block itself is verified and served as
+// ever). The remote tier is
 // shared and evicts on its own: its stores and removals are what this
 // node wrote and found gone.
 //

@@ -72,7 +72,7 @@ func (k Kind) String() string {
 // A BlockStored's Hashes form a chain: the first one's parent is Parent
 // (none when !HasParent), each later one's parent the hash before it, and
 // Tokens hold BlockSize token ids per hash (none when the publisher does not
-// know them: a block found on disk at start).
+// know them: a block found on disk at start whose record kept no chain).
 type Event struct {
 	Kind      Kind
 	Hashes    []uint64

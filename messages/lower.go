@@ -28,6 +28,13 @@ import "time"
 type LowerWriteItem struct {
 	Hash, Parent, Namespace uint64
 	Tokens                  int
+	// HasParent, TokenIDs and LoRA are, with Parent, the block's chain
+	// (messages.BlockChain) as the GPU gave it (TokenIDs nil: not known):
+	// metadata a tier may record for KV events, never verified, never
+	// used to serve. TokenIDs are read-only.
+	HasParent bool
+	TokenIDs  []int64
+	LoRA      string
 	// Digest is the block's prefix digest (SHA-256 chain over the
 	// namespace and every token of the prefix), stored with the block; a
 	// later LowerReadItem must name the same digest to be served it. Zero

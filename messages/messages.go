@@ -531,6 +531,23 @@ type IndexUpdate struct {
 	// hash below. At worst, for a block the tier below held already (a
 	// skipped write), that costs the GPU one more write.
 	Dropped []uint64
+	// Chains, when not nil, is parallel to Added: each added block's chain
+	// as the tier recorded it, for the event publisher (the disk's records
+	// as it reopens; a tier that says nothing leaves it nil and the
+	// publisher fills in what it heard of the blocks before).
+	Chains []BlockChain
+}
+
+// BlockChain is what a KV event says of a block besides its hash: its
+// parent's hash (when HasParent; none for a chain's first block), its
+// token ids and its LoRA adapter. Tokens nil means the chain is not known
+// (the rest is then meaningless). Its Tokens are read-only once sent and
+// may be part of a larger array shared by other blocks' chains.
+type BlockChain struct {
+	Parent    uint64
+	HasParent bool
+	Tokens    []int64
+	LoRA      string // "" for the base model
 }
 
 // OffloadItem is one GPU block to write down, with the digest that identifies
@@ -539,6 +556,13 @@ type OffloadItem struct {
 	Hash   uint64
 	Digest prefixhash.Digest
 	Tokens int
+	// Namespace is the block's namespace id (prefixhash.Namespace.ID), and
+	// Chain its place in its chain (Tokens nil when the GPU no longer knew
+	// it), for the tiers below to record with the copy: a disk reopened
+	// after a restart announces its blocks with them. Chain.Tokens are a
+	// copy of the pool's, owned by the message.
+	Namespace uint64
+	Chain     BlockChain
 }
 
 // OffloadRequest asks the pinned actor for slots to copy GPU blocks into.
@@ -682,13 +706,15 @@ type ResidencyChange struct {
 	Hash   uint64
 	// Parent is the hash of the block before it in its chain when
 	// HasParent; Tokens its token ids. Known on the GPU tier, which
-	// computed the block; the event publisher fills them in for the tiers
-	// below from what it heard of the block before.
+	// computed the block, and on a disk reopened after a restart, which
+	// recorded them with its copy (IndexUpdate.Chains); otherwise (Tokens
+	// nil) the event publisher fills them in for the tiers below from what
+	// it heard of the block before.
 	Parent    uint64
 	HasParent bool
 	Tokens    []int64
 	// LoRA names the adapter the block's KV was computed under ("" for
-	// the base model); known on the GPU tier, as Parent is.
+	// the base model); known where Parent is.
 	LoRA string
 }
 

@@ -82,6 +82,7 @@ type Tier struct {
 	now      time.Time
 	ready    Ready
 	digests  []prefixhash.Digest // by slot: the prefix digest of the block it holds
+	chains   []slotChain         // by slot: what the GPU said of its block (keepChain)
 	inFlight int
 	flushers []flushWaiter
 	stats    messages.TierStats
@@ -223,6 +224,7 @@ func (t *Tier) grant(m *messages.OffloadRequest, gone []bool) *messages.OffloadG
 			g.Slots[i] = slot
 			g.Bytes[i] = t.pool.Bytes(slot)
 			t.digests[slot] = it.Digest
+			t.keepChain(slot, &m.Items[i])
 			t.inFlight++
 			t.fillEp[slot] = t.cause
 			t.begin(t.cause)

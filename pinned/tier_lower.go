@@ -77,7 +77,7 @@ func (t *Tier) drainVictims(victims []Victim) {
 	}
 	w := &messages.LowerWrite{Items: make([]messages.LowerWriteItem, len(victims))}
 	for i, v := range victims {
-		w.Items[i] = messages.LowerWriteItem{Hash: v.Key, Slot: v.Slot, Bytes: t.pool.Bytes(v.Slot), Digest: t.digests[v.Slot]}
+		w.Items[i] = t.lowerWriteItem(v.Key, v.Slot)
 		t.draining[v.Slot] = true
 		t.drainEp[v.Slot] = t.cause
 		t.begin(t.cause)
@@ -105,7 +105,7 @@ func (t *Tier) writeThrough(hashes []uint64) {
 		t.draining[slot] = false
 		t.drainEp[slot] = t.cause
 		t.begin(t.cause)
-		w.Items = append(w.Items, messages.LowerWriteItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: t.digests[slot]})
+		w.Items = append(w.Items, t.lowerWriteItem(h, slot))
 	}
 	if len(w.Items) > 0 {
 		t.toLower(w)

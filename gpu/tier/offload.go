@@ -39,12 +39,15 @@ func (t *Tier) offloadEvicted(w *waiter) *offloadOp {
 		return nil
 	}
 	op := &offloadOp{evict: true}
+	ch := newChainer(t.bs, 0) // an eviction's tokens are the pool's copies, owned
 	for _, e := range t.evicted {
 		if t.flags[e.Block]&flagBelow != 0 {
 			continue // already written down
 		}
 		op.blocks = append(op.blocks, e.Block)
-		op.items = append(op.items, messages.OffloadItem{Hash: uint64(e.Hash), Digest: e.Digest, Tokens: t.bs})
+		it := messages.OffloadItem{Hash: uint64(e.Hash), Digest: e.Digest, Tokens: t.bs}
+		ch.fill(&it, e.Parent, e.HasParent, e.NS, e.Tokens, nil)
+		op.items = append(op.items, it)
 	}
 	if len(op.blocks) == 0 {
 		return nil
@@ -75,6 +78,7 @@ func (t *Tier) offloadResident(ids []blockpool.BlockID) {
 		return
 	}
 	op := &offloadOp{}
+	ch := newChainer(t.bs, len(ids))
 	for _, id := range ids {
 		// Only committed blocks (cached) hold computed KV to write down.
 		h, cached := t.pool.BlockHash(id)
@@ -85,7 +89,11 @@ func (t *Tier) offloadResident(ids []blockpool.BlockID) {
 		t.pool.Pin(id)
 		t.flags[id] |= flagMoving
 		op.blocks = append(op.blocks, id)
-		op.items = append(op.items, messages.OffloadItem{Hash: uint64(h), Digest: d, Tokens: t.bs})
+		it := messages.OffloadItem{Hash: uint64(h), Digest: d, Tokens: t.bs}
+		if parent, hasParent, ns, ok := t.pool.BlockChain(id); ok {
+			ch.fill(&it, parent, hasParent, ns, nil, t.pool.BlockTokens(id))
+		}
+		op.items = append(op.items, it)
 	}
 	if len(op.blocks) > 0 {
 		t.startOffload(op)
