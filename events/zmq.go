@@ -280,17 +280,21 @@ func (s *Server) serveReplay(ctx context.Context, src Source) {
 // Close stops the sockets; batches still queued are sent first. A replay
 // or snapshot request in progress is cancelled and Close waits for its
 // Source call to return: none is made after Close.
+//
+// The ROUTER is closed before Close waits for the replay goroutine: an
+// answer to a client that does not read blocks in a socket write that has
+// no deadline, and only closing the socket ends it.
 func (s *Server) Close() error {
 	close(s.queue)
 	<-s.done
 	s.cancel()
 	<-s.dialed
-	<-s.served
-	err := s.pub.Close()
+	var err error
 	if s.router != nil {
-		err = errors.Join(err, s.router.Close())
+		err = s.router.Close()
 	}
-	return err
+	<-s.served
+	return errors.Join(s.pub.Close(), err)
 }
 
 // Subscriber receives a publisher's batches (a SUB socket).
