@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -106,7 +109,7 @@ type Source interface {
 type ServerConfig struct {
 	// Endpoint is the PUB socket's ZMQ endpoint. As vLLM decides, the
 	// socket binds when the endpoint has a wildcard host ("tcp://*:5557",
-	// "tcp://[::]:5557") or is ipc:// or inproc://, and otherwise connects
+	// "tcp://[::]:5557") or is ipc:// (inproc:// is refused), and otherwise connects
 	// to a subscriber that binds ("tcp://router:5557"), retrying in the
 	// background until it answers (batches published meanwhile reach no
 	// one, as with any PUB socket without subscribers). A bound port 0
@@ -120,6 +123,15 @@ type ServerConfig struct {
 	// QueueSize bounds the batches waiting for the PUB socket; a batch
 	// past it is dropped (the caller counts it; subscribers see a gap).
 	QueueSize int
+	// SubscriberQueue bounds the batches waiting for one subscriber
+	// (default 10000), as vLLM's hwm bounds each subscriber's pipe: a
+	// batch past it is dropped for that subscriber alone (counted by
+	// SubscriberDrops; it sees a gap), so a subscriber that reads slowly,
+	// or not at all, delays no other.
+	SubscriberQueue int
+	// Linger bounds how long Close waits for each subscriber to take the
+	// batches queued for it (default 1 s).
+	Linger time.Duration
 	// ReplayTimeout bounds the wait for the Source's answer to one replay
 	// or snapshot request (default 5 s); past it the client is told the
 	// replay failed (ReplayTimedOut).
@@ -127,17 +139,24 @@ type ServerConfig struct {
 }
 
 // Server owns the PUB and ROUTER sockets; their I/O runs on its own
-// goroutines, so a slow subscriber never stalls the publisher's owner.
+// goroutines, so a slow subscriber never stalls the publisher's owner, nor
+// another subscriber (see pub.go).
 type Server struct {
 	cfg    ServerConfig
-	pub    zmq4.Socket
+	ln     net.Listener // the PUB socket's, when it binds (else it connects)
 	router zmq4.Socket
 	queue  chan Frame
+	ctx    context.Context // ends when Close has sent what was queued
 	cancel context.CancelFunc
-	done   chan struct{}
-	dialed chan struct{} // closed when a connecting PUB socket's dialer returned
-	served chan struct{} // closed when serveReplay returned (at once without a ROUTER)
-	bound  bool          // the PUB socket listens (else it connects)
+	done   chan struct{}  // closed when send returned
+	served chan struct{}  // closed when serveReplay returned (at once without a ROUTER)
+	conns  sync.WaitGroup // the accept or dial loop and every connection's goroutines
+
+	// To send, which owns the subscribers.
+	join   chan *pubConn
+	leave  chan *pubConn
+	topics chan pubTopic
+	drops  atomic.Uint64
 }
 
 // Listen binds the sockets and starts serving.
@@ -148,30 +167,32 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = 5 * time.Second
 	}
+	if cfg.SubscriberQueue <= 0 {
+		cfg.SubscriberQueue = 10000
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{}), dialed: make(chan struct{}), served: make(chan struct{}), bound: binds(cfg.Endpoint)}
-	if s.bound {
-		s.pub = zmq4.NewPub(ctx)
-		close(s.dialed)
-		if err := s.pub.Listen(listenAddr(cfg.Endpoint)); err != nil {
+	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), ctx: ctx, cancel: cancel, done: make(chan struct{}), served: make(chan struct{}),
+		join: make(chan *pubConn), leave: make(chan *pubConn), topics: make(chan pubTopic)}
+	if binds(cfg.Endpoint) {
+		ln, err := listenPub(cfg.Endpoint)
+		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
 		}
-	} else {
-		if !strings.HasPrefix(cfg.Endpoint, "tcp://") {
-			cancel()
-			return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: want tcp://, ipc:// or inproc://", cfg.Endpoint)
-		}
-		s.pub = zmq4.NewPub(ctx, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
-		go func() {
-			defer close(s.dialed)
-			_ = s.pub.Dial(cfg.Endpoint) // returns once connected, or when Close cancels it
-		}()
+		s.ln = ln
+	} else if !strings.HasPrefix(cfg.Endpoint, "tcp://") {
+		cancel()
+		return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: want tcp:// or ipc://", cfg.Endpoint)
 	}
 	if cfg.ReplayEndpoint != "" {
 		s.router = zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("kvtier-replay")))
 		if err := s.router.Listen(listenAddr(cfg.ReplayEndpoint)); err != nil {
-			_ = s.pub.Close()
+			if s.ln != nil {
+				_ = s.ln.Close()
+			}
 			cancel()
 			return nil, fmt.Errorf("kvtier: events: ROUTER on %q: %w", cfg.ReplayEndpoint, err)
 		}
@@ -179,11 +200,19 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 	} else {
 		close(s.served)
 	}
+	s.conns.Add(1)
+	if s.ln != nil {
+		go s.accept()
+	} else {
+		go s.dial(strings.TrimPrefix(cfg.Endpoint, "tcp://"))
+	}
 	go s.send()
 	return s, nil
 }
 
-// binds reports whether a PUB socket on ep binds (vLLM's rule).
+// binds reports whether a PUB socket on ep binds (vLLM's rule; an
+// inproc:// endpoint binds too, and is refused: the PUB socket speaks TCP
+// or a Unix socket).
 func binds(ep string) bool {
 	return strings.Contains(ep, "*") || strings.Contains(ep, "::") || strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
 }
@@ -194,8 +223,8 @@ func listenAddr(ep string) string { return strings.Replace(ep, "://*:", "://0.0.
 // Addrs returns the endpoints bound, ports resolved ("" for no replay).
 func (s *Server) Addrs() (pub, replay string) {
 	pub = s.cfg.Endpoint
-	if a := s.pub.Addr(); s.bound && a != nil && strings.HasPrefix(pub, "tcp://") {
-		pub = "tcp://" + a.String()
+	if s.ln != nil && strings.HasPrefix(pub, "tcp://") {
+		pub = "tcp://" + s.ln.Addr().String()
 	}
 	if s.router != nil {
 		replay = "tcp://" + s.router.Addr().String()
@@ -214,11 +243,65 @@ func (s *Server) Publish(f Frame) bool {
 	}
 }
 
+// SubscriberDrops counts the batches dropped for a subscriber whose queue
+// (ServerConfig.SubscriberQueue) was full, one per batch and subscriber.
+func (s *Server) SubscriberDrops() uint64 { return s.drops.Load() }
+
+// send owns the subscribers: it hands each batch to the queue of every
+// subscriber of its topic, or drops it for a subscriber whose queue is
+// full. Once Close has closed s.queue it closes every subscriber's queue
+// and waits, for up to Linger, for their writers to send what they hold.
 func (s *Server) send() {
 	defer close(s.done)
-	topic := []byte(s.cfg.Topic)
-	for f := range s.queue {
-		_ = s.pub.Send(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload))
+	subs := map[*pubConn]map[string]bool{}
+	for {
+		select {
+		case f, ok := <-s.queue:
+			if !ok {
+				s.drain(subs)
+				return
+			}
+			for pc, topics := range subs {
+				if !wants(topics, s.cfg.Topic) {
+					continue
+				}
+				select {
+				case pc.out <- f:
+				default:
+					s.drops.Add(1)
+				}
+			}
+		case pc := <-s.join:
+			subs[pc] = map[string]bool{}
+		case t := <-s.topics:
+			if topics, ok := subs[t.c]; ok && t.on {
+				topics[t.topic] = true
+			} else if ok {
+				delete(topics, t.topic)
+			}
+		case pc := <-s.leave:
+			if _, ok := subs[pc]; ok {
+				delete(subs, pc)
+				close(pc.out)
+			}
+		}
+	}
+}
+
+// drain closes every subscriber's queue and waits, for up to Linger in
+// all, for its writer to send what it holds (or to fail).
+func (s *Server) drain(subs map[*pubConn]map[string]bool) {
+	for pc := range subs {
+		close(pc.out)
+	}
+	linger := time.NewTimer(s.cfg.Linger)
+	defer linger.Stop()
+	for pc := range subs {
+		select {
+		case <-pc.wrote:
+		case <-linger.C:
+			return
+		}
 	}
 }
 
@@ -277,9 +360,11 @@ func (s *Server) serveReplay(ctx context.Context, src Source) {
 	}
 }
 
-// Close stops the sockets; batches still queued are sent first. A replay
-// or snapshot request in progress is cancelled and Close waits for its
-// Source call to return: none is made after Close.
+// Close stops the sockets; batches still queued are sent first, to every
+// subscriber that takes them within ServerConfig.Linger. A replay or
+// snapshot request in progress is cancelled and Close waits for its Source
+// call to return: none is made after Close. No goroutine of the Server
+// runs once Close has returned.
 //
 // The ROUTER is closed before Close waits for the replay goroutine: an
 // answer to a client that does not read blocks in a socket write that has
@@ -287,14 +372,17 @@ func (s *Server) serveReplay(ctx context.Context, src Source) {
 func (s *Server) Close() error {
 	close(s.queue)
 	<-s.done
-	s.cancel()
-	<-s.dialed
+	s.cancel() // closes every PUB connection
 	var err error
+	if s.ln != nil {
+		err = s.ln.Close()
+	}
 	if s.router != nil {
-		err = s.router.Close()
+		err = errors.Join(err, s.router.Close())
 	}
 	<-s.served
-	return errors.Join(s.pub.Close(), err)
+	s.conns.Wait()
+	return err
 }
 
 // Subscriber receives a publisher's batches (a SUB socket).
