@@ -26,10 +26,10 @@ func (s *bigSource) Replay(context.Context, uint64) ([]Frame, error) {
 func (s *bigSource) Snapshot(context.Context) (Frame, error) { return s.frames[0], nil }
 
 // TestCloseWithStuckReplayClient: a replay client that asks and never
-// reads its answer fills the connection, so the ROUTER's write of the
-// answer blocks. Close must still return: it closes the ROUTER rather
-// than waiting for that write (it hung for ever, as the write has no
-// deadline and only closing the socket ends it).
+// reads its answer fills the connection, so the write of the answer
+// blocks. Close must still return: it closes the connection rather than
+// waiting for that write (it hung for ever, as the write has no deadline
+// and only closing the socket ends it).
 func TestCloseWithStuckReplayClient(t *testing.T) {
 	src := &bigSource{answered: make(chan struct{})}
 	for i := range 256 {
@@ -57,5 +57,39 @@ func TestCloseWithStuckReplayClient(t *testing.T) {
 	case <-closed:
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close hung behind a replay answer its client does not read")
+	}
+}
+
+// TestStuckReplayClientDelaysNoOther: while one replay client's answer is
+// stuck in its full connection, another client's replay is answered.
+// (zmq4's ROUTER socket was served one request at a time by one
+// goroutine: the stuck write held up every later request until Close, and
+// the second client's Replay timed out.)
+func TestStuckReplayClientDelaysNoOther(t *testing.T) {
+	src := &bigSource{answered: make(chan struct{})}
+	payload := make([]byte, 256<<10)
+	for i := range 256 {
+		src.frames = append(src.frames, Frame{Seq: uint64(i), Payload: payload}) // 64 MiB on the wire
+	}
+	s, err := Listen(ServerConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0"}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, replayAddr := s.Addrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := zmq4.NewDealer(ctx) // asks, and never calls Recv
+	defer d.Close()
+	if err := d.Dial(replayAddr); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(zmq4.NewMsgFrom(nil, binary.BigEndian.AppendUint64(nil, 0))); err != nil {
+		t.Fatal(err)
+	}
+	<-src.answered
+	fs, err := Replay(ctx, replayAddr, 0)
+	if err != nil || len(fs) != len(src.frames) {
+		t.Fatalf("a second client's replay: %d frames, %v (want %d)", len(fs), err, len(src.frames))
 	}
 }

@@ -42,9 +42,9 @@ type pubTopic struct {
 	on    bool
 }
 
-// listenPub binds the PUB endpoint ep (tcp:// with a wildcard host, or
-// ipc://).
-func listenPub(ep string) (net.Listener, error) {
+// listenEndpoint binds the endpoint ep, tcp:// ("*" for every address)
+// or ipc://.
+func listenEndpoint(ep string) (net.Listener, error) {
 	network, addr, ok := strings.Cut(listenAddr(ep), "://")
 	switch {
 	case ok && network == "tcp":

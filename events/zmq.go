@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // SnapshotRequest is what a client sends on the replay socket, in place of
@@ -99,7 +100,8 @@ func parseFailure(p []byte) *ReplayError {
 var errRefused = errors.New("kvtier: events: replay request refused")
 
 // Source answers the replay socket; the events actor implements it by
-// message (Server calls it from its own goroutine).
+// message. The Server calls it from each replay connection's goroutine,
+// so requests of several clients may call it at once.
 type Source interface {
 	Replay(ctx context.Context, from uint64) ([]Frame, error)
 	Snapshot(ctx context.Context) (Frame, error)
@@ -144,12 +146,11 @@ type ServerConfig struct {
 type Server struct {
 	cfg    ServerConfig
 	ln     net.Listener // the PUB socket's, when it binds (else it connects)
-	router zmq4.Socket
+	rln    net.Listener // the replay socket's; nil without one
 	queue  chan Frame
 	ctx    context.Context // ends when Close has sent what was queued
 	cancel context.CancelFunc
 	done   chan struct{}  // closed when send returned
-	served chan struct{}  // closed when serveReplay returned (at once without a ROUTER)
 	conns  sync.WaitGroup // the accept or dial loop and every connection's goroutines
 
 	// To send, which owns the subscribers.
@@ -174,10 +175,10 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 		cfg.Linger = time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), ctx: ctx, cancel: cancel, done: make(chan struct{}), served: make(chan struct{}),
+	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		join: make(chan *pubConn), leave: make(chan *pubConn), topics: make(chan pubTopic)}
 	if binds(cfg.Endpoint) {
-		ln, err := listenPub(cfg.Endpoint)
+		ln, err := listenEndpoint(cfg.Endpoint)
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
@@ -188,17 +189,17 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 		return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: want tcp:// or ipc://", cfg.Endpoint)
 	}
 	if cfg.ReplayEndpoint != "" {
-		s.router = zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("kvtier-replay")))
-		if err := s.router.Listen(listenAddr(cfg.ReplayEndpoint)); err != nil {
+		rln, err := listenEndpoint(cfg.ReplayEndpoint)
+		if err != nil {
 			if s.ln != nil {
 				_ = s.ln.Close()
 			}
 			cancel()
 			return nil, fmt.Errorf("kvtier: events: ROUTER on %q: %w", cfg.ReplayEndpoint, err)
 		}
-		go s.serveReplay(ctx, src)
-	} else {
-		close(s.served)
+		s.rln = rln
+		s.conns.Add(1)
+		go s.acceptReplay(src)
 	}
 	s.conns.Add(1)
 	if s.ln != nil {
@@ -226,8 +227,8 @@ func (s *Server) Addrs() (pub, replay string) {
 	if s.ln != nil && strings.HasPrefix(pub, "tcp://") {
 		pub = "tcp://" + s.ln.Addr().String()
 	}
-	if s.router != nil {
-		replay = "tcp://" + s.router.Addr().String()
+	if s.rln != nil {
+		replay = "tcp://" + s.rln.Addr().String()
 	}
 	return pub, replay
 }
@@ -307,57 +308,100 @@ func (s *Server) drain(subs map[*pubConn]map[string]bool) {
 
 func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
-// serveReplay answers [identity, "", request] (a REQ or DEALER client; the
-// empty delimiter may be missing): an 8-byte start sequence number gets the
-// buffered batches from there, a SnapshotRequest the snapshot, each reply
-// [identity, "", seq, payload], then the end marker [identity, "", -1, ""].
+// acceptReplay serves every connection made to the replay socket, each on
+// its own goroutine (serveReplay), so that a client that does not read its
+// answer holds up no other.
+func (s *Server) acceptReplay(src Source) {
+	defer s.conns.Done()
+	for {
+		nc, err := s.rln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			select { // a passing failure (out of file descriptors)
+			case <-s.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		s.conns.Add(1)
+		go func() {
+			defer s.conns.Done()
+			s.serveReplay(nc, src)
+		}()
+	}
+}
+
+// serveReplay speaks ROUTER to one client (a DEALER, or anything that
+// sends requests with an empty delimiter frame first or none) until it
+// leaves or Close ends it. A request, the last frame of a message: an
+// 8-byte start sequence number gets the buffered batches from there, a
+// SnapshotRequest the snapshot, each reply ["", seq, payload], then the
+// end marker ["", -1, ""].
 //
 // A request it cannot answer (the Source failed or timed out, or the
 // request is neither) gets no batches and, in place of the end marker, the
-// failure marker [identity, "", -1, "kvtier-replay-failed <code>: <detail>"]
-// (see ReplayError). vLLM's replay never fails and has no such reply; the
+// failure marker ["", -1, "kvtier-replay-failed <code>: <detail>"] (see
+// ReplayError). vLLM's replay never fails and has no such reply; the
 // failure marker keeps the end marker's sequence number, so a client that
 // stops at -1 stops there, and its payload is not a msgpack batch (it
 // begins with a positive fixint), so a client that stops at an empty
 // payload fails to decode it rather than taking a failure for "nothing to
 // replay".
-func (s *Server) serveReplay(ctx context.Context, src Source) {
-	defer close(s.served)
+func (s *Server) serveReplay(nc net.Conn, src Source) {
+	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
+	defer stop()
+	defer nc.Close()
+	c, err := zmq4.Open(nc, null.Security(), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */, nil)
+	if err != nil {
+		return
+	}
 	for {
-		msg, err := s.router.Recv()
+		msg, err := c.RecvMsg()
 		if err != nil {
-			if ctx.Err() != nil {
+			return
+		}
+		if msg.Type != zmq4.UsrMsg || len(msg.Frames) == 0 {
+			continue
+		}
+		for _, r := range s.answer(src, msg.Frames[len(msg.Frames)-1]) {
+			if err := c.SendMsg(zmq4.NewMsgFrom(nil, r.seq, r.payload)); err != nil {
 				return
 			}
-			continue
 		}
-		if len(msg.Frames) < 2 {
-			continue
-		}
-		id, req := msg.Frames[0], msg.Frames[len(msg.Frames)-1]
-		var frames []Frame
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
-		switch {
-		case len(req) == 8:
-			frames, err = src.Replay(rctx, binary.BigEndian.Uint64(req))
-		case string(req) == SnapshotRequest:
-			var f Frame
-			if f, err = src.Snapshot(rctx); err == nil {
-				frames = []Frame{f}
-			}
-		default:
-			err = fmt.Errorf("%w: a request of %d bytes (want an 8-byte sequence number or %q)", errRefused, len(req), SnapshotRequest)
-		}
-		cancel()
-		if err != nil {
-			_ = s.router.Send(zmq4.NewMsgFrom(id, nil, endSeq, failurePayload(err)))
-			continue
-		}
-		for _, f := range frames {
-			_ = s.router.Send(zmq4.NewMsgFrom(id, nil, seqBytes(f.Seq), f.Payload))
-		}
-		_ = s.router.Send(zmq4.NewMsgFrom(id, nil, endSeq, nil))
 	}
+}
+
+// reply is one [seq, payload] of an answer.
+type reply struct{ seq, payload []byte }
+
+// answer returns the replies to req, the end or failure marker last.
+func (s *Server) answer(src Source, req []byte) []reply {
+	var frames []Frame
+	var err error
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ReplayTimeout)
+	defer cancel()
+	switch {
+	case len(req) == 8:
+		frames, err = src.Replay(ctx, binary.BigEndian.Uint64(req))
+	case string(req) == SnapshotRequest:
+		var f Frame
+		if f, err = src.Snapshot(ctx); err == nil {
+			frames = []Frame{f}
+		}
+	default:
+		err = fmt.Errorf("%w: a request of %d bytes (want an 8-byte sequence number or %q)", errRefused, len(req), SnapshotRequest)
+	}
+	if err != nil {
+		return []reply{{endSeq, failurePayload(err)}}
+	}
+	out := make([]reply, 0, len(frames)+1)
+	for _, f := range frames {
+		out = append(out, reply{seqBytes(f.Seq), f.Payload})
+	}
+	return append(out, reply{endSeq, nil})
 }
 
 // Close stops the sockets; batches still queued are sent first, to every
@@ -366,21 +410,20 @@ func (s *Server) serveReplay(ctx context.Context, src Source) {
 // call to return: none is made after Close. No goroutine of the Server
 // runs once Close has returned.
 //
-// The ROUTER is closed before Close waits for the replay goroutine: an
-// answer to a client that does not read blocks in a socket write that has
-// no deadline, and only closing the socket ends it.
+// Cancelling closes every connection, PUB and replay: an answer to a
+// replay client that does not read blocks in a socket write that has no
+// deadline, and only closing the connection ends it.
 func (s *Server) Close() error {
 	close(s.queue)
 	<-s.done
-	s.cancel() // closes every PUB connection
+	s.cancel() // closes every connection, and cancels the Source calls
 	var err error
 	if s.ln != nil {
 		err = s.ln.Close()
 	}
-	if s.router != nil {
-		err = errors.Join(err, s.router.Close())
+	if s.rln != nil {
+		err = errors.Join(err, s.rln.Close())
 	}
-	<-s.served
 	s.conns.Wait()
 	return err
 }
