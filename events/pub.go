@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -105,7 +107,7 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := zmq4.Open(nc, null.Security(), zmq4.Pub, nil, server, nil)
+	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Pub, nil, server, nil)
 	if err != nil {
 		return
 	}
@@ -165,4 +167,82 @@ func wants(topics map[string]bool, topic string) bool {
 		}
 	}
 	return false
+}
+
+// maxInbound bounds one message a peer sends the PUB or replay end, all
+// its frames together: a handshake command, a subscription or a replay
+// request, each far smaller. zmq4 allocates a frame's body at the size
+// its header claims before reading it, so without this bound one 9-byte
+// frame header claiming 2^62 bytes from anyone who can connect crashed
+// the process (makeslice: len out of range), and a claim of some
+// gigabytes exhausted its memory.
+const maxInbound = 64 << 10
+
+// errInboundTooBig ends a connection whose peer sent a message over
+// maxInbound.
+var errInboundTooBig = errors.New("kvtier: events: a peer's message exceeds 64 KiB")
+
+// guardConn is a net.Conn for zmq4.Open whose reads fail as soon as the
+// peer's ZMTP stream declares a message over maxInbound, before zmq4 has
+// the frame's size. It follows the stream: the 64-byte greeting, then
+// frames of a flags byte (0x01 more, 0x02 long size), a 1- or 8-byte
+// size and the body.
+type guardConn struct {
+	net.Conn
+	greeting int     // greeting bytes still to pass
+	hdr      [9]byte // the current frame's header so far
+	nhdr     int
+	body     uint64 // body bytes of the current frame still to pass
+	msg      uint64 // bytes of the current message's frames so far
+}
+
+func newGuardConn(nc net.Conn) *guardConn { return &guardConn{Conn: nc, greeting: 64} }
+
+func (g *guardConn) Read(p []byte) (int, error) {
+	n, err := g.Conn.Read(p)
+	if serr := g.scan(p[:n]); serr != nil {
+		return 0, serr
+	}
+	return n, err
+}
+
+// scan follows the bytes b read from the peer.
+func (g *guardConn) scan(b []byte) error {
+	for len(b) > 0 {
+		switch {
+		case g.greeting > 0:
+			k := min(g.greeting, len(b))
+			g.greeting -= k
+			b = b[k:]
+		case g.body > 0:
+			k := min(g.body, uint64(len(b)))
+			g.body -= k
+			b = b[k:]
+		default: // a header byte
+			g.hdr[g.nhdr] = b[0]
+			g.nhdr++
+			b = b[1:]
+			flags, need := g.hdr[0], 2
+			if flags&0x02 != 0 {
+				need = 9
+			}
+			if g.nhdr < need {
+				continue
+			}
+			size := uint64(g.hdr[1])
+			if need == 9 {
+				size = binary.BigEndian.Uint64(g.hdr[1:9])
+			}
+			g.nhdr = 0
+			if size > maxInbound-g.msg {
+				return errInboundTooBig
+			}
+			g.msg += size
+			if flags&0x01 == 0 { // the message's last frame
+				g.msg = 0
+			}
+			g.body = size
+		}
+	}
+	return nil
 }

@@ -2,10 +2,17 @@ package events
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
 	"go.uber.org/goleak"
 )
 
@@ -211,4 +218,71 @@ func TestPubOverIPC(t *testing.T) {
 	}
 	defer sub.Close()
 	joined(t, s, recvAll(sub), []byte{1})
+}
+
+// TestHugeInboundMessage: a peer of the PUB or replay end that declares a
+// frame of 2^62 bytes (one 9-byte header), or a message of many frames
+// that add up past maxInbound, loses its connection; the Server goes on
+// serving others. zmq4 allocated the claimed size first: the process
+// crashed (makeslice: len out of range).
+func TestHugeInboundMessage(t *testing.T) {
+	src := &lockedSource{p: NewPublisher(Config{BlockSize: 1})}
+	s, err := Listen(ServerConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pubAddr, replayAddr := s.Addrs()
+	long := func(more bool, size uint64) []byte {
+		h := []byte{0x02, 0, 0, 0, 0, 0, 0, 0, 0}
+		if more {
+			h[0] |= 0x01
+		}
+		binary.BigEndian.PutUint64(h[1:], size)
+		return h
+	}
+	chunk := make([]byte, 16<<10)
+	for _, tc := range []struct {
+		name  string
+		addr  string
+		typ   zmq4.SocketType
+		bytes [][]byte
+	}{
+		{"PUB, one huge frame", pubAddr, zmq4.Sub, [][]byte{long(false, 1<<62)}},
+		{"replay, one huge frame", replayAddr, zmq4.Dealer, [][]byte{long(true, 1<<62)}},
+		{"replay, frames adding up", replayAddr, zmq4.Dealer, [][]byte{long(true, 16<<10), chunk, long(true, 16<<10), chunk,
+			long(true, 16<<10), chunk, long(true, 16<<10), chunk, long(false, 16<<10), chunk}},
+	} {
+		nc, err := net.Dial("tcp", strings.TrimPrefix(tc.addr, "tcp://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := zmq4.Open(nc, null.Security(), tc.typ, nil, false, nil)
+		if err != nil {
+			t.Fatalf("%s: handshake: %v", tc.name, err)
+		}
+		for _, b := range tc.bytes {
+			if _, err := c.Write(b); err != nil {
+				break // the server may have closed already
+			}
+		}
+		// The server closes the connection: the read ends (EOF or reset).
+		_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadAll(nc); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s: the server kept the connection", tc.name)
+		}
+		_ = nc.Close()
+	}
+	// Both ends still serve.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sub, err := Subscribe(ctx, pubAddr, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	joined(t, s, recvAll(sub), nil)
+	if _, err := Replay(ctx, replayAddr, 0); err != nil {
+		t.Fatalf("replay after the huge messages: %v", err)
+	}
 }

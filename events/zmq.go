@@ -354,7 +354,7 @@ func (s *Server) serveReplay(nc net.Conn, src Source) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := zmq4.Open(nc, null.Security(), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */, nil)
+	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */, nil)
 	if err != nil {
 		return
 	}
