@@ -201,6 +201,11 @@ func TestPubOverIPC(t *testing.T) {
 	if _, err := Listen(ServerConfig{Endpoint: "inproc://kv"}, nil); err == nil {
 		t.Fatal("an inproc:// PUB endpoint was accepted")
 	}
+	// A replay endpoint with no Source to answer it is refused, rather than
+	// a nil Source crashing the process at the first request.
+	if _, err := Listen(ServerConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0"}, nil); err == nil {
+		t.Fatal("a replay endpoint without a Source was accepted")
+	}
 	ep := "ipc://" + t.TempDir() + "/kv.sock"
 	s, err := Listen(ServerConfig{Endpoint: ep, Topic: "kv"}, nil)
 	if err != nil {

@@ -160,8 +160,12 @@ type Server struct {
 	drops  atomic.Uint64
 }
 
-// Listen binds the sockets and starts serving.
+// Listen binds the sockets and starts serving. src answers the replay
+// socket; it may be nil only without a ReplayEndpoint.
 func Listen(cfg ServerConfig, src Source) (*Server, error) {
+	if cfg.ReplayEndpoint != "" && src == nil {
+		return nil, fmt.Errorf("kvtier: events: ROUTER on %q: no Source to answer it", cfg.ReplayEndpoint)
+	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 100000
 	}
