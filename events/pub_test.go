@@ -91,9 +91,9 @@ func TestSlowSubscriberDelaysNoOther(t *testing.T) {
 	got := recvAll(sub)
 	seq := joined(t, s, got, payload)
 
-	// Paced by the healthy subscriber, which must get each batch: 64 MiB
+	// Paced by the healthy subscriber, which must get each batch: 128 MiB
 	// in all, far past what the stuck one's connection buffers.
-	for range 1000 {
+	for range 2000 {
 		if !s.Publish(Frame{Seq: seq, Payload: payload}) {
 			t.Fatal("queue full")
 		}
