@@ -50,6 +50,7 @@ var tierMetrics = []metricDef{
 	{"kvtier_events_dropped_batches_total", "KV-event batches dropped because the send queue was full: sequence gaps subscribers see (still replayable).", prometheus.CounterValue, nil},
 	{"kvtier_events_resident_blocks", "Blocks each medium holds as the KV-event stream says (GPU, CPU, STORAGE, REMOTE).", prometheus.GaugeValue, []string{"medium"}},
 	{"kvtier_tier_overdue_blocks_total", "GPU: blocks of loads past their read deadline that finish late (as hits, or failed if the copy fails) instead of becoming misses at it: their copy up was under way and too few GPU blocks were free to swap in. Counted at the deadline.", prometheus.CounterValue, []string{"tier"}},
+	{"kvtier_events_subscriber_dropped_batches_total", "KV-event batches dropped for one subscriber whose own send queue was full (it reads too slowly), one per batch and subscriber: sequence gaps that subscriber sees (still replayable).", prometheus.CounterValue, nil},
 }
 
 // Link metrics, observed as transfers finish.
@@ -188,6 +189,7 @@ func (x *metricsSet) Collect(ch chan<- prometheus.Metric) {
 	if ev := st.Events; ev != nil {
 		emit(15, float64(ev.Published))
 		emit(16, float64(ev.Dropped))
+		emit(19, float64(ev.SubscriberDrops))
 		for md, n := range ev.Resident {
 			emit(17, float64(n), md)
 		}

@@ -95,6 +95,9 @@ func (a *EventsActor) Receive(ctx actor.Context) {
 		m.reply <- a.p.Snapshot(a.clock())
 	case *messages.EventsStatsRequest:
 		s := messages.EventStats{Published: a.run.published, Dropped: a.run.dropped, Resident: map[string]int{}}
+		if d, ok := a.cfg.Server.(interface{ SubscriberDrops() uint64 }); ok {
+			s.SubscriberDrops = d.SubscriberDrops()
+		}
 		s.LastSeq, s.HasSeq = a.p.LastSeq()
 		for _, md := range events.Mediums {
 			s.Resident[string(md)] = a.p.Count(md)

@@ -10,8 +10,11 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
-// refusing is a sender whose queue is full for every third frame.
+// refusing is a sender whose queue is full for every third frame, and
+// whose subscribers' queues dropped 5 batches.
 type refusing struct{ got, refused []uint64 }
+
+func (r *refusing) SubscriberDrops() uint64 { return 5 }
 
 func (r *refusing) Publish(f events.Frame) bool {
 	if f.Seq%3 == 2 {
@@ -24,7 +27,8 @@ func (r *refusing) Publish(f events.Frame) bool {
 
 // TestEventsActorCountsDrops: a frame the sender refuses is counted as
 // dropped, its sequence number is not reused (subscribers see the gap),
-// and replay still serves it.
+// and replay still serves it; the sender's drops for slow subscribers are
+// reported too.
 func TestEventsActorCountsDrops(t *testing.T) {
 	sys := actor.NewActorSystem()
 	snd := &refusing{}
@@ -40,7 +44,7 @@ func TestEventsActorCountsDrops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no stats")
 	}
-	if st.Published != 10 || st.Dropped != uint64(len(snd.refused)) || st.Dropped != 3 || st.LastSeq != 9 || st.Resident["GPU"] != 9 {
+	if st.Published != 10 || st.Dropped != uint64(len(snd.refused)) || st.Dropped != 3 || st.SubscriberDrops != 5 || st.LastSeq != 9 || st.Resident["GPU"] != 9 {
 		t.Fatalf("stats %+v, refused %v", st, snd.refused)
 	}
 	src := NewEventsSource(sys)

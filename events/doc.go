@@ -83,7 +83,11 @@
 // Publisher is the plain state machine (numbered batches, the bounded
 // replay buffer, the residency they add up to); actors.EventsActor owns
 // one; Server does the socket I/O off the actor, dropping a batch (counted,
-// a gap subscribers see) rather than ever stalling a tier; Subscribe,
+// a gap subscribers see) rather than ever stalling a tier. Each subscriber
+// has its own queue and writer, and each replay client its own goroutine,
+// so one that reads slowly or not at all delays no other (the PUB and
+// ROUTER ends are written over zmq4's ZMTP connections, not zmq4's
+// sockets: see pub.go). Subscribe,
 // Replay, FetchSnapshot and View are the consumer side, for Go routers and
 // the tests.
 package events

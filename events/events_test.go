@@ -649,3 +649,41 @@ func TestPublisherFullResidency(t *testing.T) {
 		t.Fatal("an empty Full residency of an empty medium published a batch")
 	}
 }
+
+// TestPublisherStartForgets: Start's AllBlocksCleared makes consumers drop
+// what they knew, so the Publisher forgets it too: a block stored again
+// after it is announced again, and a snapshot, like a view that applied
+// the stream, holds only what was stored since. (The Publisher kept its
+// residency: the store after Start published nothing, and the snapshot
+// and counts still held the cleared block.)
+func TestPublisherStartForgets(t *testing.T) {
+	now := time.Unix(100, 0)
+	p := NewPublisher(Config{BlockSize: 1})
+	v := NewView()
+	apply := func(f Frame) {
+		t.Helper()
+		if err := v.Apply(f.Seq, f.Payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(p.Start(now))
+	f, _ := p.Apply(storedGPU(7), now)
+	apply(f)
+	apply(p.Start(now)) // as the events actor does when it stops
+	if n := p.Count(MediumGPU); n != 0 {
+		t.Fatalf("GPU holds %d blocks after AllBlocksCleared", n)
+	}
+	f, ok := p.Apply(storedGPU(7), now)
+	if !ok {
+		t.Fatal("a block stored after AllBlocksCleared was not announced")
+	}
+	apply(f)
+	snap := NewView()
+	s := p.Snapshot(now)
+	if err := snap.Reset(s.Seq, s.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v.Residency(), snap.Residency()) || !reflect.DeepEqual(v.Residency(), p.Residency()) {
+		t.Fatalf("stream %v, snapshot %v, publisher %v", v.Residency(), snap.Residency(), p.Residency())
+	}
+}

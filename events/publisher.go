@@ -69,8 +69,12 @@ func NewPublisher(cfg Config) *Publisher {
 
 // Start publishes AllBlocksCleared: a consumer that knew this endpoint
 // before (a restarted node) drops what it knew, and learns again from the
-// stores that follow (the disk's records are announced as it opens).
+// stores that follow (the disk's records are announced as it opens). The
+// Publisher forgets the residency too, so that those stores are announced
+// and a snapshot holds what the consumers do.
 func (p *Publisher) Start(now time.Time) Frame {
+	clear(p.blocks)
+	p.count = [4]int{}
 	return p.publish(now, []Event{{Kind: AllBlocksCleared}})
 }
 

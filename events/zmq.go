@@ -5,10 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // SnapshotRequest is what a client sends on the replay socket, in place of
@@ -96,7 +100,8 @@ func parseFailure(p []byte) *ReplayError {
 var errRefused = errors.New("kvtier: events: replay request refused")
 
 // Source answers the replay socket; the events actor implements it by
-// message (Server calls it from its own goroutine).
+// message. The Server calls it from each replay connection's goroutine,
+// so requests of several clients may call it at once.
 type Source interface {
 	Replay(ctx context.Context, from uint64) ([]Frame, error)
 	Snapshot(ctx context.Context) (Frame, error)
@@ -106,7 +111,7 @@ type Source interface {
 type ServerConfig struct {
 	// Endpoint is the PUB socket's ZMQ endpoint. As vLLM decides, the
 	// socket binds when the endpoint has a wildcard host ("tcp://*:5557",
-	// "tcp://[::]:5557") or is ipc:// or inproc://, and otherwise connects
+	// "tcp://[::]:5557") or is ipc:// (inproc:// is refused), and otherwise connects
 	// to a subscriber that binds ("tcp://router:5557"), retrying in the
 	// background until it answers (batches published meanwhile reach no
 	// one, as with any PUB socket without subscribers). A bound port 0
@@ -120,6 +125,15 @@ type ServerConfig struct {
 	// QueueSize bounds the batches waiting for the PUB socket; a batch
 	// past it is dropped (the caller counts it; subscribers see a gap).
 	QueueSize int
+	// SubscriberQueue bounds the batches waiting for one subscriber
+	// (default 10000), as vLLM's hwm bounds each subscriber's pipe: a
+	// batch past it is dropped for that subscriber alone (counted by
+	// SubscriberDrops; it sees a gap), so a subscriber that reads slowly,
+	// or not at all, delays no other.
+	SubscriberQueue int
+	// Linger bounds how long Close waits for each subscriber to take the
+	// batches queued for it (default 1 s).
+	Linger time.Duration
 	// ReplayTimeout bounds the wait for the Source's answer to one replay
 	// or snapshot request (default 5 s); past it the client is told the
 	// replay failed (ReplayTimedOut).
@@ -127,63 +141,83 @@ type ServerConfig struct {
 }
 
 // Server owns the PUB and ROUTER sockets; their I/O runs on its own
-// goroutines, so a slow subscriber never stalls the publisher's owner.
+// goroutines, so a slow subscriber never stalls the publisher's owner, nor
+// another subscriber (see pub.go).
 type Server struct {
 	cfg    ServerConfig
-	pub    zmq4.Socket
-	router zmq4.Socket
+	ln     net.Listener // the PUB socket's, when it binds (else it connects)
+	rln    net.Listener // the replay socket's; nil without one
 	queue  chan Frame
+	ctx    context.Context // ends when Close has sent what was queued
 	cancel context.CancelFunc
-	done   chan struct{}
-	dialed chan struct{} // closed when a connecting PUB socket's dialer returned
-	served chan struct{} // closed when serveReplay returned (at once without a ROUTER)
-	bound  bool          // the PUB socket listens (else it connects)
+	done   chan struct{}  // closed when send returned
+	conns  sync.WaitGroup // the accept or dial loop and every connection's goroutines
+
+	// To send, which owns the subscribers.
+	join   chan *pubConn
+	leave  chan *pubConn
+	topics chan pubTopic
+	drops  atomic.Uint64
 }
 
-// Listen binds the sockets and starts serving.
+// Listen binds the sockets and starts serving. src answers the replay
+// socket; it may be nil only without a ReplayEndpoint.
 func Listen(cfg ServerConfig, src Source) (*Server, error) {
+	if cfg.ReplayEndpoint != "" && src == nil {
+		return nil, fmt.Errorf("kvtier: events: ROUTER on %q: no Source to answer it", cfg.ReplayEndpoint)
+	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 100000
 	}
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = 5 * time.Second
 	}
+	if cfg.SubscriberQueue <= 0 {
+		cfg.SubscriberQueue = 10000
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), cancel: cancel, done: make(chan struct{}), dialed: make(chan struct{}), served: make(chan struct{}), bound: binds(cfg.Endpoint)}
-	if s.bound {
-		s.pub = zmq4.NewPub(ctx)
-		close(s.dialed)
-		if err := s.pub.Listen(listenAddr(cfg.Endpoint)); err != nil {
+	s := &Server{cfg: cfg, queue: make(chan Frame, cfg.QueueSize), ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		join: make(chan *pubConn), leave: make(chan *pubConn), topics: make(chan pubTopic)}
+	if binds(cfg.Endpoint) {
+		ln, err := listenEndpoint(cfg.Endpoint)
+		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
 		}
-	} else {
-		if !strings.HasPrefix(cfg.Endpoint, "tcp://") {
-			cancel()
-			return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: want tcp://, ipc:// or inproc://", cfg.Endpoint)
-		}
-		s.pub = zmq4.NewPub(ctx, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
-		go func() {
-			defer close(s.dialed)
-			_ = s.pub.Dial(cfg.Endpoint) // returns once connected, or when Close cancels it
-		}()
+		s.ln = ln
+	} else if !strings.HasPrefix(cfg.Endpoint, "tcp://") {
+		cancel()
+		return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: want tcp:// or ipc://", cfg.Endpoint)
 	}
 	if cfg.ReplayEndpoint != "" {
-		s.router = zmq4.NewRouter(ctx, zmq4.WithID(zmq4.SocketIdentity("kvtier-replay")))
-		if err := s.router.Listen(listenAddr(cfg.ReplayEndpoint)); err != nil {
-			_ = s.pub.Close()
+		rln, err := listenEndpoint(cfg.ReplayEndpoint)
+		if err != nil {
+			if s.ln != nil {
+				_ = s.ln.Close()
+			}
 			cancel()
 			return nil, fmt.Errorf("kvtier: events: ROUTER on %q: %w", cfg.ReplayEndpoint, err)
 		}
-		go s.serveReplay(ctx, src)
+		s.rln = rln
+		s.conns.Add(1)
+		go s.acceptReplay(src)
+	}
+	s.conns.Add(1)
+	if s.ln != nil {
+		go s.accept()
 	} else {
-		close(s.served)
+		go s.dial(strings.TrimPrefix(cfg.Endpoint, "tcp://"))
 	}
 	go s.send()
 	return s, nil
 }
 
-// binds reports whether a PUB socket on ep binds (vLLM's rule).
+// binds reports whether a PUB socket on ep binds (vLLM's rule; an
+// inproc:// endpoint binds too, and is refused: the PUB socket speaks TCP
+// or a Unix socket).
 func binds(ep string) bool {
 	return strings.Contains(ep, "*") || strings.Contains(ep, "::") || strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
 }
@@ -194,11 +228,11 @@ func listenAddr(ep string) string { return strings.Replace(ep, "://*:", "://0.0.
 // Addrs returns the endpoints bound, ports resolved ("" for no replay).
 func (s *Server) Addrs() (pub, replay string) {
 	pub = s.cfg.Endpoint
-	if a := s.pub.Addr(); s.bound && a != nil && strings.HasPrefix(pub, "tcp://") {
-		pub = "tcp://" + a.String()
+	if s.ln != nil && strings.HasPrefix(pub, "tcp://") {
+		pub = "tcp://" + s.ln.Addr().String()
 	}
-	if s.router != nil {
-		replay = "tcp://" + s.router.Addr().String()
+	if s.rln != nil {
+		replay = "tcp://" + s.rln.Addr().String()
 	}
 	return pub, replay
 }
@@ -214,82 +248,187 @@ func (s *Server) Publish(f Frame) bool {
 	}
 }
 
+// SubscriberDrops counts the batches dropped for a subscriber whose queue
+// (ServerConfig.SubscriberQueue) was full, one per batch and subscriber.
+func (s *Server) SubscriberDrops() uint64 { return s.drops.Load() }
+
+// send owns the subscribers: it hands each batch to the queue of every
+// subscriber of its topic, or drops it for a subscriber whose queue is
+// full. Once Close has closed s.queue it closes every subscriber's queue
+// and waits, for up to Linger, for their writers to send what they hold.
 func (s *Server) send() {
 	defer close(s.done)
-	topic := []byte(s.cfg.Topic)
-	for f := range s.queue {
-		_ = s.pub.Send(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload))
+	subs := map[*pubConn]map[string]bool{}
+	for {
+		select {
+		case f, ok := <-s.queue:
+			if !ok {
+				s.drain(subs)
+				return
+			}
+			for pc, topics := range subs {
+				if !wants(topics, s.cfg.Topic) {
+					continue
+				}
+				select {
+				case pc.out <- f:
+				default:
+					s.drops.Add(1)
+				}
+			}
+		case pc := <-s.join:
+			subs[pc] = map[string]bool{}
+		case t := <-s.topics:
+			if topics, ok := subs[t.c]; ok && t.on {
+				topics[t.topic] = true
+			} else if ok {
+				delete(topics, t.topic)
+			}
+		case pc := <-s.leave:
+			if _, ok := subs[pc]; ok {
+				delete(subs, pc)
+				close(pc.out)
+			}
+		}
+	}
+}
+
+// drain closes every subscriber's queue and waits, for up to Linger in
+// all, for its writer to send what it holds (or to fail).
+func (s *Server) drain(subs map[*pubConn]map[string]bool) {
+	for pc := range subs {
+		close(pc.out)
+	}
+	linger := time.NewTimer(s.cfg.Linger)
+	defer linger.Stop()
+	for pc := range subs {
+		select {
+		case <-pc.wrote:
+		case <-linger.C:
+			return
+		}
 	}
 }
 
 func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
-// serveReplay answers [identity, "", request] (a REQ or DEALER client; the
-// empty delimiter may be missing): an 8-byte start sequence number gets the
-// buffered batches from there, a SnapshotRequest the snapshot, each reply
-// [identity, "", seq, payload], then the end marker [identity, "", -1, ""].
+// acceptReplay serves every connection made to the replay socket, each on
+// its own goroutine (serveReplay), so that a client that does not read its
+// answer holds up no other.
+func (s *Server) acceptReplay(src Source) {
+	defer s.conns.Done()
+	for {
+		nc, err := s.rln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			select { // a passing failure (out of file descriptors)
+			case <-s.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		s.conns.Add(1)
+		go func() {
+			defer s.conns.Done()
+			s.serveReplay(nc, src)
+		}()
+	}
+}
+
+// serveReplay speaks ROUTER to one client (a DEALER, or anything that
+// sends requests with an empty delimiter frame first or none) until it
+// leaves or Close ends it. A request, the last frame of a message: an
+// 8-byte start sequence number gets the buffered batches from there, a
+// SnapshotRequest the snapshot, each reply ["", seq, payload], then the
+// end marker ["", -1, ""].
 //
 // A request it cannot answer (the Source failed or timed out, or the
 // request is neither) gets no batches and, in place of the end marker, the
-// failure marker [identity, "", -1, "kvtier-replay-failed <code>: <detail>"]
-// (see ReplayError). vLLM's replay never fails and has no such reply; the
+// failure marker ["", -1, "kvtier-replay-failed <code>: <detail>"] (see
+// ReplayError). vLLM's replay never fails and has no such reply; the
 // failure marker keeps the end marker's sequence number, so a client that
 // stops at -1 stops there, and its payload is not a msgpack batch (it
 // begins with a positive fixint), so a client that stops at an empty
 // payload fails to decode it rather than taking a failure for "nothing to
 // replay".
-func (s *Server) serveReplay(ctx context.Context, src Source) {
-	defer close(s.served)
+func (s *Server) serveReplay(nc net.Conn, src Source) {
+	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
+	defer stop()
+	defer nc.Close()
+	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */, nil)
+	if err != nil {
+		return
+	}
 	for {
-		msg, err := s.router.Recv()
+		msg, err := c.RecvMsg()
 		if err != nil {
-			if ctx.Err() != nil {
+			return
+		}
+		if msg.Type != zmq4.UsrMsg || len(msg.Frames) == 0 {
+			continue
+		}
+		for _, r := range s.answer(src, msg.Frames[len(msg.Frames)-1]) {
+			if err := c.SendMsg(zmq4.NewMsgFrom(nil, r.seq, r.payload)); err != nil {
 				return
 			}
-			continue
 		}
-		if len(msg.Frames) < 2 {
-			continue
-		}
-		id, req := msg.Frames[0], msg.Frames[len(msg.Frames)-1]
-		var frames []Frame
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
-		switch {
-		case len(req) == 8:
-			frames, err = src.Replay(rctx, binary.BigEndian.Uint64(req))
-		case string(req) == SnapshotRequest:
-			var f Frame
-			if f, err = src.Snapshot(rctx); err == nil {
-				frames = []Frame{f}
-			}
-		default:
-			err = fmt.Errorf("%w: a request of %d bytes (want an 8-byte sequence number or %q)", errRefused, len(req), SnapshotRequest)
-		}
-		cancel()
-		if err != nil {
-			_ = s.router.Send(zmq4.NewMsgFrom(id, nil, endSeq, failurePayload(err)))
-			continue
-		}
-		for _, f := range frames {
-			_ = s.router.Send(zmq4.NewMsgFrom(id, nil, seqBytes(f.Seq), f.Payload))
-		}
-		_ = s.router.Send(zmq4.NewMsgFrom(id, nil, endSeq, nil))
 	}
 }
 
-// Close stops the sockets; batches still queued are sent first. A replay
-// or snapshot request in progress is cancelled and Close waits for its
-// Source call to return: none is made after Close.
+// reply is one [seq, payload] of an answer.
+type reply struct{ seq, payload []byte }
+
+// answer returns the replies to req, the end or failure marker last.
+func (s *Server) answer(src Source, req []byte) []reply {
+	var frames []Frame
+	var err error
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ReplayTimeout)
+	defer cancel()
+	switch {
+	case len(req) == 8:
+		frames, err = src.Replay(ctx, binary.BigEndian.Uint64(req))
+	case string(req) == SnapshotRequest:
+		var f Frame
+		if f, err = src.Snapshot(ctx); err == nil {
+			frames = []Frame{f}
+		}
+	default:
+		err = fmt.Errorf("%w: a request of %d bytes (want an 8-byte sequence number or %q)", errRefused, len(req), SnapshotRequest)
+	}
+	if err != nil {
+		return []reply{{endSeq, failurePayload(err)}}
+	}
+	out := make([]reply, 0, len(frames)+1)
+	for _, f := range frames {
+		out = append(out, reply{seqBytes(f.Seq), f.Payload})
+	}
+	return append(out, reply{endSeq, nil})
+}
+
+// Close stops the sockets; batches still queued are sent first, to every
+// subscriber that takes them within ServerConfig.Linger. A replay or
+// snapshot request in progress is cancelled and Close waits for its Source
+// call to return: none is made after Close. No goroutine of the Server
+// runs once Close has returned.
+//
+// Cancelling closes every connection, PUB and replay: an answer to a
+// replay client that does not read blocks in a socket write that has no
+// deadline, and only closing the connection ends it.
 func (s *Server) Close() error {
 	close(s.queue)
 	<-s.done
-	s.cancel()
-	<-s.dialed
-	<-s.served
-	err := s.pub.Close()
-	if s.router != nil {
-		err = errors.Join(err, s.router.Close())
+	s.cancel() // closes every connection, and cancels the Source calls
+	var err error
+	if s.ln != nil {
+		err = s.ln.Close()
 	}
+	if s.rln != nil {
+		err = errors.Join(err, s.rln.Close())
+	}
+	s.conns.Wait()
 	return err
 }
 

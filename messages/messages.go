@@ -760,10 +760,13 @@ type EventsStatsRequest struct {
 
 // EventStats counts the event stream: batches published (numbered) and
 // dropped (their send queue was full: a gap subscribers see, still in the
-// replay buffer), the last sequence number, and the blocks each medium
+// replay buffer), batches dropped for one subscriber whose own queue was
+// full (SubscriberDrops, one per batch and subscriber: a gap that
+// subscriber sees), the last sequence number, and the blocks each medium
 // holds as the stream says (Resident, by medium name).
 type EventStats struct {
 	Published, Dropped uint64
+	SubscriberDrops    uint64
 	LastSeq            uint64
 	HasSeq             bool
 	Resident           map[string]int

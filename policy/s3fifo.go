@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Queues a S3-FIFO node can be on.
 const (
@@ -51,6 +54,12 @@ func NewS3FIFO(capacity int, cfg S3FIFOConfig) (Policy, error) {
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	// The arena indexes resident and ghost nodes with int32s; this also
+	// keeps int(GhostRatio × capacity) from converting an out-of-range
+	// float (MinInt64 on amd64, MaxInt64 on arm64).
+	if !(float64(capacity)*(1+cfg.GhostRatio) < math.MaxInt32) {
+		return nil, fmt.Errorf("kvtier: policy: S3-FIFO of capacity %d with GhostRatio %g: more nodes than an arena indexes: %w", capacity, cfg.GhostRatio, ErrBadConfig)
 	}
 	return newS3FIFO(capacity, cfg), nil
 }

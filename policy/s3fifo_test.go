@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 )
@@ -256,5 +257,21 @@ func TestS3FIFOConfig(t *testing.T) {
 	p.Access(0)
 	if v, ok := p.Evict(nil); !ok || v != 0 {
 		t.Fatalf("evicted %d, want key 0 (hit once, below MoveToMain 2)", v)
+	}
+}
+
+// TestS3FIFOHugeGhostRatio: a ghost ratio whose ghost queue cannot be
+// indexed (infinite, or more keys than the arena's int32 node indices
+// reach) is ErrBadConfig. It was accepted: int(+Inf × capacity) is
+// MinInt64 on amd64, so the ghost queue silently held one key, and
+// MaxInt64 on arm64, where sizing the arena then panicked.
+func TestS3FIFOHugeGhostRatio(t *testing.T) {
+	for _, r := range []float64{math.Inf(1), 1e300, math.MaxInt32} {
+		if _, err := NewS3FIFO(100, S3FIFOConfig{SmallRatio: 0.1, GhostRatio: r, MoveToMain: 1}); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("GhostRatio %g: %v, want ErrBadConfig", r, err)
+		}
+	}
+	if _, err := NewS3FIFO(100, S3FIFOConfig{SmallRatio: 0.1, GhostRatio: 1000, MoveToMain: 1}); err != nil {
+		t.Errorf("GhostRatio 1000: %v", err)
 	}
 }

@@ -194,3 +194,26 @@ func TestMemKVRejectsPositionsPastMax(t *testing.T) {
 		t.Fatalf("the store grew to %d", kv.Len())
 	}
 }
+
+// TestGenerateRejectsHugeN: an n so large that start+len(prompt)+n
+// overflows is an *ArgError for "n", not a panic in make (the overflowed
+// sum passed the MaxPositions check).
+func TestGenerateRejectsHugeN(t *testing.T) {
+	m := mustModel(t, TinyConfig)
+	for _, n := range []int{MaxPositions, math.MaxInt - 1, math.MaxInt} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("n=%d: panic %v", n, r)
+				}
+			}()
+			var ae *ArgError
+			if _, _, err := m.Generate(m.NewMemKV(), []int64{1, 2, 3}, 2, n); !errors.As(err, &ae) || ae.Arg != "n" {
+				t.Errorf("Generate(n=%d) = %v, want an *ArgError for n", n, err)
+			}
+			if _, _, err := m.ReferenceGenerate([]int64{1, 2, 3}, n); !errors.As(err, &ae) || ae.Arg != "n" {
+				t.Errorf("ReferenceGenerate(n=%d) = %v, want an *ArgError for n", n, err)
+			}
+		}()
+	}
+}

@@ -17,7 +17,9 @@ func (m *Model) Generate(kv KVStore, prompt []int64, start, n int) (tokens []int
 	if err := m.checkArgs(kv, prompt, start); err != nil {
 		return nil, nil, err
 	}
-	if start+len(prompt)+n-1 > MaxPositions {
+	// checkArgs bounds start+len(prompt) by MaxPositions, so this cannot
+	// overflow as start+len(prompt)+n-1 > MaxPositions would for a huge n.
+	if n > MaxPositions-start-len(prompt)+1 {
 		return nil, nil, &ArgError{Arg: "n", Value: n, Reason: "sequence would exceed MaxPositions"}
 	}
 	tokens = make([]int64, 0, n)

@@ -19,7 +19,7 @@ func (m *Model) ReferenceGenerate(prompt []int64, n int) (tokens []int64, logits
 	if err := m.checkArgs(m.NewMemKV(), prompt, 0); err != nil {
 		return nil, nil, err
 	}
-	if len(prompt)+n-1 > MaxPositions {
+	if n > MaxPositions-len(prompt)+1 { // len(prompt)+n-1 > MaxPositions, without overflow
 		return nil, nil, &ArgError{Arg: "n", Value: n, Reason: "sequence would exceed MaxPositions"}
 	}
 	seq := append([]int64(nil), prompt...)

@@ -44,3 +44,19 @@ func TestArrivalOverflow(t *testing.T) {
 		}
 	}
 }
+
+// TestHugeInputLength: a request whose input length is near math.MaxInt
+// needs more hash ids than any trace holds, and New says so. The count of
+// ids needed was computed as (InputLength + TraceBlockTokens - 1) /
+// TraceBlockTokens, which wraps negative there: New accepted the request
+// and the first Step panicked making its prompt (makeslice: cap out of
+// range).
+func TestHugeInputLength(t *testing.T) {
+	cache := newFakeCache(fakeConfig{gpuBlocks: 64, blockSize: trace.BlockTokens})
+	for _, in := range []int{math.MaxInt, math.MaxInt - trace.BlockTokens + 2} {
+		r := trace.Request{InputLength: in, OutputLength: 1, HashIDs: []int64{1}}
+		if _, err := New(cache, []trace.Request{r}, Config{}); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("input length %d with one hash id: %v, want ErrBadConfig", in, err)
+		}
+	}
+}

@@ -86,7 +86,9 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 		if r.InputLength <= 0 {
 			return nil, fmt.Errorf("%w: request %d has input length %d", ErrBadConfig, i, r.InputLength)
 		}
-		if need := (r.InputLength + c.TraceBlockTokens - 1) / c.TraceBlockTokens; len(r.HashIDs) < need {
+		// Rounded up without r.InputLength + TraceBlockTokens - 1, which
+		// wraps negative for an input length near math.MaxInt.
+		if need := r.InputLength/c.TraceBlockTokens + min(r.InputLength%c.TraceBlockTokens, 1); len(r.HashIDs) < need {
 			// The prompt is built from the hash ids, one block of tokens each.
 			return nil, fmt.Errorf("%w: request %d has %d hash ids for %d input tokens (%d needed)",
 				ErrBadConfig, i, len(r.HashIDs), r.InputLength, need)

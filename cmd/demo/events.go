@@ -21,12 +21,21 @@ func eventsConfig(o options, i int) *kvtier.EventsConfig {
 	return c
 }
 
-// offsetPort adds i to the port at the end of a tcp:// endpoint; others,
-// and port 0, are left alone.
+// offsetPort gives replica i an endpoint of its own: it adds i to the
+// port at the end of a tcp:// endpoint (port 0, which picks a free port,
+// is left alone) and appends _dp<i> to others (an ipc:// path), as vLLM
+// does to an endpoint it cannot offset by data-parallel rank. Replica 0
+// keeps ep.
 func offsetPort(ep string, i int) string {
+	if i == 0 {
+		return ep
+	}
+	if !strings.HasPrefix(ep, "tcp://") {
+		return ep + "_dp" + strconv.Itoa(i)
+	}
 	k := strings.LastIndexByte(ep, ':')
 	port, err := strconv.Atoi(ep[k+1:])
-	if i == 0 || k < 0 || err != nil || port == 0 {
+	if err != nil || port == 0 {
 		return ep
 	}
 	return ep[:k+1] + strconv.Itoa(port+i)

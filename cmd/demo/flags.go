@@ -210,7 +210,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", `write the numbers as JSON to this file ("-": stdout, and the table goes to stderr)`)
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when stderr is not a terminal")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", `serve kvtier's Prometheus metrics on this address (e.g. ":9400") at /metrics while the demo runs, then keep serving each configuration's final values until interrupted`)
-	fs.StringVar(&o.events, "events", "", `publish vLLM-format KV events on this ZMQ endpoint (e.g. "tcp://*:5557") while each configuration runs; a KV-aware router subscribes there (multi-node mode: replica i on port+i)`)
+	fs.StringVar(&o.events, "events", "", `publish vLLM-format KV events on this ZMQ endpoint (e.g. "tcp://*:5557") while each configuration runs; a KV-aware router subscribes there (multi-node mode: replica i on port+i, or an ipc:// path with _dp<i>)`)
 	fs.StringVar(&o.eventsReply, "events-replay", "", `with -events: answer replay and snapshot requests on this endpoint (e.g. "tcp://*:5558"; multi-node mode: port+i)`)
 	if err := fs.Parse(args); err != nil {
 		return o, err

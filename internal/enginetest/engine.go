@@ -151,6 +151,9 @@ func (g *Gen) Admit(ctx context.Context) error {
 		return fmt.Errorf("enginetest: seq %d admitted twice", g.Seq)
 	}
 	req := kvtier.AllocRequest{Seq: g.Seq, Tokens: g.Tokens, Salt: g.Salt, MaxHitTokens: len(g.Tokens) - 1}
+	if req.MaxHitTokens == 0 {
+		req.MaxHitTokens = -1 // a one-token prompt serves none: 0 would mean no cap
+	}
 	if g.e.LoadTimeout > 0 {
 		req.LoadDeadline = time.Now().Add(g.e.LoadTimeout)
 	}

@@ -1,0 +1,248 @@
+package events
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
+)
+
+// The PUB end of the stream is written here over zmq4's ZMTP connections
+// (zmq4.Open) rather than taken from zmq4.NewPub. zmq4's PUB socket puts
+// every message on one unbounded queue whose single writer goroutine
+// writes it to each subscriber in turn: one subscriber that stops reading
+// blocks that write, and with it every other subscriber, for good, while
+// the queue grows without bound (and Publish never reports a drop); its
+// Close also closes the connections while that queue still holds batches.
+// Here, as libzmq gives each pipe its own high-water mark, every
+// subscriber has its own queue of SubscriberQueue batches and its own
+// writer: a slow subscriber loses its own batches (SubscriberDrops; it sees
+// a gap) and delays no other, and Close lets every writer empty its queue
+// for up to Linger.
+//
+// Server.send owns the set of subscribers and their topics; each
+// connection's reader and writer, and the accept or dial loop, talk to it
+// by channel.
+
+// pubConn is one subscriber's connection.
+type pubConn struct {
+	c     *zmq4.Conn
+	out   chan Frame    // its queue; closed by Server.send
+	wrote chan struct{} // closed when its writer returned
+}
+
+// pubTopic is a subscription (on) or its cancellation from one connection.
+type pubTopic struct {
+	c     *pubConn
+	topic string
+	on    bool
+}
+
+// listenEndpoint binds the endpoint ep, tcp:// ("*" for every address)
+// or ipc://.
+func listenEndpoint(ep string) (net.Listener, error) {
+	network, addr, ok := strings.Cut(listenAddr(ep), "://")
+	switch {
+	case ok && network == "tcp":
+	case ok && network == "ipc":
+		network = "unix"
+	default:
+		return nil, fmt.Errorf("want tcp:// or ipc://")
+	}
+	return net.Listen(network, addr)
+}
+
+// accept serves every connection made to the bound PUB socket.
+func (s *Server) accept() {
+	defer s.conns.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			// A passing failure (out of file descriptors): wait a little.
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		s.conns.Add(1)
+		go func() {
+			defer s.conns.Done()
+			s.serveConn(nc, true /* server */)
+		}()
+	}
+}
+
+// dial connects the PUB socket to a subscriber that binds, and connects
+// again whenever the connection ends, until Close.
+func (s *Server) dial(addr string) {
+	defer s.conns.Done()
+	var d net.Dialer
+	for {
+		if nc, err := d.DialContext(s.ctx, "tcp", addr); err == nil {
+			s.serveConn(nc, false /* server */)
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// serveConn runs one subscriber's connection until it ends or Close ends
+// it: the handshake, then a writer for its queue while this goroutine
+// reads its subscriptions.
+func (s *Server) serveConn(nc net.Conn, server bool) {
+	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
+	defer stop()
+	defer nc.Close()
+	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Pub, nil, server, nil)
+	if err != nil {
+		return
+	}
+	pc := &pubConn{c: c, out: make(chan Frame, s.cfg.SubscriberQueue), wrote: make(chan struct{})}
+	select {
+	case s.join <- pc:
+	case <-s.ctx.Done():
+		return
+	}
+	go s.write(pc)
+	for {
+		msg, err := c.RecvMsg()
+		if err != nil {
+			break
+		}
+		if topic, on, ok := subscription(msg); ok {
+			select {
+			case s.topics <- pubTopic{pc, topic, on}:
+			case <-s.ctx.Done():
+			}
+		}
+	}
+	_ = nc.Close() // the writer's next write fails
+	select {
+	case s.leave <- pc: // send closes pc.out
+	case <-s.ctx.Done(): // send has returned, and closed pc.out
+	}
+	<-pc.wrote
+}
+
+// write sends pc's queue until send closes it or a write fails.
+func (s *Server) write(pc *pubConn) {
+	defer close(pc.wrote)
+	topic := []byte(s.cfg.Topic)
+	for f := range pc.out {
+		if err := pc.c.SendMsg(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload)); err != nil {
+			_ = pc.c.Close() // the reader sees it and leaves
+			return
+		}
+	}
+}
+
+// subscription reads a SUB socket's (un)subscribe message: one frame, 1
+// (subscribe) or 0 (cancel) followed by the topic prefix.
+func subscription(msg zmq4.Msg) (topic string, on, ok bool) {
+	if msg.Type != zmq4.UsrMsg || len(msg.Frames) != 1 || len(msg.Frames[0]) == 0 || msg.Frames[0][0] > 1 {
+		return "", false, false
+	}
+	return string(msg.Frames[0][1:]), msg.Frames[0][0] == 1, true
+}
+
+// wants reports whether a subscriber to the prefixes in topics gets topic.
+func wants(topics map[string]bool, topic string) bool {
+	for k := range topics {
+		if strings.HasPrefix(topic, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxInbound bounds one message a peer sends the PUB or replay end, all
+// its frames together: a handshake command, a subscription or a replay
+// request, each far smaller. zmq4 allocates a frame's body at the size
+// its header claims before reading it, so without this bound one 9-byte
+// frame header claiming 2^62 bytes from anyone who can connect crashed
+// the process (makeslice: len out of range), and a claim of some
+// gigabytes exhausted its memory.
+const maxInbound = 64 << 10
+
+// errInboundTooBig ends a connection whose peer sent a message over
+// maxInbound.
+var errInboundTooBig = errors.New("kvtier: events: a peer's message exceeds 64 KiB")
+
+// guardConn is a net.Conn for zmq4.Open whose reads fail as soon as the
+// peer's ZMTP stream declares a message over maxInbound, before zmq4 has
+// the frame's size. It follows the stream: the 64-byte greeting, then
+// frames of a flags byte (0x01 more, 0x02 long size), a 1- or 8-byte
+// size and the body.
+type guardConn struct {
+	net.Conn
+	greeting int     // greeting bytes still to pass
+	hdr      [9]byte // the current frame's header so far
+	nhdr     int
+	body     uint64 // body bytes of the current frame still to pass
+	msg      uint64 // bytes of the current message's frames so far
+}
+
+func newGuardConn(nc net.Conn) *guardConn { return &guardConn{Conn: nc, greeting: 64} }
+
+func (g *guardConn) Read(p []byte) (int, error) {
+	n, err := g.Conn.Read(p)
+	if serr := g.scan(p[:n]); serr != nil {
+		return 0, serr
+	}
+	return n, err
+}
+
+// scan follows the bytes b read from the peer.
+func (g *guardConn) scan(b []byte) error {
+	for len(b) > 0 {
+		switch {
+		case g.greeting > 0:
+			k := min(g.greeting, len(b))
+			g.greeting -= k
+			b = b[k:]
+		case g.body > 0:
+			k := min(g.body, uint64(len(b)))
+			g.body -= k
+			b = b[k:]
+		default: // a header byte
+			g.hdr[g.nhdr] = b[0]
+			g.nhdr++
+			b = b[1:]
+			flags, need := g.hdr[0], 2
+			if flags&0x02 != 0 {
+				need = 9
+			}
+			if g.nhdr < need {
+				continue
+			}
+			size := uint64(g.hdr[1])
+			if need == 9 {
+				size = binary.BigEndian.Uint64(g.hdr[1:9])
+			}
+			g.nhdr = 0
+			if size > maxInbound-g.msg {
+				return errInboundTooBig
+			}
+			g.msg += size
+			if flags&0x01 == 0 { // the message's last frame
+				g.msg = 0
+			}
+			g.body = size
+		}
+	}
+	return nil
+}
