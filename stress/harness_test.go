@@ -21,11 +21,10 @@ import (
 )
 
 const (
-	bt        = 4  // tokens per block
-	numStems  = 16 // shared prompt stems, identical across tenants
-	stemBlks  = 3  // blocks per stem
-	maxLive   = 2  // live sequences per goroutine
-	hangAfter = 30 * time.Second
+	bt       = 4  // tokens per block
+	numStems = 16 // shared prompt stems, identical across tenants
+	stemBlks = 3  // blocks per stem
+	maxLive  = 2  // live sequences per goroutine
 )
 
 // envInt reads a positive integer knob from the environment.
