@@ -153,6 +153,7 @@ func follow(t *testing.T, v *events.View, live <-chan events.Frame, replay strin
 			if drop != nil && drop(f.Seq) {
 				continue
 			}
+			before, _ := v.Seq()
 			err := v.Apply(f.Seq, f.Payload)
 			switch {
 			case errors.Is(err, events.ErrGap):
@@ -160,7 +161,9 @@ func follow(t *testing.T, v *events.View, live <-chan events.Frame, replay strin
 			case err != nil:
 				t.Fatal(err)
 			default:
-				applied++
+				if after, _ := v.Seq(); after != before {
+					applied++ // not a batch the view had already (replayed)
+				}
 			}
 		case <-time.After(200 * time.Millisecond):
 			resync() // the live stream is behind or the subscriber joined late
@@ -183,24 +186,13 @@ func TestEventsLateSubscriberMatchesTiers(t *testing.T) {
 	defer cancel()
 	subCtx, subCancel := context.WithCancel(ctx)
 	live := collect(subCtx, t, pub)
-	v := events.NewView()
-	fs, err := events.Replay(ctx, replay, 0)
-	if err != nil || len(fs) == 0 {
-		t.Fatalf("replay from 0: %d frames, %v", len(fs), err)
-	}
-	// The run's numbers start from the clock (above any earlier run's),
-	// and its first batch clears what an earlier run announced.
-	if b, err := events.DecodeBatch(fs[0].Payload); err != nil || fs[0].Seq == 0 || len(b.Events) == 0 || b.Events[0].Kind != events.AllBlocksCleared {
-		t.Fatalf("replay from 0 starts at %d with %+v, %v; want the run's AllBlocksCleared numbered from the clock", fs[0].Seq, b, err)
-	}
-	for _, f := range fs {
-		if err := v.Apply(f.Seq, f.Payload); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// A SUB socket joins asynchronously: work until a batch arrives live,
-	// so the churn below is followed live, not only replayed.
-	// Each probe computes two new blocks, so it publishes a batch.
+	// so the churn below is followed live, not only replayed. Each probe
+	// computes two new blocks, so it publishes a batch. The replay comes
+	// after: it covers every probe, so the churn's first live batch follows
+	// the view's last (had the replay come first, a SUB that joined after
+	// the first probe made the first live batch a gap, whose resync replayed
+	// the churn too, and no live batch was left to apply).
 	joined := time.Now().Add(30 * time.Second)
 	for i := 0; len(live) == 0; i++ {
 		if time.Now().After(joined) {
@@ -216,6 +208,21 @@ func TestEventsLateSubscriberMatchesTiers(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	v := events.NewView()
+	fs, err := events.Replay(ctx, replay, 0)
+	if err != nil || len(fs) == 0 {
+		t.Fatalf("replay from 0: %d frames, %v", len(fs), err)
+	}
+	// The run's numbers start from the clock (above any earlier run's),
+	// and its first batch clears what an earlier run announced.
+	if b, err := events.DecodeBatch(fs[0].Payload); err != nil || fs[0].Seq == 0 || len(b.Events) == 0 || b.Events[0].Kind != events.AllBlocksCleared {
+		t.Fatalf("replay from 0 starts at %d with %+v, %v; want the run's AllBlocksCleared numbered from the clock", fs[0].Seq, b, err)
+	}
+	for _, f := range fs {
+		if err := v.Apply(f.Seq, f.Payload); err != nil {
+			t.Fatal(err)
+		}
 	}
 	defer subCancel()
 	churn(t, m, 4, 30, 2)
