@@ -71,7 +71,8 @@
 // big-endian starting sequence number and receives [seq, payload] for each
 // buffered batch from there, then [-1, ""]. Beyond vLLM, a client that
 // sends SnapshotRequest instead receives one batch numbered as the last
-// published — AllBlocksCleared, then every block each medium holds — then
+// published — AllBlocksCleared, then every block each medium holds, a
+// block after its parent where the medium holds both — then
 // the end marker: a router that lost batches applies it (View.Reset) and
 // the batches numbered after it, and holds exactly the tiers' residency.
 // A request the server cannot answer (its Source failed or timed out, or
