@@ -88,7 +88,10 @@
 // has its own queue and writer, and each replay client its own goroutine,
 // so one that reads slowly or not at all delays no other (the PUB and
 // ROUTER ends are written over zmq4's ZMTP connections, not zmq4's
-// sockets: see pub.go). Subscribe,
+// sockets: see pub.go). Subscribe, SubscribeListen,
 // Replay, FetchSnapshot and View are the consumer side, for Go routers and
-// the tests.
+// the tests; they too are written over zmq4's ZMTP connections, so that a
+// message a broken or hostile peer declares past the client's bound
+// (DefaultMaxMessage, 1 GiB, or WithMaxMessage's) fails with
+// ErrMessageTooBig before zmq4 allocates it (see client.go).
 package events
