@@ -70,16 +70,23 @@ func newClientConfig(opts []ClientOption) (clientConfig, error) {
 }
 
 // open runs the ZMTP handshake on nc as a socket of type typ, its reads
-// bounded by the client's limit. A handshake zmq4 cannot parse (its READY
-// metadata can make it index past the command) is an error, not a panic.
-func (c clientConfig) open(nc net.Conn, typ zmq4.SocketType, server bool) (zc *zmq4.Conn, err error) {
+// bounded by the client's limit.
+func (c clientConfig) open(nc net.Conn, typ zmq4.SocketType, server bool) (*zmq4.Conn, error) {
 	tooBig := fmt.Errorf("%w (%d bytes; see WithMaxMessage)", ErrMessageTooBig, c.maxMessage)
+	return openZMTP(newLimitedConn(nc, uint64(c.maxMessage), tooBig), typ, nil, server)
+}
+
+// openZMTP runs zmq4.Open's handshake (NULL security) on g. A handshake
+// zmq4 cannot parse is an error, not a panic: zmq4 slices past the end of
+// a READY command whose metadata claims more bytes than it holds, and a
+// peer of any end, server's or client's, could so crash the process.
+func openZMTP(g *guardConn, typ zmq4.SocketType, id zmq4.SocketIdentity, server bool) (c *zmq4.Conn, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			zc, err = nil, fmt.Errorf("kvtier: events: a malformed ZMTP handshake: %v", r)
+			c, err = nil, fmt.Errorf("kvtier: events: a malformed ZMTP handshake: %v", r)
 		}
 	}()
-	return zmq4.Open(newLimitedConn(nc, uint64(c.maxMessage), tooBig), null.Security(), typ, nil, server, nil)
+	return zmq4.Open(g, null.Security(), typ, id, server, nil)
 }
 
 // errBadEndpoint is an endpoint the client cannot dial at all.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // The PUB end of the stream is written here over zmq4's ZMTP connections
@@ -107,7 +106,7 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Pub, nil, server, nil)
+	c, err := openZMTP(newGuardConn(nc), zmq4.Pub, nil, server)
 	if err != nil {
 		return
 	}

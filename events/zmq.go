@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // SnapshotRequest is what a client sends on the replay socket, in place of
@@ -358,7 +357,7 @@ func (s *Server) serveReplay(nc net.Conn, src Source) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */, nil)
+	c, err := openZMTP(newGuardConn(nc), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */)
 	if err != nil {
 		return
 	}
