@@ -71,7 +71,8 @@
 // big-endian starting sequence number and receives [seq, payload] for each
 // buffered batch from there, then [-1, ""]. Beyond vLLM, a client that
 // sends SnapshotRequest instead receives one batch numbered as the last
-// published — AllBlocksCleared, then every block each medium holds — then
+// published — AllBlocksCleared, then every block each medium holds, a
+// block after its parent where the medium holds both — then
 // the end marker: a router that lost batches applies it (View.Reset) and
 // the batches numbered after it, and holds exactly the tiers' residency.
 // A request the server cannot answer (its Source failed or timed out, or
@@ -87,7 +88,10 @@
 // has its own queue and writer, and each replay client its own goroutine,
 // so one that reads slowly or not at all delays no other (the PUB and
 // ROUTER ends are written over zmq4's ZMTP connections, not zmq4's
-// sockets: see pub.go). Subscribe,
+// sockets: see pub.go). Subscribe, SubscribeListen,
 // Replay, FetchSnapshot and View are the consumer side, for Go routers and
-// the tests.
+// the tests; they too are written over zmq4's ZMTP connections, so that a
+// message a broken or hostile peer declares past the client's bound
+// (DefaultMaxMessage, 1 GiB, or WithMaxMessage's) fails with
+// ErrMessageTooBig before zmq4 allocates it (see client.go).
 package events

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // The PUB end of the stream is written here over zmq4's ZMTP connections
@@ -107,7 +106,7 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Pub, nil, server, nil)
+	c, err := openZMTP(newGuardConn(nc), zmq4.Pub, nil, server)
 	if err != nil {
 		return
 	}
@@ -183,12 +182,15 @@ const maxInbound = 64 << 10
 var errInboundTooBig = errors.New("kvtier: events: a peer's message exceeds 64 KiB")
 
 // guardConn is a net.Conn for zmq4.Open whose reads fail as soon as the
-// peer's ZMTP stream declares a message over maxInbound, before zmq4 has
+// peer's ZMTP stream declares a message over its limit (maxInbound for
+// the server's ends; the consumer's, see WithMaxMessage), before zmq4 has
 // the frame's size. It follows the stream: the 64-byte greeting, then
 // frames of a flags byte (0x01 more, 0x02 long size), a 1- or 8-byte
 // size and the body.
 type guardConn struct {
 	net.Conn
+	limit    uint64  // bytes one message may hold, all its frames together
+	tooBig   error   // what the read fails with past limit
 	greeting int     // greeting bytes still to pass
 	hdr      [9]byte // the current frame's header so far
 	nhdr     int
@@ -196,7 +198,13 @@ type guardConn struct {
 	msg      uint64 // bytes of the current message's frames so far
 }
 
-func newGuardConn(nc net.Conn) *guardConn { return &guardConn{Conn: nc, greeting: 64} }
+func newGuardConn(nc net.Conn) *guardConn { return newLimitedConn(nc, maxInbound, errInboundTooBig) }
+
+// newLimitedConn returns a guardConn whose reads fail with tooBig at a
+// message over limit bytes.
+func newLimitedConn(nc net.Conn, limit uint64, tooBig error) *guardConn {
+	return &guardConn{Conn: nc, limit: limit, tooBig: tooBig, greeting: 64}
+}
 
 func (g *guardConn) Read(p []byte) (int, error) {
 	n, err := g.Conn.Read(p)
@@ -234,8 +242,8 @@ func (g *guardConn) scan(b []byte) error {
 				size = binary.BigEndian.Uint64(g.hdr[1:9])
 			}
 			g.nhdr = 0
-			if size > maxInbound-g.msg {
-				return errInboundTooBig
+			if size > g.limit-g.msg {
+				return g.tooBig
 			}
 			g.msg += size
 			if flags&0x01 == 0 { // the message's last frame

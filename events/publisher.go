@@ -223,6 +223,60 @@ func (p *Publisher) held(bit uint8) []uint64 {
 	return hs
 }
 
+// parentsFirst returns the hashes of the blocks the medium of bit holds,
+// each after its parent when the medium holds the parent too: a depth-first
+// walk of the medium's chains from their roots (the blocks whose parent it
+// does not hold), roots and each block's children in hash order, so that a
+// chain's blocks come one after another. Blocks on a cycle of parent links
+// (only hash collisions make one) are listed too, from the smallest hash of
+// the cycle, which then precedes its parent. O(n) after held's sort.
+func (p *Publisher) parentsFirst(bit uint8) []uint64 {
+	hs := p.held(bit)
+	// children[h]: h's children the medium holds, in hash order.
+	children := make(map[uint64][]uint64)
+	var roots []uint64
+	for _, h := range hs {
+		b := p.blocks[h]
+		if b.hasParent && b.parent != h {
+			if pb := p.blocks[b.parent]; pb != nil && pb.mediums&bit != 0 {
+				children[b.parent] = append(children[b.parent], h)
+				continue
+			}
+		}
+		roots = append(roots, h)
+	}
+	out := make([]uint64, 0, len(hs))
+	listed := make(map[uint64]bool, len(hs))
+	var stack []uint64
+	walk := func(root uint64) {
+		stack = append(stack[:0], root)
+		for len(stack) > 0 {
+			h := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if listed[h] {
+				continue
+			}
+			listed[h] = true
+			out = append(out, h)
+			cs := children[h]
+			for i := len(cs) - 1; i >= 0; i-- { // the smallest on top
+				stack = append(stack, cs[i])
+			}
+		}
+	}
+	for _, h := range roots {
+		walk(h)
+	}
+	if len(out) < len(hs) { // cycles, which no root reaches
+		for _, h := range hs {
+			if !listed[h] {
+				walk(h)
+			}
+		}
+	}
+	return out
+}
+
 // Replay returns the buffered frames numbered from on, oldest first (none
 // when from is past the last; the oldest kept when from is older).
 func (p *Publisher) Replay(from uint64) []Frame {
@@ -247,14 +301,25 @@ func (p *Publisher) LastSeq() (uint64, bool) {
 
 // Snapshot returns every medium's residency as one batch numbered as the
 // last batch published (before the first, one below Config.FirstSeq, or 0):
-// AllBlocksCleared, then a BlockStored per block. A consumer that applies
-// it, then the batches numbered after it, holds what the tiers hold. It is
+// AllBlocksCleared, then each medium's blocks in Mediums order, parents
+// first (see parentsFirst), a run of blocks that chain sharing one
+// BlockStored as Apply's do. A consumer that applies it, then the batches
+// numbered after it, holds what the tiers hold; one that builds a tree from
+// parent links (Dynamo's indexer refuses a BlockStored whose parent it does
+// not know) meets every parent the medium holds before its children. It is
 // not buffered for replay.
 func (p *Publisher) Snapshot(now time.Time) Frame {
 	evs := []Event{{Kind: AllBlocksCleared}}
 	for _, m := range Mediums {
-		for _, h := range p.held(mediumBit(m)) {
-			evs = append(evs, p.stored(h, p.blocks[h], m))
+		for _, h := range p.parentsFirst(mediumBit(m)) {
+			b := p.blocks[h]
+			if n := len(evs); evs[n-1].Medium == m && p.extends(&evs[n-1], h, b) {
+				e := &evs[n-1]
+				e.Hashes = append(e.Hashes, h)
+				e.Tokens = append(e.Tokens, b.tokens...)
+				continue
+			}
+			evs = append(evs, p.stored(h, b, m))
 		}
 	}
 	seq := p.next

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // SnapshotRequest is what a client sends on the replay socket, in place of
@@ -358,7 +357,7 @@ func (s *Server) serveReplay(nc net.Conn, src Source) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := zmq4.Open(newGuardConn(nc), null.Security(), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */, nil)
+	c, err := openZMTP(newGuardConn(nc), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */)
 	if err != nil {
 		return
 	}
@@ -430,110 +429,4 @@ func (s *Server) Close() error {
 	}
 	s.conns.Wait()
 	return err
-}
-
-// Subscriber receives a publisher's batches (a SUB socket).
-type Subscriber struct {
-	sub zmq4.Socket
-}
-
-// Subscribe connects to a PUB endpoint and subscribes to topic ("" for
-// every topic). It waits for the publisher to listen (until ctx ends) and
-// reconnects when the connection drops.
-func Subscribe(ctx context.Context, endpoint, topic string) (*Subscriber, error) {
-	sub := zmq4.NewSub(ctx, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
-	return subscribe(sub, topic, endpoint, "dialing", func() error { return sub.Dial(endpoint) })
-}
-
-// subscribe attaches sub to endpoint with attach (a Dial or a Listen, named
-// by verb in errors) and subscribes it to topic. On any error the socket is
-// closed, so a failed call holds nothing.
-func subscribe(sub zmq4.Socket, topic, endpoint, verb string, attach func() error) (*Subscriber, error) {
-	if err := attach(); err != nil {
-		_ = sub.Close()
-		return nil, fmt.Errorf("kvtier: events: %s %q: %w", verb, endpoint, err)
-	}
-	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
-		_ = sub.Close()
-		return nil, fmt.Errorf("kvtier: events: subscribing to %q on %q: %w", topic, endpoint, err)
-	}
-	return &Subscriber{sub: sub}, nil
-}
-
-// Recv returns the next message's topic and frame.
-func (s *Subscriber) Recv() (string, Frame, error) {
-	msg, err := s.sub.Recv()
-	if err != nil {
-		return "", Frame{}, err
-	}
-	if len(msg.Frames) != 3 || len(msg.Frames[1]) != 8 {
-		return "", Frame{}, fmt.Errorf("%w: a message is [topic, seq, payload], got %d frames", ErrDecode, len(msg.Frames))
-	}
-	return string(msg.Frames[0]), Frame{Seq: binary.BigEndian.Uint64(msg.Frames[1]), Payload: msg.Frames[2]}, nil
-}
-
-// Close closes the socket.
-func (s *Subscriber) Close() error { return s.sub.Close() }
-
-// SubscribeListen binds endpoint and subscribes to topic: the side of a
-// router that publishers connect to (a PUB endpoint with a named host).
-func SubscribeListen(ctx context.Context, endpoint, topic string) (*Subscriber, error) {
-	sub := zmq4.NewSub(ctx)
-	return subscribe(sub, topic, endpoint, "listening on", func() error { return sub.Listen(listenAddr(endpoint)) })
-}
-
-// Addr is the address a SubscribeListen socket bound.
-func (s *Subscriber) Addr() string { return "tcp://" + s.sub.Addr().String() }
-
-// Replay asks a replay endpoint for the batches numbered from on: none
-// (and a nil error) when the server holds none from there. A server that
-// could not answer makes it fail with a *ReplayError (ErrNoReplay).
-func Replay(ctx context.Context, endpoint string, from uint64) ([]Frame, error) {
-	return ask(ctx, endpoint, seqBytes(from))
-}
-
-// FetchSnapshot asks a replay endpoint for the publisher's snapshot: apply
-// it with View.Reset, then the batches numbered after its Seq. A server
-// that could not answer makes it fail with a *ReplayError (ErrNoReplay).
-func FetchSnapshot(ctx context.Context, endpoint string) (Frame, error) {
-	fs, err := ask(ctx, endpoint, []byte(SnapshotRequest))
-	if err != nil {
-		return Frame{}, err
-	}
-	if len(fs) != 1 {
-		return Frame{}, fmt.Errorf("%w: snapshot answered with %d batches", ErrNoReplay, len(fs))
-	}
-	return fs[0], nil
-}
-
-func ask(ctx context.Context, endpoint string, req []byte) ([]Frame, error) {
-	d := zmq4.NewDealer(ctx)
-	defer d.Close()
-	if err := d.Dial(endpoint); err != nil {
-		return nil, fmt.Errorf("kvtier: events: dialing %q: %w", endpoint, err)
-	}
-	if err := d.Send(zmq4.NewMsgFrom(nil, req)); err != nil {
-		return nil, fmt.Errorf("kvtier: events: asking %q: %w", endpoint, err)
-	}
-	var out []Frame
-	for {
-		msg, err := d.Recv()
-		if err != nil {
-			return out, fmt.Errorf("kvtier: events: reading the answer of %q: %w", endpoint, err)
-		}
-		fr := msg.Frames
-		if len(fr) > 0 && len(fr[0]) == 0 {
-			fr = fr[1:] // the delimiter
-		}
-		if len(fr) != 2 || len(fr[0]) != 8 {
-			return out, fmt.Errorf("%w: a reply is [seq, payload], got %d frames", ErrDecode, len(fr))
-		}
-		if string(fr[0]) == string(endSeq) {
-			if len(fr[1]) > 0 {
-				return nil, parseFailure(fr[1])
-			}
-			return out, nil
-		}
-		out = append(out, Frame{Seq: binary.BigEndian.Uint64(fr[0]), Payload: fr[1]})
-	}
 }

@@ -7,9 +7,15 @@ package refengine
 // next position. It returns the n tokens chosen by Argmax and, per step,
 // the logits they were chosen from.
 //
-// On return kv holds positions 0..start+len(prompt)+n-2: the last
-// generated token has not been fed. To continue, pass it as the prompt of
-// the next Generate with start = start+len(prompt)+n-1.
+// For n >= 1, on return kv holds positions 0..start+len(prompt)+n-2: the
+// last generated token has not been fed. To continue, pass it as the
+// prompt of the next Generate with start = start+len(prompt)+n-1.
+//
+// n = 0 checks the arguments as for any n (a valid kv, a non-empty prompt
+// of tokens in the vocabulary that fits MaxPositions from start) and runs
+// nothing: it returns empty, non-nil slices and leaves kv as it was, with
+// the prompt not fed (positions 0..start-1 only). To continue, pass the
+// same prompt and start again.
 func (m *Model) Generate(kv KVStore, prompt []int64, start, n int) (tokens []int64, logits [][]float32, err error) {
 	if n < 0 {
 		return nil, nil, &ArgError{Arg: "n", Value: n, Reason: "must not be negative"}

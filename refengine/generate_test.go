@@ -55,9 +55,17 @@ func TestGenerateResumes(t *testing.T) {
 	}
 	requireSameBits(t, "resumed", append(la, lb...), wantLogits, 0)
 
-	none, noneLogits, err := m.Generate(m.NewMemKV(), prompt, 0, 0)
-	if err != nil || len(none) != 0 || len(noneLogits) != 0 {
+	// n = 0 runs nothing: empty slices, the prompt not fed, kv as it was.
+	fresh := m.NewMemKV()
+	none, noneLogits, err := m.Generate(fresh, prompt, 0, 0)
+	if err != nil || none == nil || noneLogits == nil || len(none) != 0 || len(noneLogits) != 0 {
 		t.Fatalf("Generate(n=0) = %v, %v, %v", none, noneLogits, err)
+	}
+	if n := fresh.Len(); n != 0 {
+		t.Fatalf("Generate(n=0) left %d positions in kv, want none", n)
+	}
+	if _, _, err := m.Generate(fresh, nil, 0, 0); err == nil {
+		t.Fatal("Generate(n=0) of an empty prompt: no error, want the argument check's")
 	}
 }
 

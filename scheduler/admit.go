@@ -48,21 +48,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 	for i, o := range outs {
 		switch {
 		case o.Err != nil && !noBlocks(o.Err):
-			// The call fails: free what it allocated, or those sequences
-			// would hold their blocks and ids for ever.
-			var got []SeqID
-			for j, oj := range outs {
-				if oj.Err == nil {
-					got = append(got, reqs[j].Seq)
-				}
-			}
-			err := fmt.Errorf("scheduler: allocate sequence %d: %w", reqs[i].Seq, o.Err)
-			if len(got) > 0 {
-				if ferr := s.cache.Free(context.WithoutCancel(ctx), got); ferr != nil {
-					err = fmt.Errorf("%w; freeing the %d sequences allocated with it: %w", err, len(got), ferr)
-				}
-			}
-			return err
+			return s.failAllocate(ctx, reqs, outs, fmt.Errorf("scheduler: allocate sequence %d: %w", reqs[i].Seq, o.Err))
 		case o.Err != nil:
 			if firstFail < 0 {
 				firstFail = i
@@ -70,7 +56,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		case firstFail >= 0:
 			undo = append(undo, reqs[i].Seq)
 		case o.GPUTokens < 0 || o.PinnedTokens < 0 || o.DiskTokens < 0 || o.RemoteTokens < 0:
-			return fmt.Errorf("%w: sequence %d: negative prefix %+v", ErrCacheContract, reqs[i].Seq, o)
+			return s.failAllocate(ctx, reqs, outs, fmt.Errorf("%w: sequence %d: negative prefix %+v", ErrCacheContract, reqs[i].Seq, o))
 		}
 	}
 	if len(undo) > 0 {
@@ -107,4 +93,23 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		*budget -= t
 	}
 	return nil
+}
+
+// failAllocate ends an Allocate call that fails with err: it frees every
+// sequence the call allocated (each outcome without an error), or those
+// sequences would hold their blocks and ids for ever, and returns err, with
+// the Free's error if that fails too.
+func (s *Scheduler) failAllocate(ctx context.Context, reqs []AllocReq, outs []AllocOutcome, err error) error {
+	var got []SeqID
+	for j, o := range outs {
+		if o.Err == nil {
+			got = append(got, reqs[j].Seq)
+		}
+	}
+	if len(got) > 0 {
+		if ferr := s.cache.Free(context.WithoutCancel(ctx), got); ferr != nil {
+			err = fmt.Errorf("%w; freeing the %d sequences allocated with it: %w", err, len(got), ferr)
+		}
+	}
+	return err
 }

@@ -205,7 +205,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var routes, redisAddrs string
 	fs.IntVar(&o.nodes, "nodes", 0, "multi-node mode: serve the trace with this many replicas (GPU + pinned each) instead of comparing tiers (no -configs, -disk-*, -json, -plot, -progress or -series-interval)")
 	fs.StringVar(&routes, "route", "round-robin,prefix-affinity", "multi-node mode: routings to compare: round-robin, prefix-affinity")
-	fs.StringVar(&redisAddrs, "redis", "", "multi-node mode: Redis address(es), comma-separated (several: a cluster), for a remote tier the replicas share")
+	fs.StringVar(&redisAddrs, "redis", "", "multi-node mode: Redis address(es), comma-separated (several: a cluster), for a remote tier the replicas share, written through: a block goes to it as soon as it lands in a replica's pinned memory")
 	fs.StringVar(&o.plotPath, "plot", "kvtier-demo.png", `write the TTFT CDF and hit ratio over time to this file (.png or .svg; "" to skip)`)
 	fs.StringVar(&o.jsonPath, "json", "", `write the numbers as JSON to this file ("-": stdout, and the table goes to stderr)`)
 	fs.BoolVar(&o.progress, "progress", false, "show a progress bar on stderr even when stderr is not a terminal")
@@ -336,7 +336,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 }
 
 // fleetIgnored are the flags the multi-node mode (-nodes) does not read.
-// Every -disk-* flag is here: a replica has no disk tier (with -redis its
-// shared tier is written through whatever -disk-ingestion says).
+// Every -disk-* flag is here: a replica has no disk tier, and with -redis
+// its shared tier, the one below pinned memory, is always written through
+// (kvtier.IngestAll: a block reaches the other replicas as soon as it lands
+// in this one's pinned memory), so -disk-ingestion has nothing to set.
 var fleetIgnored = []string{"configs", "json", "plot", "progress", "series-interval",
 	"disk-blocks", "disk-dir", "disk-policy", "disk-ingestion", "disk-write-quota"}
