@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ import (
 type pubConn struct {
 	c     *zmq4.Conn
 	out   chan Frame    // its queue; closed by Server.send
+	pong  chan []byte   // a PING's context, for the writer to answer
 	wrote chan struct{} // closed when its writer returned
 }
 
@@ -106,11 +108,12 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := openZMTP(newGuardConn(nc), zmq4.Pub, nil, server)
+	g := newGuardConn(nc)
+	c, err := openZMTP(g, zmq4.Pub, nil, server)
 	if err != nil {
 		return
 	}
-	pc := &pubConn{c: c, out: make(chan Frame, s.cfg.SubscriberQueue), wrote: make(chan struct{})}
+	pc := &pubConn{c: c, out: make(chan Frame, s.cfg.SubscriberQueue), pong: make(chan []byte, 1), wrote: make(chan struct{})}
 	select {
 	case s.join <- pc:
 	case <-s.ctx.Done():
@@ -118,9 +121,21 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	}
 	go s.write(pc)
 	for {
-		msg, err := c.RecvMsg()
+		// Not c.RecvMsg: it answers a PING with a PONG written from this
+		// goroutine, which lands between the frames, or between a frame's
+		// header and body, that the writer is sending: the subscriber read
+		// a PONG as a batch's payload, or lost the stream. Here the writer
+		// sends the PONG.
+		msg, err := readMsg(g)
 		if err != nil {
 			break
+		}
+		if ctx, ok := ping(msg); ok {
+			select {
+			case pc.pong <- ctx:
+			default: // a PONG is already due: one answers both
+			}
+			continue
 		}
 		if topic, on, ok := subscription(msg); ok {
 			select {
@@ -137,16 +152,73 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	<-pc.wrote
 }
 
-// write sends pc's queue until send closes it or a write fails.
+// write sends pc's queue, and the PONGs its reader asks for, until send
+// closes the queue or a write fails. It is the connection's only writer.
 func (s *Server) write(pc *pubConn) {
 	defer close(pc.wrote)
 	topic := []byte(s.cfg.Topic)
-	for f := range pc.out {
-		if err := pc.c.SendMsg(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload)); err != nil {
+	for {
+		var err error
+		select {
+		case f, ok := <-pc.out:
+			if !ok {
+				return
+			}
+			err = pc.c.SendMsg(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload))
+		case ctx := <-pc.pong:
+			err = pc.c.SendCmd(zmq4.CmdPong, ctx)
+		}
+		if err != nil {
 			_ = pc.c.Close() // the reader sees it and leaves
 			return
 		}
 	}
+}
+
+// readMsg reads one ZMTP message, user message or command, from g (whose
+// reads fail before a message over its limit is allocated).
+func readMsg(g *guardConn) (zmq4.Msg, error) {
+	var msg zmq4.Msg
+	var hdr [9]byte
+	for more := true; more; {
+		if _, err := io.ReadFull(g, hdr[:2]); err != nil {
+			return msg, err
+		}
+		flags, size := hdr[0], uint64(hdr[1])
+		more = flags&0x01 != 0
+		if flags&0x04 != 0 {
+			msg.Type = zmq4.CmdMsg
+		}
+		if flags&0x02 != 0 {
+			if _, err := io.ReadFull(g, hdr[2:9]); err != nil {
+				return msg, err
+			}
+			size = binary.BigEndian.Uint64(hdr[1:9])
+		}
+		body := make([]byte, size)
+		if _, err := io.ReadFull(g, body); err != nil {
+			return msg, err
+		}
+		msg.Frames = append(msg.Frames, body)
+	}
+	return msg, nil
+}
+
+// ping reads a PING command (ZMTP 3.1: a 2-byte TTL, then a context of up
+// to 16 bytes that the PONG returns).
+func ping(msg zmq4.Msg) (ctx []byte, ok bool) {
+	if msg.Type != zmq4.CmdMsg || len(msg.Frames) != 1 {
+		return nil, false
+	}
+	b := msg.Frames[0]
+	if len(b) < 1+len(zmq4.CmdPing) || int(b[0]) != len(zmq4.CmdPing) || string(b[1:1+len(zmq4.CmdPing)]) != zmq4.CmdPing {
+		return nil, false
+	}
+	b = b[1+len(zmq4.CmdPing):]
+	if len(b) < 2 {
+		return nil, true
+	}
+	return b[2:min(len(b), 2+16)], true
 }
 
 // subscription reads a SUB socket's (un)subscribe message: one frame, 1
