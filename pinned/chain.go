@@ -1,6 +1,8 @@
 package pinned
 
 import (
+	"slices"
+
 	"github.com/kvtier/kvtier/messages"
 	"github.com/kvtier/kvtier/prefixhash"
 )
@@ -20,12 +22,18 @@ type slotChain struct {
 	chain     messages.BlockChain
 }
 
-// keepChain records what offer it says of the block granted slot.
+// keepChain records what offer it says of the block granted slot. The token
+// ids are copied: the offer's share an array with other blocks' (the GPU's
+// slab for an offload, or for 64 evictions), which a slot would keep whole
+// for as long as it kept the chain, and a slot keeps it after its block
+// left until it is granted again (a read from below fills it with none).
 func (t *Tier) keepChain(slot int, it *messages.OffloadItem) {
 	if t.chains == nil {
 		t.chains = make([]slotChain, t.pool.NumSlots())
 	}
-	t.chains[slot] = slotChain{digest: it.Digest, set: true, namespace: it.Namespace, tokens: it.Tokens, chain: it.Chain}
+	c := it.Chain
+	c.Tokens = slices.Clip(slices.Clone(c.Tokens))
+	t.chains[slot] = slotChain{digest: it.Digest, set: true, namespace: it.Namespace, tokens: it.Tokens, chain: c}
 }
 
 // lowerWriteItem is slot's block, of hash h, as written down: with the

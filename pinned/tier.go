@@ -296,6 +296,7 @@ func (t *Tier) serveGrants() {
 			}
 		}
 		t.send(q.to, t.grant(q.req, q.gone))
+		t.queue[0] = pendingGrant{} // the array outlives the slice: let the request go
 		t.queue = t.queue[1:]
 		t.end(q.ep)
 	}
