@@ -28,7 +28,10 @@ import (
 //
 // Server.send owns the set of subscribers and their topics; each
 // connection's reader and writer, and the accept or dial loop, talk to it
-// by channel.
+// by channel. A connection's writer is the only goroutine that writes to
+// it: its reader hands it the PONG a subscriber's PING asks for (libzmq
+// sends PINGs with ZMQ_HEARTBEAT_IVL), as ZMTP frames from two writers
+// interleave.
 
 // pubConn is one subscriber's connection.
 type pubConn struct {
