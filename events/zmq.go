@@ -278,9 +278,14 @@ func (s *Server) send() {
 		case pc := <-s.join:
 			subs[pc] = map[string]bool{}
 		case t := <-s.topics:
-			if topics, ok := subs[t.c]; ok && t.on {
+			// Every batch has the one topic: a prefix of another selects
+			// nothing and is not kept (a peer could send any number).
+			topics, ok := subs[t.c]
+			switch {
+			case !ok || !strings.HasPrefix(s.cfg.Topic, t.topic):
+			case t.on:
 				topics[t.topic] = true
-			} else if ok {
+			default:
 				delete(topics, t.topic)
 			}
 		case pc := <-s.leave:
