@@ -112,7 +112,7 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	defer stop()
 	defer nc.Close()
 	g := newGuardConn(nc)
-	c, err := openZMTP(g, zmq4.Pub, nil, server)
+	c, err := serverHandshake(g, zmq4.Pub, nil, server)
 	if err != nil {
 		return
 	}
@@ -241,6 +241,29 @@ func wants(topics map[string]bool, topic string) bool {
 		}
 	}
 	return false
+}
+
+// handshakeTimeout bounds a connection's ZMTP handshake (greeting and
+// READY), PUB or replay, as libzmq's ZMQ_HANDSHAKE_IVL does (30 s by
+// default): a peer that connects and completes none would otherwise hold
+// the connection's goroutine and descriptor for as long as it liked.
+var handshakeTimeout = 30 * time.Second
+
+// serverHandshake runs the handshake of a connection to the PUB or replay
+// end (openZMTP) within handshakeTimeout.
+func serverHandshake(g *guardConn, typ zmq4.SocketType, id zmq4.SocketIdentity, server bool) (*zmq4.Conn, error) {
+	if err := g.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+		return nil, fmt.Errorf("kvtier: events: handshake deadline: %w", err)
+	}
+	c, err := openZMTP(g, typ, id, server)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.SetDeadline(time.Time{}); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("kvtier: events: handshake deadline: %w", err)
+	}
+	return c, nil
 }
 
 // maxInbound bounds one message a peer sends the PUB or replay end, all
