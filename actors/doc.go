@@ -79,10 +79,14 @@
 //     holds with IndexUpdate (the disk) and takes its place in the index's
 //     IndexConfig.Tiers, the order blocks are served from; a shared one
 //     answers the index's RemoteLookup instead, since other nodes change it.
-//     The index tracks hashes, not prefixes: a removal of a block whose
-//     hash may stay listed for another prefix's block (the disk displacing
-//     a record under its hash) is also IndexUpdate.Dropped, so the GPU
-//     stops counting its copy held below.
+//     The index tracks hashes, not prefixes: every removal from a tier
+//     after pinned memory is taken as a drop, and the GPU hears BelowGone
+//     for the hash even while another tier keeps it listed (maybe for
+//     another prefix's block), so it stops counting its copy held below.
+//     A new tier after pinned memory gets that for free; one that becomes
+//     a staging area above another (its removals moves, not drops) costs
+//     the GPU rewrites until the index learns it. Pinned memory reports
+//     the drains it drops as IndexUpdate.Dropped.
 //
 // Indexed by tier already, so a new tier adds an entry and no field:
 // the token counts of AllocResult, QueryResult, Presence and LookupResult

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/messages"
@@ -130,13 +131,13 @@ func writeBelow(t *testing.T, sys *actor.ActorSystem, dsk *actor.PID, m *message
 	}
 }
 
-// gpuProbe stands for the GPU actor: it passes on the grants, BelowGones
-// and markers it receives.
+// gpuProbe stands for the GPU actor: it passes on the grants (offloads'
+// and fetches'), BelowGones and markers it receives.
 func gpuProbe(sys *actor.ActorSystem) (*actor.PID, chan any) {
 	heard := make(chan any, 8)
 	return sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch m := c.Message().(type) {
-		case *messages.OffloadGrant, *messages.BelowGone, string:
+		case *messages.OffloadGrant, *messages.FetchGrant, *messages.BelowGone, string:
 			heard <- m
 		}
 	})), heard
@@ -158,4 +159,163 @@ func heardBelowGone(t *testing.T, sys *actor.ActorSystem, idx, gpu *actor.PID, h
 		}
 	}
 	return gone
+}
+
+// TestDiskEvictionUnderAnotherDigestTellsTheGPU: the disk holds the
+// victim's block 7 (the GPU keeps its copy marked held below) when pinned
+// memory comes to hold another prefix's block under the same 64-bit hash
+// (a forged collision; read from the shared tier, as the disk's record is
+// of the wrong prefix). The disk's policy then evicts the victim's record
+// (an eviction for other blocks' room, not a displacement). The index
+// still lists hash 7 in pinned memory, for the other prefix, so it no
+// longer left every tier below: the GPU must hear BelowGone all the same,
+// or it drops its copy of the victim's block as held below, its KV held
+// nowhere.
+func TestDiskEvictionUnderAnotherDigestTellsTheGPU(t *testing.T) {
+	const h = 7
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
+	defer sys.Root.Stop(dsk)
+	gpu, heard := gpuProbe(sys)
+	sys.Root.Send(idx, &IndexWatch{GPU: gpu})
+
+	writeBelow(t, sys, dsk, writeMsg(h))                                                 // the victim's block
+	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Pinned, Added: []uint64{h}}) // the other prefix's, in pinned memory
+	// Other blocks fill the disk until its policy evicts the victim's.
+	for i := uint64(1); ; i++ {
+		if i > 4*testDiskSlots {
+			t.Fatalf("the disk never evicted block %d", h)
+		}
+		writeBelow(t, sys, dsk, writeMsg(1000+i))
+		q := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: [][32]byte{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
+		sys.Root.Send(dsk, q)
+		if recv(t, q.Reply).Tokens.Of(messages.Disk) == 0 {
+			break
+		}
+	}
+	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{h}}}, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{messages.Pinned}) {
+		t.Fatalf("the index serves hash %d from %v, want pinned memory (the other prefix's block)", h, got)
+	}
+	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
+		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though the disk evicted the victim's KV", h)
+	}
+}
+
+// TestDiskEvictionUnderSharedTierBlockTellsTheGPU is
+// TestDiskEvictionUnderAnotherDigestTellsTheGPU over the real pinned actor
+// and the fan-out to the disk and a shared tier (a fake): the GPU fetches
+// the other prefix's block under hash 7, which the disk misses (its record
+// is the victim's) and the shared tier serves into pinned memory. The
+// disk's policy then evicts the victim's record: no tier below holds the
+// victim's KV, and the GPU must hear BelowGone for hash 7.
+func TestDiskEvictionUnderSharedTierBlockTellsTheGPU(t *testing.T) {
+	const h = 7
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
+	defer sys.Root.Stop(dsk)
+	remote := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *messages.LowerRead: // it holds every block asked for
+			ok := make([]bool, len(m.Items))
+			for i, it := range m.Items {
+				copy(it.Bytes, payloadOf(h+1000))
+				ok[i] = true
+			}
+			c.Respond(&messages.LowerReadDone{ID: m.ID, OK: ok, From: messages.Remote, Why: make([]messages.MissReason, len(ok))})
+		case *messages.LowerWrite:
+			w := &messages.LowerWriteDone{From: messages.Remote}
+			for _, it := range m.Items {
+				w.Slots, w.Written = append(w.Slots, it.Slot), append(w.Written, it.Hash)
+			}
+			c.Respond(w)
+		}
+	}))
+	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(dsk, remote, idx, zap.NewNop())))
+	gpu, heard := gpuProbe(sys)
+	pool, err := pinned.New(pinned.Config{CapacityBytes: 2 * testDiskPayload, SlotBytes: testDiskPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, Disk: lower, WriteQuota: 4, FreeTarget: 1})))
+	defer sys.Root.Stop(pin)
+	sys.Root.Send(idx, &IndexWatch{GPU: gpu, Pinned: pin})
+
+	// The victim's block, which the GPU keeps marked held below.
+	writeBelow(t, sys, dsk, writeMsg(h))
+	other := digestOf(h + 1000)
+	sys.Root.RequestWithCustomSender(pin, &messages.FetchRequest{ID: 1, Hashes: []uint64{h}, Digests: []prefixhash.Digest{other}}, gpu)
+	var g *messages.FetchGrant
+	for g == nil {
+		g, _ = recv(t, heard).(*messages.FetchGrant)
+	}
+	if len(g.Slots) != 1 {
+		t.Fatalf("the other prefix's fetch: %+v", g)
+	}
+	sys.Root.Send(pin, &messages.FetchRelease{Slots: g.Slots})
+	// Other blocks fill the disk until its policy evicts the victim's.
+	for i := uint64(1); ; i++ {
+		if i > 4*testDiskSlots {
+			t.Fatalf("the disk never evicted block %d", h)
+		}
+		writeBelow(t, sys, dsk, writeMsg(1000+i))
+		q := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: [][32]byte{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
+		sys.Root.Send(dsk, q)
+		if recv(t, q.Reply).Tokens.Of(messages.Disk) == 0 {
+			break
+		}
+	}
+	q := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: []prefixhash.Digest{other}, Reply: make(chan *messages.QueryResult, 1)}
+	sys.Root.Send(pin, q)
+	if n := recv(t, q.Reply).Tokens.Of(messages.Pinned); n == 0 {
+		t.Fatalf("pinned memory does not hold the other prefix's block")
+	}
+	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{h}}}, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{messages.Pinned}) {
+		t.Fatalf("the index serves hash %d from %v, want pinned memory (the other prefix's block)", h, got)
+	}
+	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
+		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though no tier below holds the victim's KV", h)
+	}
+}
+
+// TestIndexRemovalBelowPinnedTellsTheGPU: the index's rule, message by
+// message. A removal from pinned memory while the disk lists the hash is
+// the block's move down: the GPU hears nothing, and keeps its copy marked
+// held below. A removal from the disk while pinned memory lists the hash
+// is a drop (pinned memory may hold another prefix's block under it): the
+// GPU hears BelowGone. A removal from the disk of a hash it was not listed
+// on tells nothing.
+func TestIndexRemovalBelowPinnedTellsTheGPU(t *testing.T) {
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	gpu, heard := gpuProbe(sys)
+	sys.Root.Send(idx, &IndexWatch{GPU: gpu})
+	update := func(tier messages.Tier, added, removed []uint64) {
+		sys.Root.Send(idx, &messages.IndexUpdate{Tier: tier, Added: added, Remove: removed})
+	}
+
+	update(messages.Pinned, []uint64{1, 2}, nil)
+	update(messages.Disk, []uint64{1}, nil)
+	update(messages.Pinned, nil, []uint64{1}) // drained: on the disk now
+	if heardBelowGone(t, sys, idx, gpu, heard, 1) {
+		t.Errorf("a drain to the disk told the GPU BelowGone: it would write every drained block down again")
+	}
+	update(messages.Pinned, []uint64{1}, nil) // read up again, or another prefix's block
+	update(messages.Disk, nil, []uint64{1})
+	if !heardBelowGone(t, sys, idx, gpu, heard, 1) {
+		t.Errorf("the disk dropped block 1 while pinned memory lists its hash: the GPU never heard BelowGone")
+	}
+	update(messages.Disk, nil, []uint64{2})
+	if heardBelowGone(t, sys, idx, gpu, heard, 2) {
+		t.Errorf("a removal from the disk of a hash only pinned memory lists told the GPU BelowGone")
+	}
 }

@@ -275,7 +275,8 @@ func (a *IndexActor) remoteGone(ctx actor.Context) {
 // update applies one tier's changes: announced to the event publisher in the
 // order applied, and BelowGone to the pinned tier and the GPU for blocks
 // that left every tier below them, and to the GPU for blocks dropped on
-// their way down (m.Dropped). A tier that is down adds nothing.
+// their way down (m.Dropped) and for every block a tier after pinned
+// memory let go of (see dropsBelow). A tier that is down adds nothing.
 func (a *IndexActor) update(ctx actor.Context, m *messages.IndexUpdate) {
 	if m.Tier&a.down != 0 && len(m.Added) > 0 {
 		m = &messages.IndexUpdate{Tier: m.Tier, Remove: m.Remove, Dropped: m.Dropped}
@@ -287,6 +288,7 @@ func (a *IndexActor) update(ctx actor.Context, m *messages.IndexUpdate) {
 		a.residency[h] |= m.Tier
 	}
 	below := a.known &^ a.order[0] // every tier after the first
+	drops := a.dropsBelow(m.Tier)
 	var leftBelow, leftAll []uint64
 	for _, h := range m.Remove {
 		was := a.residency[h]
@@ -299,7 +301,7 @@ func (a *IndexActor) update(ctx actor.Context, m *messages.IndexUpdate) {
 		if was&below != 0 && t&below == 0 {
 			leftBelow = append(leftBelow, h)
 		}
-		if was != 0 && t == 0 {
+		if (was != 0 && t == 0) || (drops && was&m.Tier != 0) {
 			leftAll = append(leftAll, h)
 		}
 	}
@@ -316,6 +318,33 @@ func (a *IndexActor) update(ctx actor.Context, m *messages.IndexUpdate) {
 	if len(leftAll) > 0 && a.gpu != nil {
 		ctx.Send(a.gpu, &messages.BelowGone{Hashes: leftAll})
 	}
+}
+
+// dropsBelow reports whether tier comes after the first (the disk): each
+// of its removals is a drop, and the GPU hears BelowGone for the hash even
+// when the hash stays listed on another tier.
+//
+// The index tracks 64-bit hashes, not prefixes. Pinned memory (the first
+// tier) is the staging area of the tiers after it: a removal from it with
+// the hash still listed below is the block's move down, and it reports the
+// blocks it drops instead (IndexUpdate.Dropped). A tier after it has no
+// tier to move a block to: whatever it lets go (its policy's eviction, a
+// displacement by another prefix's block, a record found corrupt, a
+// delete, the tier going out of service) is gone from it. When the hash
+// stays listed elsewhere, the holder there may be another prefix's block
+// under the same hash (a forged collision: pinned memory holding a block
+// read from the shared tier, say); were the GPU told nothing, it would keep
+// its copy of the dropped block marked held below and evict it without a
+// copy, its KV held nowhere. The index cannot tell a collision from the
+// same block held twice, so it tells the GPU in both cases. The cost, only
+// when the other tier holds the same prefix's block (pinned memory holding
+// a block the disk evicted), is one offer to pinned memory when the GPU
+// lets the block go: pinned memory answers that it holds it already
+// (messages.SlotExists), or takes one more copy when it drained it since.
+// The shared remote tier is never listed (its blocks are found by lookups),
+// so it never keeps a hash listed here.
+func (a *IndexActor) dropsBelow(tier messages.Tier) bool {
+	return tier&(a.known&^a.order[0]) != 0
 }
 
 // tiersDown takes tiers out of service: every entry of theirs is removed

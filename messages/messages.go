@@ -529,7 +529,10 @@ type IndexUpdate struct {
 	// or the disk displaced the block for another prefix's under its hash.
 	// The GPU hears BelowGone for these even when the index still lists the
 	// hash below. At worst, for a block the tier below held already (a
-	// skipped write), that costs the GPU one more write.
+	// skipped write), that costs the GPU one more write. The index needs it
+	// from pinned memory alone: every removal from a tier after it (the
+	// disk) is taken as dropped, Dropped or not (actors.IndexActor,
+	// dropsBelow).
 	Dropped []uint64
 	// Chains, when not nil, is parallel to Added: each added block's chain
 	// as the tier recorded it, for the event publisher (the disk's records
