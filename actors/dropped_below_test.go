@@ -219,23 +219,7 @@ func TestDiskEvictionUnderSharedTierBlockTellsTheGPU(t *testing.T) {
 	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
 	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
 	defer sys.Root.Stop(dsk)
-	remote := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		switch m := c.Message().(type) {
-		case *messages.LowerRead: // it holds every block asked for
-			ok := make([]bool, len(m.Items))
-			for i, it := range m.Items {
-				copy(it.Bytes, payloadOf(h+1000))
-				ok[i] = true
-			}
-			c.Respond(&messages.LowerReadDone{ID: m.ID, OK: ok, From: messages.Remote, Why: make([]messages.MissReason, len(ok))})
-		case *messages.LowerWrite:
-			w := &messages.LowerWriteDone{From: messages.Remote}
-			for _, it := range m.Items {
-				w.Slots, w.Written = append(w.Slots, it.Slot), append(w.Written, it.Hash)
-			}
-			c.Respond(w)
-		}
-	}))
+	remote := sharedTierFake(sys)
 	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(dsk, remote, idx, zap.NewNop())))
 	gpu, heard := gpuProbe(sys)
 	pool, err := pinned.New(pinned.Config{CapacityBytes: 2 * testDiskPayload, SlotBytes: testDiskPayload})
@@ -318,4 +302,89 @@ func TestIndexRemovalBelowPinnedTellsTheGPU(t *testing.T) {
 	if heardBelowGone(t, sys, idx, gpu, heard, 2) {
 		t.Errorf("a removal from the disk of a hash only pinned memory lists told the GPU BelowGone")
 	}
+}
+
+// TestSharedTierAndDiskUnderTwoDigests: the disk holds another prefix's
+// block under hash 7 when the GPU fetches the victim's, which the disk
+// misses and the shared tier serves into pinned memory; the GPU marks it
+// held below. Pinned memory then drains it, to make room for another
+// fetch. Whatever the disk does with it, the GPU keeps its mark only while
+// a tier below holds the victim's digest.
+func TestSharedTierAndDiskUnderTwoDigests(t *testing.T) {
+	const h = 7
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
+	defer sys.Root.Stop(dsk)
+	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(dsk, sharedTierFake(sys), idx, zap.NewNop())))
+	gpu, heard := gpuProbe(sys)
+	pool, err := pinned.New(pinned.Config{CapacityBytes: testDiskPayload, SlotBytes: testDiskPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, Disk: lower, WriteQuota: 4, FreeTarget: 1})))
+	defer sys.Root.Stop(pin)
+	sys.Root.Send(idx, &IndexWatch{GPU: gpu, Pinned: pin})
+
+	other := writeMsg(h)
+	other.Items[0].Digest = digestOf(h + 1000)
+	writeBelow(t, sys, dsk, other)
+	told := false // the GPU heard BelowGone for h after the victim's fetch
+	fetch := func(id, hash uint64, d prefixhash.Digest) {
+		t.Helper()
+		sys.Root.RequestWithCustomSender(pin, &messages.FetchRequest{ID: id, Hashes: []uint64{hash}, Digests: []prefixhash.Digest{d}}, gpu)
+		var g *messages.FetchGrant
+		for g == nil {
+			switch m := recv(t, heard).(type) {
+			case *messages.FetchGrant:
+				g = m
+			case *messages.BelowGone:
+				told = told || (id > 1 && slices.Contains(m.Hashes, h))
+			}
+		}
+		if len(g.Slots) != 1 {
+			t.Fatalf("fetch of block %d: %+v", hash, g)
+		}
+		sys.Root.Send(pin, &messages.FetchRelease{Slots: g.Slots})
+	}
+	fetch(1, h, digestOf(h)) // the victim's, from the shared tier: held below from now on
+	fetch(2, 8, digestOf(8)) // the one slot drains the victim's block first
+	flush := &messages.Flush{Reply: make(chan error, 1)}
+	sys.Root.Send(pin, flush)
+	if err := recv(t, flush.Reply); err != nil {
+		t.Fatal(err)
+	}
+	told = heardBelowGone(t, sys, idx, gpu, heard, h) || told
+	q := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: [][32]byte{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
+	sys.Root.Send(dsk, q)
+	onDisk := recv(t, q.Reply).Tokens.Of(messages.Disk) > 0
+	pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: []prefixhash.Digest{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
+	sys.Root.Send(pin, pq)
+	inPinned := recv(t, pq.Reply).Tokens.Of(messages.Pinned) > 0
+	if !told && !onDisk && !inPinned {
+		t.Errorf("the GPU keeps block %d held below, though neither pinned memory nor the disk holds the victim's digest", h)
+	}
+	t.Logf("told BelowGone: %v; victim's block on the disk: %v, in pinned memory: %v", told, onDisk, inPinned)
+}
+
+// sharedTierFake stands for the shared tier below the fan-out: it holds
+// every block asked for and takes every write.
+func sharedTierFake(sys *actor.ActorSystem) *actor.PID {
+	return sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *messages.LowerRead:
+			ok := make([]bool, len(m.Items))
+			for i, it := range m.Items {
+				copy(it.Bytes, payloadOf(it.Hash))
+				ok[i] = true
+			}
+			c.Respond(&messages.LowerReadDone{ID: m.ID, OK: ok, From: messages.Remote, Why: make([]messages.MissReason, len(ok))})
+		case *messages.LowerWrite:
+			w := &messages.LowerWriteDone{From: messages.Remote}
+			for _, it := range m.Items {
+				w.Slots, w.Written = append(w.Slots, it.Slot), append(w.Written, it.Hash)
+			}
+			c.Respond(w)
+		}
+	}))
 }
