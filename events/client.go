@@ -70,10 +70,13 @@ func newClientConfig(opts []ClientOption) (clientConfig, error) {
 }
 
 // open runs the ZMTP handshake on nc as a socket of type typ, its reads
-// bounded by the client's limit.
+// bounded by the client's limit, within handshakeTimeout: a peer that
+// accepts and never greets fails it then, as any failed connection does
+// (Subscribe dials again, Replay fails), rather than holding it until the
+// caller's context ends.
 func (c clientConfig) open(nc net.Conn, typ zmq4.SocketType, server bool) (*zmq4.Conn, error) {
 	tooBig := fmt.Errorf("%w (%d bytes; see WithMaxMessage)", ErrMessageTooBig, c.maxMessage)
-	return openZMTP(newLimitedConn(nc, uint64(c.maxMessage), tooBig), typ, nil, server)
+	return timedHandshake(newLimitedConn(nc, uint64(c.maxMessage), tooBig), typ, nil, server)
 }
 
 // openZMTP runs zmq4.Open's handshake (NULL security) on g. A handshake

@@ -362,7 +362,7 @@ func (s *Server) serveReplay(nc net.Conn, src Source) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := serverHandshake(newGuardConn(nc), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */)
+	c, err := timedHandshake(newGuardConn(nc), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */)
 	if err != nil {
 		return
 	}
