@@ -157,6 +157,14 @@ type Server struct {
 	leave  chan *pubConn
 	topics chan pubTopic
 	drops  atomic.Uint64
+
+	// Publish and Close: queue is closed once, under mu, with closed set,
+	// so a Publish racing Close or after it drops its batch rather than
+	// sending on a closed channel.
+	mu        sync.RWMutex
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Listen binds the sockets and starts serving. src answers the replay
@@ -237,8 +245,14 @@ func (s *Server) Addrs() (pub, replay string) {
 }
 
 // Publish queues f for the PUB socket; false, and nothing queued, when the
-// queue is full.
+// queue is full or Close has begun (a batch dropped, as for a full queue).
+// It may be called concurrently with Close.
 func (s *Server) Publish(f Frame) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false
+	}
 	select {
 	case s.queue <- f:
 		return true
@@ -421,8 +435,19 @@ func (s *Server) answer(src Source, req []byte) []reply {
 // Cancelling closes every connection, PUB and replay: an answer to a
 // replay client that does not read blocks in a socket write that has no
 // deadline, and only closing the connection ends it.
+//
+// Close may be called more than once, and concurrently with Publish: a
+// later call waits for the first to finish and returns its error.
 func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Server) close() error {
+	s.mu.Lock()
+	s.closed = true
 	close(s.queue)
+	s.mu.Unlock()
 	<-s.done
 	s.cancel() // closes every connection, and cancels the Source calls
 	var err error
