@@ -338,13 +338,10 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// Addr is the address a SubscribeListen socket bound.
-func (s *Subscriber) Addr() string {
-	if s.ln.Addr().Network() == "unix" {
-		return "ipc://" + s.ln.Addr().String()
-	}
-	return "tcp://" + s.ln.Addr().String()
-}
+// Addr is the endpoint a SubscribeListen socket bound, port resolved, as
+// a publisher connects to it: a wildcard host is reported as 127.0.0.1
+// (see Server.Addrs).
+func (s *Subscriber) Addr() string { return connectEndpoint(s.ln) }
 
 // Replay asks a replay endpoint for the batches numbered from on: none
 // (and a nil error) when the server holds none from there. A server that

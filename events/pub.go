@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,25 @@ func listenEndpoint(ep string) (net.Listener, error) {
 		return nil, fmt.Errorf("want tcp:// or ipc://")
 	}
 	return net.Listen(network, addr)
+}
+
+// connectEndpoint is the endpoint a client connects to for what ln bound:
+// a wildcard host (tcp://*, 0.0.0.0 or [::]; Go reports each as [::])
+// becomes 127.0.0.1, as libzmq cannot connect to [::] without ZMQ_IPV6
+// (and Go's wildcard socket takes IPv4 too); a named host, and an ipc://
+// path, stay as bound.
+func connectEndpoint(ln net.Listener) string {
+	switch a := ln.Addr().(type) {
+	case *net.TCPAddr:
+		if a.IP.IsUnspecified() {
+			return "tcp://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+		}
+		return "tcp://" + a.String()
+	case *net.UnixAddr:
+		return "ipc://" + a.Name
+	default:
+		return a.Network() + "://" + a.String()
+	}
 }
 
 // accept serves every connection made to the bound PUB socket.

@@ -232,14 +232,20 @@ func binds(ep string) bool {
 // listenAddr turns vLLM's "tcp://*:5557" into what Go listens on.
 func listenAddr(ep string) string { return strings.Replace(ep, "://*:", "://0.0.0.0:", 1) }
 
-// Addrs returns the endpoints bound, ports resolved ("" for no replay).
+// Addrs returns the endpoints bound, ports resolved ("" for no replay), as
+// a client connects to them: a wildcard host ("tcp://*:0", "tcp://[::]:0")
+// is reported as 127.0.0.1 ("tcp://127.0.0.1:41234"), which libzmq
+// connects to without ZMQ_IPV6 (it cannot connect to "tcp://[::]:41234");
+// a client on another machine uses this one's address with the port. A
+// named host, and an ipc:// path, are reported as bound. A PUB socket
+// that connects (a named host) reports its Endpoint.
 func (s *Server) Addrs() (pub, replay string) {
 	pub = s.cfg.Endpoint
-	if s.ln != nil && strings.HasPrefix(pub, "tcp://") {
-		pub = "tcp://" + s.ln.Addr().String()
+	if s.ln != nil {
+		pub = connectEndpoint(s.ln)
 	}
 	if s.rln != nil {
-		replay = "tcp://" + s.rln.Addr().String()
+		replay = connectEndpoint(s.rln)
 	}
 	return pub, replay
 }
