@@ -8,7 +8,9 @@ import (
 )
 
 // EventEndpoints returns the KV-event sockets bound (ports resolved), ""
-// without Config.Events or without a replay endpoint.
+// without Config.Events or without a replay endpoint, as a client
+// connects to them: a wildcard host is reported as 127.0.0.1 (see
+// events.Server.Addrs).
 func (m *Manager) EventEndpoints() (pub, replay string) {
 	if m.evServer == nil {
 		return "", ""

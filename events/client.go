@@ -70,10 +70,13 @@ func newClientConfig(opts []ClientOption) (clientConfig, error) {
 }
 
 // open runs the ZMTP handshake on nc as a socket of type typ, its reads
-// bounded by the client's limit.
+// bounded by the client's limit, within handshakeTimeout: a peer that
+// accepts and never greets fails it then, as any failed connection does
+// (Subscribe dials again, Replay fails), rather than holding it until the
+// caller's context ends.
 func (c clientConfig) open(nc net.Conn, typ zmq4.SocketType, server bool) (*zmq4.Conn, error) {
 	tooBig := fmt.Errorf("%w (%d bytes; see WithMaxMessage)", ErrMessageTooBig, c.maxMessage)
-	return openZMTP(newLimitedConn(nc, uint64(c.maxMessage), tooBig), typ, nil, server)
+	return timedHandshake(newLimitedConn(nc, uint64(c.maxMessage), tooBig), typ, nil, server)
 }
 
 // openZMTP runs zmq4.Open's handshake (NULL security) on g. A handshake
@@ -335,13 +338,10 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// Addr is the address a SubscribeListen socket bound.
-func (s *Subscriber) Addr() string {
-	if s.ln.Addr().Network() == "unix" {
-		return "ipc://" + s.ln.Addr().String()
-	}
-	return "tcp://" + s.ln.Addr().String()
-}
+// Addr is the endpoint a SubscribeListen socket bound, port resolved, as
+// a publisher connects to it: a wildcard host is reported as 127.0.0.1
+// (see Server.Addrs).
+func (s *Subscriber) Addr() string { return connectEndpoint(s.ln) }
 
 // Replay asks a replay endpoint for the batches numbered from on: none
 // (and a nil error) when the server holds none from there. A server that

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,6 +63,25 @@ func listenEndpoint(ep string) (net.Listener, error) {
 	return net.Listen(network, addr)
 }
 
+// connectEndpoint is the endpoint a client connects to for what ln bound:
+// a wildcard host (tcp://*, 0.0.0.0 or [::]; Go reports each as [::])
+// becomes 127.0.0.1, as libzmq cannot connect to [::] without ZMQ_IPV6
+// (and Go's wildcard socket takes IPv4 too); a named host, and an ipc://
+// path, stay as bound.
+func connectEndpoint(ln net.Listener) string {
+	switch a := ln.Addr().(type) {
+	case *net.TCPAddr:
+		if a.IP.IsUnspecified() {
+			return "tcp://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+		}
+		return "tcp://" + a.String()
+	case *net.UnixAddr:
+		return "ipc://" + a.Name
+	default:
+		return a.Network() + "://" + a.String()
+	}
+}
+
 // accept serves every connection made to the bound PUB socket.
 func (s *Server) accept() {
 	defer s.conns.Done()
@@ -112,7 +132,7 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	defer stop()
 	defer nc.Close()
 	g := newGuardConn(nc)
-	c, err := serverHandshake(g, zmq4.Pub, nil, server)
+	c, err := timedHandshake(g, zmq4.Pub, nil, server)
 	if err != nil {
 		return
 	}
@@ -244,14 +264,19 @@ func wants(topics map[string]bool, topic string) bool {
 }
 
 // handshakeTimeout bounds a connection's ZMTP handshake (greeting and
-// READY), PUB or replay, as libzmq's ZMQ_HANDSHAKE_IVL does (30 s by
-// default): a peer that connects and completes none would otherwise hold
-// the connection's goroutine and descriptor for as long as it liked.
+// READY), as libzmq's ZMQ_HANDSHAKE_IVL does (30 s by default), on every
+// end: the server's PUB and replay ends, where a peer that connects and
+// completes none would otherwise hold the connection's goroutine and
+// descriptor for as long as it liked, and the consumer's (Subscribe,
+// SubscribeListen, Replay, FetchSnapshot), where a publisher or replay
+// server that accepts and never greets would stall the connection until
+// the caller's context ended. A variable so that tests can shorten it.
 var handshakeTimeout = 30 * time.Second
 
-// serverHandshake runs the handshake of a connection to the PUB or replay
-// end (openZMTP) within handshakeTimeout.
-func serverHandshake(g *guardConn, typ zmq4.SocketType, id zmq4.SocketIdentity, server bool) (*zmq4.Conn, error) {
+// timedHandshake runs the handshake of a connection (openZMTP) within
+// handshakeTimeout; past it the read fails (os.ErrDeadlineExceeded) and
+// the caller drops the connection.
+func timedHandshake(g *guardConn, typ zmq4.SocketType, id zmq4.SocketIdentity, server bool) (*zmq4.Conn, error) {
 	if err := g.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
 		return nil, fmt.Errorf("kvtier: events: handshake deadline: %w", err)
 	}

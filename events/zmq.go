@@ -157,6 +157,14 @@ type Server struct {
 	leave  chan *pubConn
 	topics chan pubTopic
 	drops  atomic.Uint64
+
+	// Publish and Close: queue is closed once, under mu, with closed set,
+	// so a Publish racing Close or after it drops its batch rather than
+	// sending on a closed channel.
+	mu        sync.RWMutex
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Listen binds the sockets and starts serving. src answers the replay
@@ -224,21 +232,33 @@ func binds(ep string) bool {
 // listenAddr turns vLLM's "tcp://*:5557" into what Go listens on.
 func listenAddr(ep string) string { return strings.Replace(ep, "://*:", "://0.0.0.0:", 1) }
 
-// Addrs returns the endpoints bound, ports resolved ("" for no replay).
+// Addrs returns the endpoints bound, ports resolved ("" for no replay), as
+// a client connects to them: a wildcard host ("tcp://*:0", "tcp://[::]:0")
+// is reported as 127.0.0.1 ("tcp://127.0.0.1:41234"), which libzmq
+// connects to without ZMQ_IPV6 (it cannot connect to "tcp://[::]:41234");
+// a client on another machine uses this one's address with the port. A
+// named host, and an ipc:// path, are reported as bound. A PUB socket
+// that connects (a named host) reports its Endpoint.
 func (s *Server) Addrs() (pub, replay string) {
 	pub = s.cfg.Endpoint
-	if s.ln != nil && strings.HasPrefix(pub, "tcp://") {
-		pub = "tcp://" + s.ln.Addr().String()
+	if s.ln != nil {
+		pub = connectEndpoint(s.ln)
 	}
 	if s.rln != nil {
-		replay = "tcp://" + s.rln.Addr().String()
+		replay = connectEndpoint(s.rln)
 	}
 	return pub, replay
 }
 
 // Publish queues f for the PUB socket; false, and nothing queued, when the
-// queue is full.
+// queue is full or Close has begun (a batch dropped, as for a full queue).
+// It may be called concurrently with Close.
 func (s *Server) Publish(f Frame) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false
+	}
 	select {
 	case s.queue <- f:
 		return true
@@ -362,7 +382,7 @@ func (s *Server) serveReplay(nc net.Conn, src Source) {
 	stop := context.AfterFunc(s.ctx, func() { _ = nc.Close() })
 	defer stop()
 	defer nc.Close()
-	c, err := serverHandshake(newGuardConn(nc), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */)
+	c, err := timedHandshake(newGuardConn(nc), zmq4.Router, zmq4.SocketIdentity("kvtier-replay"), true /* server */)
 	if err != nil {
 		return
 	}
@@ -421,8 +441,19 @@ func (s *Server) answer(src Source, req []byte) []reply {
 // Cancelling closes every connection, PUB and replay: an answer to a
 // replay client that does not read blocks in a socket write that has no
 // deadline, and only closing the connection ends it.
+//
+// Close may be called more than once, and concurrently with Publish: a
+// later call waits for the first to finish and returns its error.
 func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Server) close() error {
+	s.mu.Lock()
+	s.closed = true
 	close(s.queue)
+	s.mu.Unlock()
 	<-s.done
 	s.cancel() // closes every connection, and cancels the Source calls
 	var err error
