@@ -255,27 +255,11 @@ func (s *Subscriber) follow(endpoint string, z zconn) {
 // accept reads every publisher that connects to a SubscribeListen socket,
 // each on its own goroutine, until the Subscriber ends.
 func (s *Subscriber) accept() {
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			if s.ctx.Err() != nil {
-				return
-			}
-			select { // a passing failure (out of file descriptors)
-			case <-s.ctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			continue
+	acceptEach(s.ctx, s.ln, &s.conns, func(nc net.Conn) {
+		if z, err := s.attach(nc, true /* server */); err == nil {
+			s.read(z)
 		}
-		s.conns.Add(1)
-		go func() {
-			defer s.conns.Done()
-			if z, err := s.attach(nc, true /* server */); err == nil {
-				s.read(z)
-			}
-		}()
-	}
+	})
 }
 
 // read hands z's messages to Recv until the connection fails or the

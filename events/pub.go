@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -85,24 +86,30 @@ func connectEndpoint(ln net.Listener) string {
 // accept serves every connection made to the bound PUB socket.
 func (s *Server) accept() {
 	defer s.conns.Done()
+	acceptEach(s.ctx, s.ln, &s.conns, func(nc net.Conn) { s.serveConn(nc, true /* server */) })
+}
+
+// acceptEach runs serve for every connection ln accepts, each on its own
+// goroutine counted in conns, until ctx ends (whoever ends ctx closes ln).
+// A passing failure to accept (out of file descriptors) waits a little.
+func acceptEach(ctx context.Context, ln net.Listener, conns *sync.WaitGroup, serve func(net.Conn)) {
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
-			if s.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
-			// A passing failure (out of file descriptors): wait a little.
 			select {
-			case <-s.ctx.Done():
+			case <-ctx.Done():
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
 			continue
 		}
-		s.conns.Add(1)
+		conns.Add(1)
 		go func() {
-			defer s.conns.Done()
-			s.serveConn(nc, true /* server */)
+			defer conns.Done()
+			serve(nc)
 		}()
 	}
 }

@@ -341,25 +341,7 @@ func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq
 // answer holds up no other.
 func (s *Server) acceptReplay(src Source) {
 	defer s.conns.Done()
-	for {
-		nc, err := s.rln.Accept()
-		if err != nil {
-			if s.ctx.Err() != nil {
-				return
-			}
-			select { // a passing failure (out of file descriptors)
-			case <-s.ctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			continue
-		}
-		s.conns.Add(1)
-		go func() {
-			defer s.conns.Done()
-			s.serveReplay(nc, src)
-		}()
-	}
+	acceptEach(s.ctx, s.rln, &s.conns, func(nc net.Conn) { s.serveReplay(nc, src) })
 }
 
 // serveReplay speaks ROUTER to one client (a DEALER, or anything that
