@@ -292,8 +292,9 @@ func (a *DiskActor) finish(ctx actor.Context, j *diskJob) {
 // index are dropped from their pending announcement, the rest are sent as
 // one IndexUpdate Remove. This keeps Added and Remove for a hash in order.
 // Those of displaced, whose block another prefix's took the place of under
-// the same hash, are Dropped too: the index keeps listing the hash (pinned
-// memory holds the new block on its way down), so it tells the GPU.
+// the same hash, are Dropped too, though the index now tells the GPU of
+// every removal from the disk whether Dropped or not (IndexActor,
+// dropsBelow): redundant, and harmless.
 func (a *DiskActor) forget(ctx actor.Context, hashes, displaced []uint64) {
 	var remove, dropped []uint64
 	for _, h := range hashes {

@@ -488,10 +488,13 @@ type LookupResult struct {
 
 // BelowGone tells a tier that no tier below it holds these blocks any more:
 // a copy it remembered writing down is gone, so it writes them down again
-// when it evicts them. The index sends it to the GPU tier when a block
-// leaves both pinned memory and disk, and to the pinned tier when it leaves
-// the disk. Hashes are a candidate's only: the receiver forgets a remembered
-// copy of whatever holds the hash, which at worst costs one more write.
+// when it evicts them. The index sends it to the pinned tier when a hash
+// leaves the disk, and to the GPU tier when a hash leaves both pinned memory
+// and disk, when the disk lets go of a hash it listed (even while pinned
+// memory keeps it listed: maybe for another prefix's block), and for the
+// hashes an update names Dropped (IndexUpdate.Dropped). Hashes are a
+// candidate's only: the receiver forgets a remembered copy of whatever
+// holds the hash, which at worst costs one more write.
 type BelowGone struct {
 	Hashes []uint64
 }
