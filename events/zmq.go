@@ -100,7 +100,9 @@ var errRefused = errors.New("kvtier: events: replay request refused")
 
 // Source answers the replay socket; the events actor implements it by
 // message. The Server calls it from each replay connection's goroutine,
-// so requests of several clients may call it at once.
+// so requests of several clients may call it at once. A Source method must
+// not call Server.Close: Close waits for every Source call to return, its
+// own included, and neither returns.
 type Source interface {
 	Replay(ctx context.Context, from uint64) ([]Frame, error)
 	Snapshot(ctx context.Context) (Frame, error)
@@ -425,7 +427,8 @@ func (s *Server) answer(src Source, req []byte) []reply {
 // deadline, and only closing the connection ends it.
 //
 // Close may be called more than once, and concurrently with Publish: a
-// later call waits for the first to finish and returns its error.
+// later call waits for the first to finish and returns its error. It must
+// not be called from a Source method (it would wait for that call).
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
