@@ -324,8 +324,13 @@ func (s *Subscriber) Close() error {
 
 // Addr is the endpoint a SubscribeListen socket bound, port resolved, as
 // a publisher connects to it: a wildcard host is reported as 127.0.0.1
-// (see Server.Addrs).
-func (s *Subscriber) Addr() string { return connectEndpoint(s.ln) }
+// (see Server.Addrs). A Subscriber made by Subscribe binds nothing: "".
+func (s *Subscriber) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return connectEndpoint(s.ln)
+}
 
 // Replay asks a replay endpoint for the batches numbered from on: none
 // (and a nil error) when the server holds none from there. A server that
