@@ -291,12 +291,11 @@ func (a *DiskActor) finish(ctx actor.Context, j *diskJob) {
 // forget handles hashes that left the disk: those not yet announced to the
 // index are dropped from their pending announcement, the rest are sent as
 // one IndexUpdate Remove. This keeps Added and Remove for a hash in order.
-// Those of displaced, whose block another prefix's took the place of under
-// the same hash, are Dropped too, though the index now tells the GPU of
-// every removal from the disk whether Dropped or not (IndexActor,
-// dropsBelow): redundant, and harmless.
-func (a *DiskActor) forget(ctx actor.Context, hashes, displaced []uint64) {
-	var remove, dropped []uint64
+// A block another prefix's displaced under the same hash is one of them:
+// the index tells the GPU of every removal from the disk, even while the
+// hash stays listed (IndexActor.dropsBelow).
+func (a *DiskActor) forget(ctx actor.Context, hashes []uint64) {
+	var remove []uint64
 	for _, h := range hashes {
 		if req, ok := a.unannounced[h]; ok {
 			delete(a.unannounced, h)
@@ -304,12 +303,9 @@ func (a *DiskActor) forget(ctx actor.Context, hashes, displaced []uint64) {
 			continue
 		}
 		remove = append(remove, h)
-		if slices.Contains(displaced, h) {
-			dropped = append(dropped, h)
-		}
 	}
 	if len(remove) > 0 {
-		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Remove: remove, Dropped: dropped})
+		ctx.Send(a.cfg.Index, &messages.IndexUpdate{Tier: messages.Disk, Remove: remove})
 	}
 }
 

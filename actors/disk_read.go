@@ -179,7 +179,7 @@ func (a *DiskActor) finishRead(ctx actor.Context, j *diskJob) {
 			a.stats.failed++ // I/O error, corrupt record or a header that differs from the index on read back
 			a.log.Warn("disk actor: read failed, block dropped", zap.Uint64("hash", h), zap.Error(err))
 			if !a.store.Contains(h) {
-				a.forget(ctx, []uint64{h}, nil)
+				a.forget(ctx, []uint64{h})
 			}
 		}
 	}

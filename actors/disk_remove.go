@@ -63,7 +63,7 @@ func (a *DiskActor) remove(ctx actor.Context, m *messages.LowerQuery) {
 		req.pending++
 		a.workers.submit(&diskJob{remove: op, dreqs: []*diskDeleteReq{req}})
 	}
-	a.forget(ctx, removed, nil)
+	a.forget(ctx, removed)
 	if req.pending == 0 {
 		a.replyDelete(req)
 	}

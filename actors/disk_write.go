@@ -56,7 +56,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		a.replyWrite(ctx, req)
 		return
 	}
-	var evicted, displaced []uint64
+	var evicted []uint64
 	for i, it := range m.Items {
 		req.slots[i] = it.Slot
 		a.undoom(it.Hash, it.Digest)
@@ -106,18 +106,15 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 			a.log.Warn("disk actor: plan write", zap.Uint64("hash", it.Hash), zap.Error(err))
 			continue
 		}
-		if v, ok := op.Victim(); ok {
+		if v, ok := op.Victim(); ok { // v.Hash == it.Hash: another prefix's block, displaced
 			evicted = append(evicted, v.Hash)
-			if v.Hash == it.Hash { // another prefix's block, displaced
-				displaced = append(displaced, v.Hash)
-			}
 		}
 		a.writesInFlight++
 		req.pending++
 		a.writing[it.Hash] = req
 		a.workers.submit(&diskJob{write: op, payload: it.Bytes, wreq: req})
 	}
-	a.forget(ctx, evicted, displaced)
+	a.forget(ctx, evicted)
 	if req.pending == 0 {
 		a.replyWrite(ctx, req)
 	}

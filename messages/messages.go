@@ -528,14 +528,12 @@ type IndexUpdate struct {
 	// Dropped are hashes of Remove whose block left every tier below the
 	// GPU, though the hash may stay listed for another prefix's block (a
 	// forged 64-bit collision; the index tracks hashes, not prefixes):
-	// pinned memory dropped a drain the tier below did not report Written,
-	// or the disk displaced the block for another prefix's under its hash.
+	// pinned memory dropped a drain the tier below did not report Written.
 	// The GPU hears BelowGone for these even when the index still lists the
 	// hash below. At worst, for a block the tier below held already (a
-	// skipped write), that costs the GPU one more write. The index needs it
-	// from pinned memory alone: every removal from a tier after it (the
-	// disk) is taken as dropped, Dropped or not (actors.IndexActor,
-	// dropsBelow).
+	// skipped write), that costs the GPU one more write. Only pinned memory
+	// sets it: every removal from a tier after it (the disk, a displaced
+	// block included) is taken as dropped (actors.IndexActor, dropsBelow).
 	Dropped []uint64
 	// Chains, when not nil, is parallel to Added: each added block's chain
 	// as the tier recorded it, for the event publisher (the disk's records
