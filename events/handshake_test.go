@@ -1,14 +1,7 @@
 package events
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
-	"os"
-	"strings"
 	"testing"
-	"time"
 )
 
 // TestMalformedHandshake: a peer of the PUB or replay end whose READY
@@ -26,29 +19,11 @@ func TestMalformedHandshake(t *testing.T) {
 	pubAddr, replayAddr := s.Addrs()
 	badReady := []byte{0x04, 8, 5, 'R', 'E', 'A', 'D', 'Y', 2, 'a'} // a property name of 2 bytes, 1 sent
 	for _, addr := range []string{pubAddr, replayAddr} {
-		nc, err := net.Dial("tcp", strings.TrimPrefix(addr, "tcp://"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		nc := dialRaw(t, addr)
 		if _, err := nc.Write(append(nullGreeting(false), badReady...)); err != nil {
 			t.Fatal(err)
 		}
-		// The server closes the connection: the read ends (EOF or reset).
-		_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.ReadAll(nc); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("%s: the server kept the connection", addr)
-		}
-		_ = nc.Close()
+		closedByServer(t, nc, addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sub, err := Subscribe(ctx, pubAddr, "kv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	joined(t, s, recvAll(sub), nil)
-	if _, err := Replay(ctx, replayAddr, 0); err != nil {
-		t.Fatalf("replay after the malformed handshakes: %v", err)
-	}
+	stillServes(t, s, "the malformed handshakes")
 }

@@ -2,13 +2,10 @@ package events
 
 import (
 	"encoding/binary"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // TestPingDuringPublishKeepsFraming: a subscriber that sends ZMTP PING
@@ -25,15 +22,8 @@ func TestPingDuringPublishKeepsFraming(t *testing.T) {
 	}
 	defer s.Close()
 	pubAddr, _ := s.Addrs()
-	nc, err := net.Dial("tcp", strings.TrimPrefix(pubAddr, "tcp://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, nc := dialZMTP(t, pubAddr, zmq4.Sub)
 	defer nc.Close()
-	c, err := zmq4.Open(nc, null.Security(), zmq4.Sub, nil, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := c.SendMsg(zmq4.NewMsg([]byte("\x01kv"))); err != nil {
 		t.Fatal(err)
 	}

@@ -3,16 +3,10 @@ package events
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"io"
-	"net"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 	"go.uber.org/goleak"
 )
 
@@ -258,36 +252,13 @@ func TestHugeInboundMessage(t *testing.T) {
 		{"replay, frames adding up", replayAddr, zmq4.Dealer, [][]byte{long(true, 16<<10), chunk, long(true, 16<<10), chunk,
 			long(true, 16<<10), chunk, long(true, 16<<10), chunk, long(false, 16<<10), chunk}},
 	} {
-		nc, err := net.Dial("tcp", strings.TrimPrefix(tc.addr, "tcp://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := zmq4.Open(nc, null.Security(), tc.typ, nil, false, nil)
-		if err != nil {
-			t.Fatalf("%s: handshake: %v", tc.name, err)
-		}
+		c, nc := dialZMTP(t, tc.addr, tc.typ)
 		for _, b := range tc.bytes {
 			if _, err := c.Write(b); err != nil {
 				break // the server may have closed already
 			}
 		}
-		// The server closes the connection: the read ends (EOF or reset).
-		_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.ReadAll(nc); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("%s: the server kept the connection", tc.name)
-		}
-		_ = nc.Close()
+		closedByServer(t, nc, tc.name)
 	}
-	// Both ends still serve.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sub, err := Subscribe(ctx, pubAddr, "kv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	joined(t, s, recvAll(sub), nil)
-	if _, err := Replay(ctx, replayAddr, 0); err != nil {
-		t.Fatalf("replay after the huge messages: %v", err)
-	}
+	stillServes(t, s, "the huge messages")
 }

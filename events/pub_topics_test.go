@@ -3,14 +3,11 @@ package events
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // TestSubscriptionsNotMatchingHeldNot: a subscriber's subscriptions to
@@ -25,15 +22,8 @@ func TestSubscriptionsNotMatchingHeldNot(t *testing.T) {
 	}
 	defer s.Close()
 	pubAddr, _ := s.Addrs()
-	nc, err := net.Dial("tcp", strings.TrimPrefix(pubAddr, "tcp://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, nc := dialZMTP(t, pubAddr, zmq4.Sub)
 	defer nc.Close()
-	c, err := zmq4.Open(nc, null.Security(), zmq4.Sub, nil, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
