@@ -36,12 +36,8 @@ func TestDrainRefusedUnderAnotherDigestTellsTheGPU(t *testing.T) {
 	<-gate.entered
 
 	gpu, heard := gpuProbe(sys)
-	pool, err := pinned.New(pinned.Config{CapacityBytes: testDiskPayload, SlotBytes: testDiskPayload})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One slot, kept free ahead of need: the block drains once committed.
-	pin := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, Disk: dsk, WriteQuota: 4, FreeTarget: 1})))
+	pin := pinnedOver(t, sys, idx, dsk, 1)
 	defer sys.Root.Stop(pin)
 	sys.Root.Send(idx, &IndexWatch{GPU: gpu, Pinned: pin})
 
@@ -59,17 +55,9 @@ func TestDrainRefusedUnderAnotherDigestTellsTheGPU(t *testing.T) {
 	if err := recv(t, flush.Reply); err != nil {
 		t.Fatal(err)
 	}
-	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{h}}}, testWait).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{messages.Disk}) {
-		t.Fatalf("the index serves hash %d from %v, want the disk (the other prefix's block)", h, got)
-	}
-	q := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: []prefixhash.Digest{victim.Digest}, Reply: make(chan *messages.QueryResult, 1)}
-	sys.Root.Send(pin, q)
-	if n := recv(t, q.Reply).Tokens.Of(messages.Pinned); n != 0 {
-		t.Fatalf("pinned memory still holds the victim's block (%d tokens): the drain was not refused", n)
+	indexServes(t, sys, idx, h, messages.Disk, "the disk (the other prefix's block)")
+	if pinnedHolds(t, sys, pin, h, victim.Digest) {
+		t.Fatalf("pinned memory still holds the victim's block: the drain was not refused")
 	}
 	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
 		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though no tier below holds the victim's KV", h)
@@ -182,25 +170,8 @@ func TestDiskEvictionUnderAnotherDigestTellsTheGPU(t *testing.T) {
 
 	writeBelow(t, sys, dsk, writeMsg(h))                                                 // the victim's block
 	sys.Root.Send(idx, &messages.IndexUpdate{Tier: messages.Pinned, Added: []uint64{h}}) // the other prefix's, in pinned memory
-	// Other blocks fill the disk until its policy evicts the victim's.
-	for i := uint64(1); ; i++ {
-		if i > 4*testDiskSlots {
-			t.Fatalf("the disk never evicted block %d", h)
-		}
-		writeBelow(t, sys, dsk, writeMsg(1000+i))
-		q := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: [][32]byte{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
-		sys.Root.Send(dsk, q)
-		if recv(t, q.Reply).Tokens.Of(messages.Disk) == 0 {
-			break
-		}
-	}
-	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{h}}}, testWait).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{messages.Pinned}) {
-		t.Fatalf("the index serves hash %d from %v, want pinned memory (the other prefix's block)", h, got)
-	}
+	fillUntilEvicted(t, sys, dsk, h)
+	indexServes(t, sys, idx, h, messages.Pinned, "pinned memory (the other prefix's block)")
 	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
 		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though the disk evicted the victim's KV", h)
 	}
@@ -222,11 +193,7 @@ func TestDiskEvictionUnderSharedTierBlockTellsTheGPU(t *testing.T) {
 	remote := sharedTierFake(sys)
 	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(dsk, remote, idx, zap.NewNop())))
 	gpu, heard := gpuProbe(sys)
-	pool, err := pinned.New(pinned.Config{CapacityBytes: 2 * testDiskPayload, SlotBytes: testDiskPayload})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pin := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, Disk: lower, WriteQuota: 4, FreeTarget: 1})))
+	pin := pinnedOver(t, sys, idx, lower, 2)
 	defer sys.Root.Stop(pin)
 	sys.Root.Send(idx, &IndexWatch{GPU: gpu, Pinned: pin})
 
@@ -242,30 +209,11 @@ func TestDiskEvictionUnderSharedTierBlockTellsTheGPU(t *testing.T) {
 		t.Fatalf("the other prefix's fetch: %+v", g)
 	}
 	sys.Root.Send(pin, &messages.FetchRelease{Slots: g.Slots})
-	// Other blocks fill the disk until its policy evicts the victim's.
-	for i := uint64(1); ; i++ {
-		if i > 4*testDiskSlots {
-			t.Fatalf("the disk never evicted block %d", h)
-		}
-		writeBelow(t, sys, dsk, writeMsg(1000+i))
-		q := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: [][32]byte{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
-		sys.Root.Send(dsk, q)
-		if recv(t, q.Reply).Tokens.Of(messages.Disk) == 0 {
-			break
-		}
-	}
-	q := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: []prefixhash.Digest{other}, Reply: make(chan *messages.QueryResult, 1)}
-	sys.Root.Send(pin, q)
-	if n := recv(t, q.Reply).Tokens.Of(messages.Pinned); n == 0 {
+	fillUntilEvicted(t, sys, dsk, h)
+	if !pinnedHolds(t, sys, pin, h, other) {
 		t.Fatalf("pinned memory does not hold the other prefix's block")
 	}
-	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{h}}}, testWait).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{messages.Pinned}) {
-		t.Fatalf("the index serves hash %d from %v, want pinned memory (the other prefix's block)", h, got)
-	}
+	indexServes(t, sys, idx, h, messages.Pinned, "pinned memory (the other prefix's block)")
 	if !heardBelowGone(t, sys, idx, gpu, heard, h) {
 		t.Errorf("the GPU never heard BelowGone for hash %d: it keeps its block held below, though no tier below holds the victim's KV", h)
 	}
@@ -318,11 +266,7 @@ func TestSharedTierAndDiskUnderTwoDigests(t *testing.T) {
 	defer sys.Root.Stop(dsk)
 	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(dsk, sharedTierFake(sys), idx, zap.NewNop())))
 	gpu, heard := gpuProbe(sys)
-	pool, err := pinned.New(pinned.Config{CapacityBytes: testDiskPayload, SlotBytes: testDiskPayload})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pin := sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, Disk: lower, WriteQuota: 4, FreeTarget: 1})))
+	pin := pinnedOver(t, sys, idx, lower, 1)
 	defer sys.Root.Stop(pin)
 	sys.Root.Send(idx, &IndexWatch{GPU: gpu, Pinned: pin})
 
@@ -355,12 +299,8 @@ func TestSharedTierAndDiskUnderTwoDigests(t *testing.T) {
 		t.Fatal(err)
 	}
 	told = heardBelowGone(t, sys, idx, gpu, heard, h) || told
-	q := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: [][32]byte{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
-	sys.Root.Send(dsk, q)
-	onDisk := recv(t, q.Reply).Tokens.Of(messages.Disk) > 0
-	pq := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: []prefixhash.Digest{digestOf(h)}, Reply: make(chan *messages.QueryResult, 1)}
-	sys.Root.Send(pin, pq)
-	inPinned := recv(t, pq.Reply).Tokens.Of(messages.Pinned) > 0
+	onDisk := diskHolds(t, sys, dsk, h, digestOf(h))
+	inPinned := pinnedHolds(t, sys, pin, h, digestOf(h))
 	if !told && !onDisk && !inPinned {
 		t.Errorf("the GPU keeps block %d held below, though neither pinned memory nor the disk holds the victim's digest", h)
 	}
@@ -387,4 +327,56 @@ func sharedTierFake(sys *actor.ActorSystem) *actor.PID {
 			c.Respond(w)
 		}
 	}))
+}
+
+// pinnedOver starts a pinned actor of slots slots over below (the disk or
+// the fan-out), reporting to idx, one slot kept free ahead of need.
+func pinnedOver(t *testing.T, sys *actor.ActorSystem, idx, below *actor.PID, slots int) *actor.PID {
+	t.Helper()
+	pool, err := pinned.New(pinned.Config{CapacityBytes: int64(slots) * testDiskPayload, SlotBytes: testDiskPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sys.Root.Spawn(actor.PropsFromProducer(NewPinnedActor(PinnedConfig{Pool: pool, Index: idx, Disk: below, WriteQuota: 4, FreeTarget: 1})))
+}
+
+// fillUntilEvicted writes other blocks to the disk until its policy evicts
+// the victim's block h.
+func fillUntilEvicted(t *testing.T, sys *actor.ActorSystem, dsk *actor.PID, h uint64) {
+	t.Helper()
+	for i := uint64(1); diskHolds(t, sys, dsk, h, digestOf(h)); i++ {
+		if i > 4*testDiskSlots {
+			t.Fatalf("the disk never evicted block %d", h)
+		}
+		writeBelow(t, sys, dsk, writeMsg(1000+i))
+	}
+}
+
+// diskHolds reports whether the disk holds block h of digest d.
+func diskHolds(t *testing.T, sys *actor.ActorSystem, dsk *actor.PID, h uint64, d prefixhash.Digest) bool {
+	t.Helper()
+	q := &messages.LowerQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: [][32]byte{d}, Reply: make(chan *messages.QueryResult, 1)}
+	sys.Root.Send(dsk, q)
+	return recv(t, q.Reply).Tokens.Of(messages.Disk) > 0
+}
+
+// pinnedHolds reports whether pinned memory holds block h of digest d.
+func pinnedHolds(t *testing.T, sys *actor.ActorSystem, pin *actor.PID, h uint64, d prefixhash.Digest) bool {
+	t.Helper()
+	q := &messages.PinnedQuery{Kind: messages.QueryExists, Hashes: []uint64{h}, Digests: []prefixhash.Digest{d}, Reply: make(chan *messages.QueryResult, 1)}
+	sys.Root.Send(pin, q)
+	return recv(t, q.Reply).Tokens.Of(messages.Pinned) > 0
+}
+
+// indexServes fails the test unless the index serves hash h from tier
+// alone (what names it in the message).
+func indexServes(t *testing.T, sys *actor.ActorSystem, idx *actor.PID, h uint64, tier messages.Tier, what string) {
+	t.Helper()
+	r, err := sys.Root.RequestFuture(idx, &messages.Lookup{ID: 1, Chains: [][]uint64{{h}}}, testWait).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{tier}) {
+		t.Fatalf("the index serves hash %d from %v, want %s", h, got, what)
+	}
 }
