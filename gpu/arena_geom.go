@@ -102,3 +102,27 @@ func (g *geom) pieces(block, off, n int, f func(arenaOff, blockOff, n int)) {
 		n -= k
 	}
 }
+
+// rawCopy copies between b and bytes [off, off+len(b)) of block's host
+// form, a range already checked: an arena's write or read.
+type rawCopy func(block, off int, b []byte) error
+
+// inBlock runs copy over bytes [off, off+len(b)) of block once the range
+// lies within the arena (ErrOutOfRange otherwise): an arena's WriteBlock
+// and ReadBlock.
+func (g *geom) inBlock(block, off int, b []byte, copy rawCopy) error {
+	if err := checkRange(block, off, len(b), g.numBlocks, g.blockBytes); err != nil {
+		return err
+	}
+	return copy(block, off, b)
+}
+
+// inRegion runs copy over region r's bytes once b fits it exactly
+// (regionRange's errors otherwise): an arena's WriteRegion and ReadRegion.
+func (g *geom) inRegion(r KVRegion, b []byte, copy rawCopy) error {
+	off, err := g.regionRange(r, len(b))
+	if err != nil {
+		return err
+	}
+	return copy(r.Block, off, b)
+}

@@ -182,34 +182,16 @@ type hostArena struct {
 }
 
 func (a *hostArena) WriteBlock(block, off int, src []byte) error {
-	if err := checkRange(block, off, len(src), a.numBlocks, a.blockBytes); err != nil {
-		return err
-	}
-	return a.write(block, off, src)
+	return a.inBlock(block, off, src, a.write)
 }
 
 func (a *hostArena) ReadBlock(block, off int, dst []byte) error {
-	if err := checkRange(block, off, len(dst), a.numBlocks, a.blockBytes); err != nil {
-		return err
-	}
-	return a.read(block, off, dst)
+	return a.inBlock(block, off, dst, a.read)
 }
 
-func (a *hostArena) WriteRegion(r KVRegion, src []byte) error {
-	off, err := a.regionRange(r, len(src))
-	if err != nil {
-		return err
-	}
-	return a.write(r.Block, off, src)
-}
+func (a *hostArena) WriteRegion(r KVRegion, src []byte) error { return a.inRegion(r, src, a.write) }
 
-func (a *hostArena) ReadRegion(r KVRegion, dst []byte) error {
-	off, err := a.regionRange(r, len(dst))
-	if err != nil {
-		return err
-	}
-	return a.read(r.Block, off, dst)
-}
+func (a *hostArena) ReadRegion(r KVRegion, dst []byte) error { return a.inRegion(r, dst, a.read) }
 
 // write copies src to a checked range of block's host form.
 func (a *hostArena) write(block, off int, src []byte) error {
