@@ -18,15 +18,7 @@ func TestDeviceRoundTripManyBatches(t *testing.T) {
 	d := newTestDevice(t)
 	l := testLayout(t)
 	const blocks = 96
-	arena, err := d.NewArena(blocks, l.BlockBytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(arena)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	arena, s := sizedArenaStream(t, d, blocks, l.BlockBytes())
 
 	src := hostBlocks(t, d, blocks, l.BlockBytes())
 	dst := hostBlocks(t, d, blocks, l.BlockBytes())
@@ -102,15 +94,7 @@ func TestDeviceRoundTripManyBatches(t *testing.T) {
 func TestStreamInOrder(t *testing.T) {
 	d := newTestDevice(t)
 	l := testLayout(t)
-	arena, err := d.NewArena(4, l.BlockBytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(arena)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s := sizedArenaStream(t, d, 4, l.BlockBytes())
 	const rounds = 40
 	up := hostBlocks(t, d, rounds, l.BlockBytes())
 	down := hostBlocks(t, d, rounds, l.BlockBytes())
@@ -148,15 +132,7 @@ func TestStreamInOrder(t *testing.T) {
 func TestStreamRejectsBadBatch(t *testing.T) {
 	d := newTestDevice(t)
 	l := testLayout(t)
-	arena, err := d.NewArena(8, l.BlockBytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(arena)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	arena, s := sizedArenaStream(t, d, 8, l.BlockBytes())
 	h := hostBlocks(t, d, 3, l.BlockBytes())
 	fillBlock(l, h[0], 7)
 	short := h[1][:l.BlockBytes()-1]
@@ -463,15 +439,7 @@ func TestAllocationFailureIsAnError(t *testing.T) {
 // AllocHost, and reject a batch with any other op whole.
 func TestStreamRejectsUnpinnedHost(t *testing.T) {
 	d := newTestDevice(t)
-	arena, err := d.NewArena(2, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(arena)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	arena, s := sizedArenaStream(t, d, 2, 4096)
 	if err := arena.WriteBlock(1, 0, []byte{42}); err != nil {
 		t.Fatal(err)
 	}

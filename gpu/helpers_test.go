@@ -101,3 +101,19 @@ func arenaStream(t *testing.T, d Device) (Arena, Stream) {
 	}
 	return a, s
 }
+
+// sizedArenaStream makes an arena of numBlocks blocks of blockBytes on d
+// and a stream over it, closed when the test ends (before d).
+func sizedArenaStream(t testing.TB, d Device, numBlocks, blockBytes int) (Arena, Stream) {
+	t.Helper()
+	arena, err := d.NewArena(numBlocks, blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream(arena)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return arena, s
+}

@@ -203,15 +203,7 @@ func TestHostFaultFailsBatch(t *testing.T) {
 		return nil
 	}})
 	l := testLayout(t)
-	arena, err := d.NewArena(8, l.BlockBytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.NewStream(arena)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	arena, s := sizedArenaStream(t, d, 8, l.BlockBytes())
 	h := hostBlocks(t, d, 8, l.BlockBytes())
 	for i := range h {
 		fillBlock(l, h[i], uint64(i)+1)
