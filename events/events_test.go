@@ -613,7 +613,7 @@ func TestDecodeSkipsExtFields(t *testing.T) {
 }
 
 // TestPublisherFullResidency: a Full residency removes the medium's blocks
-// it does not list (one BlockRemoved, in hash order), stores those it lists
+// it does not list (one BlockRemoved), stores those it lists
 // that the medium lacks, and leaves the other mediums alone.
 func TestPublisherFullResidency(t *testing.T) {
 	now := time.Unix(100, 0)
@@ -631,7 +631,7 @@ func TestPublisherFullResidency(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Event{
-		{Kind: BlockRemoved, Hashes: []uint64{10, 30}, Medium: MediumGPU},
+		{Kind: BlockRemoved, Hashes: []uint64{30, 10}, Medium: MediumGPU},
 		{Kind: BlockStored, Hashes: []uint64{40}, Parent: 20, HasParent: true, Tokens: []int64{7, 8}, BlockSize: 2, Medium: MediumGPU},
 	}
 	if !reflect.DeepEqual(b.Events, want) {
@@ -647,6 +647,42 @@ func TestPublisherFullResidency(t *testing.T) {
 	}
 	if _, ok := p.Apply(&messages.Residency{Tier: messages.Pinned, Full: true}, now); ok {
 		t.Fatal("an empty Full residency of an empty medium published a batch")
+	}
+}
+
+// TestFullResidencyRemovesChildrenFirst: the blocks a Full residency
+// removes come each before its parent, whatever order their hashes sort
+// in, so that a consumer keeping a tree of parent links only ever removes
+// leaves. They came in hash order: block 20 before its child 90.
+func TestFullResidencyRemovesChildrenFirst(t *testing.T) {
+	now := time.Unix(100, 0)
+	p := NewPublisher(Config{BlockSize: 1})
+	p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{
+		change(true, 50, 0, false, 1), change(true, 20, 50, true, 2), change(true, 90, 20, true, 3), change(true, 10, 90, true, 4),
+		change(true, 70, 20, true, 5), change(true, 5, 0, false, 6)}}, now)
+	f, ok := p.Apply(&messages.Residency{Tier: messages.GPU, Full: true, Changes: []messages.ResidencyChange{change(true, 5, 0, false, 6)}}, now)
+	if !ok {
+		t.Fatal("a Full residency that emptied the chain published nothing")
+	}
+	b, err := DecodeBatch(f.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Events) != 1 || b.Events[0].Kind != BlockRemoved {
+		t.Fatalf("events %+v, want one BlockRemoved", b.Events)
+	}
+	parent := map[uint64]uint64{20: 50, 90: 20, 10: 90, 70: 20}
+	seen := map[uint64]bool{}
+	for _, h := range b.Events[0].Hashes {
+		for c, par := range parent {
+			if par == h && !seen[c] {
+				t.Errorf("removed %v: block %d before its child %d", b.Events[0].Hashes, h, c)
+			}
+		}
+		seen[h] = true
+	}
+	if len(seen) != 5 {
+		t.Errorf("removed %v, want the 5 blocks of the chain", b.Events[0].Hashes)
 	}
 }
 

@@ -105,8 +105,8 @@ func sizeHint(evs []Event) int {
 // nothing changed (a store of a block the medium holds already, a removal
 // of one it does not). Runs of stores that chain (each the previous one's
 // child) share one BlockStored, as vLLM sends a request's new blocks. A
-// Full residency first removes (one BlockRemoved, in hash order) the
-// blocks the medium holds that it does not list.
+// Full residency first removes (one BlockRemoved, children before their
+// parents) the blocks the medium holds that it does not list.
 func (p *Publisher) Apply(r *messages.Residency, now time.Time) (Frame, bool) {
 	m := MediumOf(r.Tier)
 	bit := mediumBit(m)
@@ -198,7 +198,9 @@ func (p *Publisher) drop(h uint64, bit uint8) {
 }
 
 // unlisted returns the blocks the medium of bit holds that changes does
-// not store, sorted.
+// not store, children first: the reverse of parentsFirst, so that a
+// consumer keeping a tree of parent links removes leaves, never a block
+// whose children it still holds.
 func (p *Publisher) unlisted(changes []messages.ResidencyChange, bit uint8) []uint64 {
 	listed := make(map[uint64]bool, len(changes))
 	for _, c := range changes {
@@ -206,7 +208,9 @@ func (p *Publisher) unlisted(changes []messages.ResidencyChange, bit uint8) []ui
 			listed[c.Hash] = true
 		}
 	}
-	return slices.DeleteFunc(p.held(bit), func(h uint64) bool { return listed[h] })
+	gone := p.parentsFirst(bit)
+	slices.Reverse(gone)
+	return slices.DeleteFunc(gone, func(h uint64) bool { return listed[h] })
 }
 
 func bitIndex(bit uint8) int { return bits.TrailingZeros8(bit) }
