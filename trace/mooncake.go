@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -334,6 +335,9 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 		return Request{}, &ParseError{Line: line, Field: "json", Err: fmt.Errorf(
 			"data after the JSON object (byte %d of %d): one request per line", off, len(b))}
 	}
+	if f := repeatedField(b); f != "" {
+		return Request{}, &ParseError{Line: line, Field: f, Err: errors.New("named twice: which value holds is ambiguous")}
+	}
 	var req Request
 	var perr *ParseError
 	num := func(field string, n *jsonInt, min int64) int64 {
@@ -374,6 +378,40 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 			"%d ids for input_length %d, want ceil(%d/%d) = %d", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want)}
 	}
 	return req, nil
+}
+
+// fieldNames are the fields a line holds, as encoding/json matches them
+// (ignoring case).
+var fieldNames = [...]string{"timestamp", "input_length", "output_length", "hash_ids"}
+
+// repeatedField returns the field that object b, valid JSON, names more
+// than once ("" if none): encoding/json would keep its last value.
+func repeatedField(b []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	var seen [len(fieldNames)]bool
+	for dec.More() {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			return ""
+		}
+		for i, f := range fieldNames {
+			if strings.EqualFold(key, f) {
+				if seen[i] {
+					return f
+				}
+				seen[i] = true
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 //go:embed testdata/conversation_sample.jsonl

@@ -28,3 +28,26 @@ func TestProbeNullAndQuotedValuesMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeDuplicateFieldMalformed: a line naming a field twice is
+// ambiguous (encoding/json keeps the last value, and matches names without
+// regard to case): it is malformed for that field, not read with one of
+// its values.
+func TestProbeDuplicateFieldMalformed(t *testing.T) {
+	for _, c := range []struct{ line, field string }{
+		{`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0], "hash_ids": [1]}`, "hash_ids"},
+		{`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0], "HASH_IDS": [1]}`, "hash_ids"},
+		{`{"timestamp": 1, "timestamp": 900, "input_length": 10, "output_length": 1, "hash_ids": [0]}`, "timestamp"},
+		{`{"Input_Length": 10, "timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0]}`, "input_length"},
+	} {
+		reqs, _, err := Read(strings.NewReader(goodLine+"\n"+c.line+"\n"), Options{})
+		var pe *ParseError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || pe.Line != 2 || pe.Field != c.field {
+			t.Errorf("%s: %d requests %+v, err %v; want a *ParseError for line 2, field %s", c.line, len(reqs), reqs, err, c.field)
+		}
+	}
+	// Other fields, once each, are still allowed.
+	if _, _, err := Read(strings.NewReader(`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0], "session": 3}`), Options{}); err != nil {
+		t.Errorf("an extra field: %v", err)
+	}
+}
