@@ -5,8 +5,9 @@
 //
 // # Mapping
 //
-// Each scheduler call becomes one Manager message: Allocate one AllocateBatch,
-// Append one AppendBatch, Free one FreeBatch, Flush one Manager.Flush. The
+// Each scheduler call becomes one Manager message: Allocate one
+// AllocateInOrder (first come, first served), Append one AppendBatch, Free
+// one FreeBatch, Flush one Manager.Flush. The
 // Manager's "no space" error (kvtier.ErrNoSpace, a *blockpool.NoSpaceError)
 // becomes scheduler.ErrNoBlocks, wrapping the original. An allocation reports
 // the result's tokens from each tier (AllocResult.Tokens) in the scheduler's

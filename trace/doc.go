@@ -20,7 +20,8 @@
 // A malformed line yields a *ParseError naming the line number and the field. With
 // OnError set to Skip the reader counts the line in Report.Skipped and goes on;
 // with Stop (the default) reading ends at the first bad line. A line holding
-// anything after its JSON object, or longer than MaxLineBytes (ErrLineTooLong),
+// anything after its JSON object, naming a field twice, giving a number as a
+// string or a hash id as null, or longer than MaxLineBytes (ErrLineTooLong),
 // is malformed too. Invalid Options are refused before any line is read, with an
 // error wrapping ErrBadOptions (not ErrMalformed, which is for lines).
 //

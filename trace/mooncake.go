@@ -10,7 +10,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -291,16 +294,35 @@ func ReadFile(path string, opts Options) ([]Request, Report, error) {
 
 // rawRequest keeps pointers so a missing field can be told from a zero one.
 type rawRequest struct {
-	Timestamp    *json.Number `json:"timestamp"`
-	InputLength  *json.Number `json:"input_length"`
-	OutputLength *json.Number `json:"output_length"`
-	HashIDs      *[]int64     `json:"hash_ids"`
+	Timestamp    *jsonInt   `json:"timestamp"`
+	InputLength  *jsonInt   `json:"input_length"`
+	OutputLength *jsonInt   `json:"output_length"`
+	HashIDs      *[]jsonInt `json:"hash_ids"`
+}
+
+// jsonInt is an integer written as a JSON number. encoding/json would
+// take a quoted number into a json.Number, and a null array element as
+// 0 (hash id 0: a false shared prefix); jsonInt refuses both.
+type jsonInt int64
+
+func (n *jsonInt) UnmarshalJSON(b []byte) error {
+	bad := func(what string) error {
+		return &json.UnmarshalTypeError{Value: what, Type: reflect.TypeFor[int64]()}
+	}
+	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return bad(string(b)) // a string, null, an object, an array, a bool
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return bad("number " + string(b)) // a fraction, an exponent, out of range
+	}
+	*n = jsonInt(v)
+	return nil
 }
 
 func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 	var raw rawRequest
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
 	if err := dec.Decode(&raw); err != nil {
 		field := "json"
 		var ute *json.UnmarshalTypeError
@@ -313,9 +335,12 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 		return Request{}, &ParseError{Line: line, Field: "json", Err: fmt.Errorf(
 			"data after the JSON object (byte %d of %d): one request per line", off, len(b))}
 	}
+	if f := repeatedField(b); f != "" {
+		return Request{}, &ParseError{Line: line, Field: f, Err: errors.New("named twice: which value holds is ambiguous")}
+	}
 	var req Request
 	var perr *ParseError
-	num := func(field string, n *json.Number, min int64) int64 {
+	num := func(field string, n *jsonInt, min int64) int64 {
 		if perr != nil {
 			return 0
 		}
@@ -323,11 +348,7 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 			perr = &ParseError{Line: line, Field: field, Err: errors.New("missing")}
 			return 0
 		}
-		v, err := n.Int64()
-		if err != nil {
-			perr = &ParseError{Line: line, Field: field, Err: fmt.Errorf("not an integer: %q", n.String())}
-			return 0
-		}
+		v := int64(*n)
 		if v < min {
 			perr = &ParseError{Line: line, Field: field, Err: fmt.Errorf("%d is below %d", v, min)}
 			return 0
@@ -343,7 +364,10 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 	if raw.HashIDs == nil || len(*raw.HashIDs) == 0 {
 		return Request{}, &ParseError{Line: line, Field: "hash_ids", Err: errors.New("missing or empty")}
 	}
-	req.HashIDs = *raw.HashIDs
+	req.HashIDs = make([]int64, len(*raw.HashIDs))
+	for i, id := range *raw.HashIDs {
+		req.HashIDs[i] = int64(id)
+	}
 	for i, id := range req.HashIDs {
 		if id < 0 {
 			return Request{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf("id %d at index %d is negative", id, i)}
@@ -354,6 +378,40 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 			"%d ids for input_length %d, want ceil(%d/%d) = %d", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want)}
 	}
 	return req, nil
+}
+
+// fieldNames are the fields a line holds, as encoding/json matches them
+// (ignoring case).
+var fieldNames = [...]string{"timestamp", "input_length", "output_length", "hash_ids"}
+
+// repeatedField returns the field that object b, valid JSON, names more
+// than once ("" if none): encoding/json would keep its last value.
+func repeatedField(b []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	var seen [len(fieldNames)]bool
+	for dec.More() {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			return ""
+		}
+		for i, f := range fieldNames {
+			if strings.EqualFold(key, f) {
+				if seen[i] {
+					return f
+				}
+				seen[i] = true
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 //go:embed testdata/conversation_sample.jsonl

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 )
 
 // ErrSyntheticConfig is wrapped by every error Synthetic returns for a bad config.
@@ -166,8 +167,9 @@ type blockKey struct {
 //
 // Hash ids are dense (0..N-1, in order of first use); every id has exactly one
 // predecessor and len(HashIDs) == ceil(InputLength/BlockTokens). Requests are
-// sorted by Timestamp (milliseconds, Poisson arrivals at RatePerSecond). cfg is
-// not modified.
+// sorted by Timestamp (milliseconds, Poisson arrivals at RatePerSecond); a
+// rate so low that an arrival is past what a time.Duration holds is an error
+// wrapping ErrSyntheticConfig. cfg is not modified.
 func Synthetic(cfg SyntheticConfig) ([]Request, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -221,6 +223,10 @@ func Synthetic(cfg SyntheticConfig) ([]Request, error) {
 	clock := 0.0 // milliseconds
 	for len(open) > 0 {
 		clock += rng.ExpFloat64() / cfg.RatePerSecond * 1000
+		if !(clock*float64(time.Millisecond) < durationLimit) { // as Read holds a trace's timestamps
+			return nil, fmt.Errorf("trace: SyntheticConfig.RatePerSecond %g: request %d arrives %.3g ms in, past the longest time a Duration holds: %w",
+				cfg.RatePerSecond, len(reqs), clock, ErrSyntheticConfig)
+		}
 		slot := rng.IntN(len(open))
 		si := open[slot]
 		s := &sessions[si]
