@@ -991,9 +991,10 @@ type LookupRequest struct {
 // LookupResult says what an allocation of the prompt would find now, per tier
 // and in order: Tokens.Of(GPU) on the GPU, then Tokens.Below() more below it,
 // each block counted for the first tier in order that holds it (pinned memory,
-// then disk; the remote tier is not looked up and counts 0), with the
-// double-get thresholds applied (DoubleGetSkipped when they turned a lower hit
-// away). It is a snapshot: blocks may move before an allocation.
+// then disk, then the shared remote tier), with the double-get thresholds
+// applied (DoubleGetSkipped when they turned a lower hit away). It is a
+// snapshot: blocks may move before an allocation, and a block the shared
+// tier lists may still fail verification when it is read.
 type LookupResult struct {
 	Tokens           TierTokens
 	DoubleGetSkipped bool
@@ -1003,8 +1004,9 @@ type LookupResult struct {
 // nothing is allocated, pinned, loaded or counted as a hit (vLLM's
 // get_computed_blocks before admission). Below the GPU's hit it asks the
 // index the question an allocation asks (which tier serves each block, the
-// first in order that holds it), so a chain split between pinned memory and
-// disk counts whole, as an allocation loads it.
+// first in order that holds it, the shared tier, one round trip, for what
+// the node's tiers lack), so a chain split between pinned memory, disk and
+// the shared tier counts whole, as an allocation loads it.
 func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, error) {
 	k := m.chainKeys(req.Tokens, req.Salt, req.LoRA)
 	gpuTokens, err := m.gpuRun(ctx, req.Tokens, k)
@@ -1018,6 +1020,9 @@ func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, 
 		return res, nil
 	}
 	q := &messages.Lookup{Chains: [][]uint64{hashes(k)[from:]}, Reply: make(chan *messages.LookupResult, 1)}
+	if len(k.Digests) == len(k.Hashes) { // the shared tier is keyed by digest
+		q.Digests = [][]prefixhash.Digest{k.Digests[from:]}
+	}
 	r, err := ask(ctx, m, m.idxPID, nil, q, q.Reply)
 	if errors.Is(err, ErrTierDown) {
 		return res, nil // the tiers below serve nothing without it

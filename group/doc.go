@@ -62,9 +62,6 @@
 // transfer of the KV itself across the group — and readers scattering it
 // back; per-rank keys keep every write and read local and parallel, and a
 // group of another size (another split of the heads) never reads them.
-// Step 1's Lookup asks the node's tiers only (GPU, pinned memory, disk),
-// not the shared tier: a prefix only the shared tier holds is not part of
-// the group's hit, and is recomputed (a lost hit, never a wrong one).
 //
 // # Stats
 //
