@@ -100,9 +100,9 @@ type Config struct {
 	// last use, and its own policy makes the final choice. Otherwise the
 	// pinned tier is the last to hold a block, and the default is
 	// policy.Adaptive. On both shared Mooncake traces, three tiers with
-	// pinned LRU and disk Adaptive beat Adaptive on both (30.12% against
-	// 29.41% and 58.17% against 57.98% hit ratio, one run each; see the
-	// README's demo section).
+	// pinned LRU and disk Adaptive beat Adaptive on both (30.42% against
+	// 29.56% and 58.16% against 58.07% hit ratio, one run each, 2026-11-27;
+	// see the README's demo section).
 	PinnedPolicy policy.Kind
 	// PinnedLock asks for mlock'ed memory; refusal is reported in Stats, not an error.
 	PinnedLock bool
