@@ -248,6 +248,12 @@ type EventsConfig struct {
 	// QueueSize how many wait for a slow socket before one is dropped
 	// (default 100000).
 	BufferSteps, QueueSize int
+	// SubscriberQueue is how many batches wait for one subscriber before
+	// one is dropped for it alone (default 10000;
+	// events.ServerConfig.SubscriberQueue): what a subscriber that reads
+	// slowly, or not at all, can hold in memory, counted in
+	// EventStats.SubscriberDrops when it overflows.
+	SubscriberQueue int
 	// DPRank is the batches' data-parallel rank.
 	DPRank int
 }
@@ -335,8 +341,8 @@ func (c Config) withDefaults() (Config, error) {
 		if _, err := events.ParseFormat(e.Format); err != nil {
 			bad("Events.Format", e.Format, "must be map or array")
 		}
-		if e.BufferSteps < 0 || e.QueueSize < 0 || e.DPRank < 0 {
-			bad("Events", *e, "BufferSteps, QueueSize and DPRank must be >= 0")
+		if e.BufferSteps < 0 || e.QueueSize < 0 || e.SubscriberQueue < 0 || e.DPRank < 0 {
+			bad("Events", *e, "BufferSteps, QueueSize, SubscriberQueue and DPRank must be >= 0")
 		}
 	}
 	if c.Remote != nil && c.PinnedBytes == 0 {
