@@ -484,6 +484,14 @@ func (m *Manager) Arena() gpu.Arena { return m.arena }
 // BlockTokens returns the tokens per block.
 func (m *Manager) BlockTokens() int { return m.cfg.BlockTokens }
 
+// Device returns the device the arena and its streams live on:
+// Config.Device, or the one New opened when it was nil (closed by Close).
+// An engine makes its commit fences for it (gpu.NewSignalFence(m.Device()),
+// or on CUDA gpu.NewCUDAFence(m.Device(), ev)): the device's streams wait
+// only on fences made for it, and CommitBatch refuses others with
+// gpu.ErrBadFence.
+func (m *Manager) Device() gpu.Device { return m.device }
+
 // ask sends msg to pid and waits for a reply on reply, the context or Close.
 // call, when not nil, is the request's cancellation handle: if the context
 // ends first and the actor has not taken the request, it is withdrawn and the
