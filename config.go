@@ -100,11 +100,16 @@ type Config struct {
 	// last use, and its own policy makes the final choice. Otherwise the
 	// pinned tier is the last to hold a block, and the default is
 	// policy.Adaptive. On both shared Mooncake traces, three tiers with
-	// pinned LRU and disk Adaptive beat Adaptive on both (30.12% against
-	// 29.41% and 58.17% against 57.98% hit ratio, one run each; see the
-	// README's demo section).
+	// pinned LRU and disk Adaptive beat Adaptive on both (30.42% against
+	// 29.56% and 58.16% against 58.07% hit ratio, one run each, 2026-11-27;
+	// see the README's demo section).
 	PinnedPolicy policy.Kind
-	// PinnedLock asks for mlock'ed memory; refusal is reported in Stats, not an error.
+	// PinnedLock has no effect. The pinned tier's memory is the device's
+	// copy target, so it always comes from the device's AllocHost
+	// (pinned.DeviceAlloc), which page-locks it whatever this says:
+	// cuMemAllocHost on CUDA, mlock on the host backend, where a refusal
+	// (RLIMIT_MEMLOCK) is not an error. The pinned tier's
+	// TierStats.Extra["locked"] (1 or 0) says whether it is locked.
 	PinnedLock bool
 
 	// DiskDir enables the disk tier in this directory (created if missing,
@@ -248,6 +253,12 @@ type EventsConfig struct {
 	// QueueSize how many wait for a slow socket before one is dropped
 	// (default 100000).
 	BufferSteps, QueueSize int
+	// SubscriberQueue is how many batches wait for one subscriber before
+	// one is dropped for it alone (default 10000;
+	// events.ServerConfig.SubscriberQueue): what a subscriber that reads
+	// slowly, or not at all, can hold in memory, counted in
+	// EventStats.SubscriberDrops when it overflows.
+	SubscriberQueue int
 	// DPRank is the batches' data-parallel rank.
 	DPRank int
 }
@@ -335,8 +346,8 @@ func (c Config) withDefaults() (Config, error) {
 		if _, err := events.ParseFormat(e.Format); err != nil {
 			bad("Events.Format", e.Format, "must be map or array")
 		}
-		if e.BufferSteps < 0 || e.QueueSize < 0 || e.DPRank < 0 {
-			bad("Events", *e, "BufferSteps, QueueSize and DPRank must be >= 0")
+		if e.BufferSteps < 0 || e.QueueSize < 0 || e.SubscriberQueue < 0 || e.DPRank < 0 {
+			bad("Events", *e, "BufferSteps, QueueSize, SubscriberQueue and DPRank must be >= 0")
 		}
 	}
 	if c.Remote != nil && c.PinnedBytes == 0 {

@@ -60,8 +60,8 @@
 // to a lower tier waits for the fence on the copy stream (cuStreamWaitEvent),
 // so it reads finished KV. An engine whose writes are not work on a CUDA
 // stream (one computing on the CPU) signals a gpu.SignalFence made for the
-// Manager's device, on either backend; on the host backend any gpu.Fence
-// works. A commit naming a fence the device cannot wait on fails with
+// Manager's device (Manager.Device), on either backend; on the host backend
+// any gpu.Fence works. A commit naming a fence the device cannot wait on fails with
 // gpu.ErrBadFence and commits nothing. A fence never signalled holds Flush
 // and Close until their contexts end; the copy is then dropped.
 //

@@ -260,7 +260,7 @@ func New(cfg Config) (*Manager, error) {
 		pub := events.NewPublisher(events.Config{Format: format, BlockSize: c.BlockTokens, DPRank: e.DPRank, BufferSteps: e.BufferSteps,
 			FirstSeq: uint64(time.Now().UnixNano())})
 		src := actors.NewEventsSource(m.system)
-		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize}, src); err != nil {
+		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize, SubscriberQueue: e.SubscriberQueue}, src); err != nil {
 			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
 		}
 		m.evPID = root.Spawn(m.props(actors.NewEventsActor(actors.EventsConfig{Publisher: pub, Server: m.evServer, Log: c.Logger.Named("events")})))
@@ -483,6 +483,14 @@ func (m *Manager) Arena() gpu.Arena { return m.arena }
 
 // BlockTokens returns the tokens per block.
 func (m *Manager) BlockTokens() int { return m.cfg.BlockTokens }
+
+// Device returns the device the arena and its streams live on:
+// Config.Device, or the one New opened when it was nil (closed by Close).
+// An engine makes its commit fences for it (gpu.NewSignalFence(m.Device()),
+// or on CUDA gpu.NewCUDAFence(m.Device(), ev)): the device's streams wait
+// only on fences made for it, and CommitBatch refuses others with
+// gpu.ErrBadFence.
+func (m *Manager) Device() gpu.Device { return m.device }
 
 // ask sends msg to pid and waits for a reply on reply, the context or Close.
 // call, when not nil, is the request's cancellation handle: if the context

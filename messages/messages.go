@@ -419,7 +419,7 @@ type TierStats struct {
 	Extra map[string]float64 `json:",omitempty"`
 	// Tokens (the GPU tier only) is what allocations asked and found, by
 	// namespace label: a tenant salt the Manager's MetricsNamespaces names,
-	// or "other".
+	// "default" for requests without a salt, or "other".
 	Tokens map[string]TokenCounts `json:",omitempty"`
 }
 

@@ -1,0 +1,90 @@
+package kvtier
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/events"
+)
+
+// TestEventsSubscriberQueue: EventsConfig.SubscriberQueue bounds the batches
+// waiting for one subscriber (events.ServerConfig.SubscriberQueue), so an
+// embedder can cap what a stuck router costs. With a queue of one, a
+// subscriber that stops reading loses batches once its connection's buffers
+// are full (some megabytes here); under the default of 10000 batches it would
+// lose none in this run. Before the field existed the Manager always used the
+// default, whatever the embedder needed.
+func TestEventsSubscriberQueue(t *testing.T) {
+	for _, bad := range []*EventsConfig{{Endpoint: "tcp://127.0.0.1:0", SubscriberQueue: -1}} {
+		if _, err := New(Config{GPUBlocks: 8, Events: bad}); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%+v: %v, want ErrBadConfig", bad, err)
+		}
+	}
+	const blockTokens, blocks = 512, 32
+	m := newManager(t, Config{GPUBlocks: 2 * blocks, BlockTokens: blockTokens,
+		Events: &EventsConfig{Endpoint: "tcp://*:0", Topic: "kv", SubscriberQueue: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pub, _ := m.EventEndpoints()
+	stuck, err := events.Subscribe(ctx, pub, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	joined := make(chan struct{})
+	go func() { // reads one batch, to show it has joined, and no more
+		if _, _, err := stuck.Recv(); err == nil {
+			close(joined)
+		}
+	}()
+
+	prompt := make([]int64, blocks*blockTokens) // about 50 KB of token ids a batch
+	step := func(i int) {
+		for j := range prompt {
+			prompt[j] = int64(i*len(prompt) + j)
+		}
+		seq := uint64(i + 1)
+		r, err := m.Allocate(ctx, AllocRequest{Seq: seq, Tokens: prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-r.Ready.Done()
+		if err := m.Commit(ctx, seq, len(prompt)); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Free(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; ; i++ { // until the subscriber has its first batch
+		step(i)
+		select {
+		case <-joined:
+		case <-time.After(20 * time.Millisecond):
+			if ctx.Err() != nil {
+				t.Fatal("the subscriber never joined")
+			}
+			continue
+		}
+		break
+	}
+	// 1,500 batches of about 50 KB, far past the connection's buffers and
+	// far short of the default queue.
+	for i := range 1500 {
+		step(1000 + i)
+		if i%100 != 99 {
+			continue
+		}
+		st, err := m.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Events != nil && st.Events.SubscriberDrops > 0 {
+			return
+		}
+	}
+	st, _ := m.Stats(ctx)
+	t.Fatalf("no batch dropped for the stuck subscriber with SubscriberQueue 1: %+v", st.Events)
+}
