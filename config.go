@@ -104,12 +104,14 @@ type Config struct {
 	// 29.56% and 58.16% against 58.07% hit ratio, one run each, 2026-11-27;
 	// see the README's demo section).
 	PinnedPolicy policy.Kind
-	// PinnedLock has no effect. The pinned tier's memory is the device's
-	// copy target, so it always comes from the device's AllocHost
-	// (pinned.DeviceAlloc), which page-locks it whatever this says:
-	// cuMemAllocHost on CUDA, mlock on the host backend, where a refusal
-	// (RLIMIT_MEMLOCK) is not an error. The pinned tier's
+	// PinnedLock is kept for compatibility only. The pinned tier's memory
+	// is the device's copy target, so it always comes from the device's
+	// AllocHost (pinned.DeviceAlloc), which page-locks it whatever this
+	// says: cuMemAllocHost on CUDA, mlock on the host backend, where a
+	// refusal (RLIMIT_MEMLOCK) is not an error. The pinned tier's
 	// TierStats.Extra["locked"] (1 or 0) says whether it is locked.
+	//
+	// Deprecated: PinnedLock has no effect.
 	PinnedLock bool
 
 	// DiskDir enables the disk tier in this directory (created if missing,
