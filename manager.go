@@ -70,7 +70,7 @@ var (
 	// not reach a stopped tier (ErrTierDown): the disk's records, or the
 	// remote tier's copies, which other nodes may still serve; or the remote
 	// tier's delete failed (remote.ErrUnavailable, a timeout).
-	ErrNotDurable = errors.New("kvtier: delete not durable on disk")
+	ErrNotDurable = errors.New("kvtier: delete not durable on the disk or shared tier")
 	// ErrFailed says the GPU actor failed (it panicked, a defect): its tier
 	// stopped, every call still waiting on it and every later call fails
 	// with ErrFailed instead of waiting for an answer that cannot come, and
