@@ -168,13 +168,18 @@ func TestGroupSharedTierFailsOnOneRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := int64((layout.BlockBytes() + 4095) / 4096 * 4096)
-	// node is a group whose rank r reaches the shared tier at addrs[r].
-	node := func(prefix string, addrs []string, ingest kvtier.Ingestion) *cluster {
+	// node is a group whose rank r reaches the shared tier at addrs[r];
+	// rank quick's lookups give up after 300 ms, the others' after 10 s
+	// (however loaded the machine, they answer).
+	node := func(prefix string, addrs []string, ingest kvtier.Ingestion, quick int) *cluster {
 		c := &cluster{t: t, model: model}
 		for r := range nRanks {
 			base := kvtier.Config{GPUBlocks: 18, BlockTokens: bt, Model: shardSpec(), VocabSize: tpModel.Vocab, ModelID: "tp-tiny@1",
 				Ingestion: ingest, DiskIngestion: kvtier.IngestAll, PinnedBytes: 32 * slot, ReadDeadlineBase: -1,
-				Remote: &kvtier.RemoteConfig{Addrs: []string{addrs[r]}, Prefix: prefix, ReadTimeout: 300 * time.Millisecond}}
+				Remote: &kvtier.RemoteConfig{Addrs: []string{addrs[r]}, Prefix: prefix, ReadTimeout: 10 * time.Second}}
+			if r == quick {
+				base.Remote.ReadTimeout = 300 * time.Millisecond
+			}
 			cfg, err := group.RankConfig(base, r, nRanks)
 			if err != nil {
 				t.Fatal(err)
@@ -195,7 +200,7 @@ func TestGroupSharedTierFailsOnOneRank(t *testing.T) {
 		t.Run("hang="+hang, func(t *testing.T) {
 			prefix := fmt.Sprintf("kvtier-group-test-%d", rand.Uint64())
 			all := []string{addr, addr, addr, addr}
-			first := node(prefix, all, kvtier.IngestAll)
+			first := node(prefix, all, kvtier.IngestAll, -1)
 			first.serve(1, prompt, time.Now().Add(time.Hour))
 			first.free(1)
 			first.flush() // written through to the shared tier
@@ -203,7 +208,11 @@ func TestGroupSharedTierFailsOnOneRank(t *testing.T) {
 			p := &redisProxy{addr: addr, hang: hang == "lookup"}
 			ways := append([]string(nil), all...)
 			ways[3] = p.start(t)
-			second := node(prefix, ways, kvtier.IngestEvict) // nothing written down: no write to wait on
+			quick := -1 // its reads hang, not its lookups: Deadline bounds them
+			if hang == "lookup" {
+				quick = 3
+			}
+			second := node(prefix, ways, kvtier.IngestEvict, quick) // nothing written down: no write to wait on
 			deadline := time.Now().Add(time.Hour)
 			if hang == "reads" {
 				p.stallGets.Store(true)
@@ -220,6 +229,12 @@ func TestGroupSharedTierFailsOnOneRank(t *testing.T) {
 				}
 				if res.LocalHit != wantLocal || res.AgreedHit != wantAgreed || res.ValidTokens != 0 {
 					t.Errorf("rank %d: local hit %d, agreed %d, valid %d; want %d, %d, 0", r, res.LocalHit, res.AgreedHit, res.ValidTokens, wantLocal, wantAgreed)
+				}
+				// A rank that loaded more than the group holds gives it back
+				// (its blocks are cached, shared: the engine must not
+				// recompute into them).
+				if res.Reallocated != (res.LocalValid > res.ValidTokens) {
+					t.Errorf("rank %d: held %d valid of the group's %d, reallocated %v", r, res.LocalValid, res.ValidTokens, res.Reallocated)
 				}
 			}
 			second.free(1)
