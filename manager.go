@@ -1015,6 +1015,13 @@ type LookupResult struct {
 // first in order that holds it, the shared tier, one round trip, for what
 // the node's tiers lack), so a chain split between pinned memory, disk and
 // the shared tier counts whole, as an allocation loads it.
+//
+// With a shared tier configured, Lookup waits for its answer, as an
+// allocation does: on a server that is slow or hangs, up to
+// RemoteConfig.ReadTimeout (default 1s), after which the shared tier counts
+// 0 and Lookup answers with what the node holds. A context that ends first
+// fails Lookup with the context's error (nothing changed): give Lookup at
+// least ReadTimeout to have the node's own answer whatever the server does.
 func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, error) {
 	k := m.chainKeys(req.Tokens, req.Salt, req.LoRA)
 	gpuTokens, err := m.gpuRun(ctx, req.Tokens, k)

@@ -723,3 +723,31 @@ func TestPublisherStartForgets(t *testing.T) {
 		t.Fatalf("stream %v, snapshot %v, publisher %v", v.Residency(), snap.Residency(), p.Residency())
 	}
 }
+
+// TestFullResidencyRemovalOrderCycleAndKeptChild: the order of a Full
+// residency's removals on the shapes TestFullResidencyRemovesChildrenFirst
+// leaves out: a cycle of parent links (1 <-> 2, a hash collision) with a
+// child (3) hanging off it and a block its own parent (7) are each removed
+// once, the child first; a child the residency lists (9) stays, and its
+// parent (8) goes all the same.
+func TestFullResidencyRemovalOrderCycleAndKeptChild(t *testing.T) {
+	now := time.Unix(100, 0)
+	p := NewPublisher(Config{BlockSize: 1})
+	p.Apply(&messages.Residency{Tier: messages.GPU, Changes: []messages.ResidencyChange{
+		change(true, 1, 2, true, 1), change(true, 2, 1, true, 2), change(true, 3, 1, true, 3),
+		change(true, 8, 0, false, 4), change(true, 9, 8, true, 5), change(true, 7, 7, true, 6)}}, now)
+	f, ok := p.Apply(&messages.Residency{Tier: messages.GPU, Full: true, Changes: []messages.ResidencyChange{change(true, 9, 8, true, 5)}}, now)
+	if !ok {
+		t.Fatal("a Full residency that removed blocks published nothing")
+	}
+	b, err := DecodeBatch(f.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Events) != 1 || b.Events[0].Kind != BlockRemoved {
+		t.Fatalf("events %+v, want one BlockRemoved", b.Events)
+	}
+	if got, want := b.Events[0].Hashes, []uint64{3, 2, 1, 8, 7}; !slices.Equal(got, want) {
+		t.Errorf("removed %v, want %v (3 before 1; the cycle's 2 before 1; 9 kept)", got, want)
+	}
+}

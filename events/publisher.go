@@ -199,8 +199,11 @@ func (p *Publisher) drop(h uint64, bit uint8) {
 
 // unlisted returns the blocks the medium of bit holds that changes does
 // not store, children first: the reverse of parentsFirst, so that a
-// consumer keeping a tree of parent links removes leaves, never a block
-// whose children it still holds.
+// consumer keeping a tree of parent links is never told to remove a block
+// before a child of it that goes too. A child that changes lists stays,
+// so its parent goes with the child still held (the tier holds the child
+// alone); blocks on a cycle of parent links (hash collisions) go in
+// parentsFirst's order reversed, the cycle's smallest hash last.
 func (p *Publisher) unlisted(changes []messages.ResidencyChange, bit uint8) []uint64 {
 	listed := make(map[uint64]bool, len(changes))
 	for _, c := range changes {

@@ -15,7 +15,10 @@
 //
 //  1. Lookup (no side effects) gives the rank's hit; the group takes the
 //     minimum before anything is loaded. A failed lookup reports -1 and the
-//     group's hit is 0.
+//     group's hit is 0. Deadline does not bound it: a rank with a shared
+//     tier waits for that tier's answer, up to its RemoteConfig.ReadTimeout
+//     when the server is slow (then its hit leaves the shared tier out, and
+//     so does the group's), and the other ranks wait in the reduction.
 //  2. Each rank allocates with MaxHitTokens at that minimum and
 //     LoadDeadline at the shared Deadline, and waits for its loads. A load
 //     that misses the deadline or fails leaves the rank fewer valid tokens.
