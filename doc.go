@@ -58,7 +58,10 @@
 // recorded on the compute stream. The blocks are hits at once, since the
 // engine's later kernels run after its own, and every copy that reads them
 // to a lower tier waits for the fence on the copy stream (cuStreamWaitEvent),
-// so it reads finished KV. An engine whose writes are not work on a CUDA
+// so it reads finished KV; a copy up into a block a freed sequence held
+// waits for the fence of the last commit that covered the block's tokens,
+// so the freed sequence's pass cannot write over the loaded bytes (work
+// never committed must be finished before Free). An engine whose writes are not work on a CUDA
 // stream (one computing on the CPU) signals a gpu.SignalFence made for the
 // Manager's device (Manager.Device), on either backend; on the host backend
 // any gpu.Fence works. A commit naming a fence the device cannot wait on fails with

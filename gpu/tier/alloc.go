@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/messages"
 	"github.com/kvtier/kvtier/prefixhash"
 )
@@ -715,13 +716,11 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 			t.sendDemand(seq, it.Tokens)
 			continue
 		}
-		from := len(published)
+		was, _ := t.pool.Committed(seq)
 		published, res.Errs[i] = t.pool.Commit(seq, it.Tokens, published)
 		if res.Errs[i] == nil {
 			t.sendDemand(seq, it.Tokens)
-		}
-		for _, id := range published[from:] {
-			t.fence[id] = it.After
+			t.fenceWritten(seq, was, it.After)
 		}
 	}
 	t.scratch = published[:0]
@@ -729,6 +728,28 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		t.offloadResident(published)
 	}
 	return res
+}
+
+// fenceWritten records after, the fence of the work a commit of seq just
+// covered, on every block that work wrote: those past the was tokens
+// committed before, up to the new count, the partial block included.
+// Copies that read a published block down wait on it; so does a copy up
+// into any of them once they are freed and taken again (a sequence
+// preempted or aborted while its pass runs): without the wait the pass's
+// write could land after the loaded bytes, in a block the load publishes.
+func (t *Tier) fenceWritten(seq blockpool.SeqID, was int, after gpu.Fence) {
+	now, err := t.pool.Committed(seq)
+	if err != nil || now <= was {
+		return
+	}
+	table, err := t.pool.Table(t.scratchIDs[:0], seq)
+	if err != nil {
+		return
+	}
+	for i := was / t.bs; i < t.blocksFor(now) && i < len(table); i++ {
+		t.fence[table[i]] = after
+	}
+	t.scratchIDs = table[:0]
 }
 
 // parkable says whether err is a lack of blocks that offloads ahead of need

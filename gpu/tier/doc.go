@@ -18,7 +18,7 @@
 //
 // After one or more events, Ready returns, in the order they must be done:
 // Copies to enqueue on the stream (each behind the fences of the commits
-// whose blocks it reads), messages for the pinned tier and for the prefix
+// whose blocks it reads or overwrites), messages for the pinned tier and for the prefix
 // index, Timers to arm and cancel, Replies to run (answers to callers, and
 // completions of allocations' Ready), and, after Stop, callers to answer
 // once the copies they wait on have left the stream.
@@ -52,5 +52,7 @@
 // each block carries: below (a copy of its committed bytes is in the
 // pinned tier or under it; cleared by BelowGone, which also keeps a load of
 // the hash in flight from setting it when it lands), moving (an offload of it is in flight; the pool pins it),
-// a hit count (IngestHot) and the fence of its last commit.
+// a hit count (IngestHot) and the fence of the last commit that covered
+// its tokens, which copies down from it and copies up into it once it was
+// taken again wait on.
 package tier

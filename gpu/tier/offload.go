@@ -356,7 +356,9 @@ func (t *Tier) dropQueuedOffloads(chain map[uint64]prefixhash.Digest) {
 
 // pendingFences returns the fences of the blocks' commits that are not done
 // yet, each once: the copy that reads the blocks down waits on them, so it
-// reads the KV the engine finished computing.
+// reads the KV the engine finished computing, and a copy up into blocks a
+// freed sequence's work may still write waits on them, so that work cannot
+// land over the loaded bytes.
 func (t *Tier) pendingFences(blocks []blockpool.BlockID) []gpu.Fence {
 	var waited []gpu.Fence
 	for _, id := range blocks {

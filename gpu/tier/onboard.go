@@ -99,7 +99,9 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 		ops[i] = gpu.CopyOp{Block: int(op.blocks[i]), Host: g.Bytes[i]}
 	}
 	op.copyAt = t.now
-	t.copy(g.ID, true, gpu.H2D, ops, nil)
+	// Behind the work still writing the blocks for a sequence that held
+	// them before (freed, its pass enqueued and committed behind a fence).
+	t.copy(g.ID, true, gpu.H2D, ops, t.pendingFences(op.blocks[:len(ops)]))
 }
 
 // lowerDeadline is the deadline the tiers below are given for a part of a

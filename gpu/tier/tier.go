@@ -102,8 +102,10 @@ type Tier struct {
 	spareReplies []Reply
 	flags        []uint8
 	hits         []uint16
-	// fence holds, per block, the fence its last commit named: every copy
-	// that reads the block down waits on it. Cleared once seen done.
+	// fence holds, per block, the fence of the last commit that covered
+	// tokens of it (fenceWritten): every copy that reads the block down,
+	// and every copy up into it after it was freed and taken again, waits
+	// on it. Cleared once seen done.
 	fence   []gpu.Fence
 	nextID  uint64
 	lookups map[uint64]*pendingAlloc
@@ -149,6 +151,7 @@ type Tier struct {
 	evictWrites map[uint64]int
 	held        map[uint64]bool
 	scratch     []blockpool.BlockID
+	scratchIDs  []blockpool.BlockID // fenceWritten's, apart from scratch (commitBatch's)
 	// notReady is, per sequence, the allocation whose loads from lower
 	// tiers have not completed: commits wait for them, since a finishing
 	// load publishes its blocks. Freeing the sequence forgets it, so a new
