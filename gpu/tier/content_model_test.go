@@ -25,7 +25,9 @@ import (
 // still to write the block; a copy up writes a block no pass still
 // writes; every findable block holds (or its pass will write) the KV of
 // its digest; and every block an allocation is given valid (hits, loads)
-// holds the KV of its own prefix.
+// holds the KV of its own prefix. With the pool's journal on, the event
+// stream (Ready.Residency, ResidencyAfter) names every hash the GPU serves,
+// and one it serves no more only while a write down of it is in flight.
 
 type cell struct {
 	d  prefixhash.Digest
@@ -66,7 +68,8 @@ type cmWorld struct {
 	seqs    []*cmSeq
 	next    uint64
 	log     []string
-	counts  map[string]int // what ran, for CM_STATS
+	counts  map[string]int  // what ran, for CM_STATS
+	view    map[uint64]bool // the GPU's blocks by hash, as the event stream says
 }
 
 func (w *cmWorld) logf(f string, a ...any) { w.log = append(w.log, fmt.Sprintf(f, a...)) }
@@ -104,6 +107,7 @@ func (w *cmWorld) pendingWrite(id blockpool.BlockID) bool {
 func (w *cmWorld) drain() {
 	w.t.Helper()
 	r := w.tr.Ready()
+	w.residency(r)
 	w.stream = append(w.stream, r.Copies...)
 	for _, m := range r.ToPinned {
 		switch m := m.(type) {
@@ -134,6 +138,7 @@ func (w *cmWorld) drain() {
 
 func (w *cmWorld) check() {
 	w.t.Helper()
+	w.checkView()
 	for i := range w.content {
 		id := blockpool.BlockID(i)
 		if _, cached := w.tr.pool.BlockHash(id); !cached {
@@ -240,8 +245,44 @@ func (w *cmWorld) allocate() {
 	w.check()
 }
 
+// residency applies r's changes for the event stream to the view.
+func (w *cmWorld) residency(r Ready) {
+	for _, res := range []*messages.Residency{r.Residency, r.ResidencyAfter} {
+		if res == nil {
+			continue
+		}
+		for _, c := range res.Changes {
+			w.counts[fmt.Sprintf("residency stored=%v", c.Stored)]++
+			if c.Stored {
+				w.view[c.Hash] = true
+			} else {
+				delete(w.view, c.Hash)
+			}
+		}
+	}
+}
+
+// checkView: the event stream names every hash the GPU serves, and a hash
+// it serves no more only while a write down of it is in flight.
+func (w *cmWorld) checkView() {
+	w.t.Helper()
+	served := map[uint64]bool{}
+	for _, h := range w.tr.CachedHashes() {
+		served[h] = true
+		if !w.view[h] {
+			w.fail("hash %x is findable on the GPU, never announced", h)
+		}
+	}
+	for h := range w.view {
+		if !served[h] && w.tr.evictWrites[h] == 0 {
+			w.fail("hash %x announced, no longer findable, and no removal sent", h)
+		}
+	}
+}
+
 // replay plays a Ready taken by hand.
 func (w *cmWorld) replay(r Ready) {
+	w.residency(r)
 	w.stream = append(w.stream, r.Copies...)
 	for _, m := range r.ToPinned {
 		switch m := m.(type) {
@@ -522,8 +563,14 @@ func runContentModel(t *testing.T, seed uint64, steps int) {
 		cfg.ReadBase = 10 * time.Millisecond
 	}
 	n := 8 + rng.IntN(8)
-	tr := newTier(t, n, cfg)
-	w := &cmWorld{t: t, rng: rng, tr: tr, now: t0, content: make([]cell, n), fetches: map[uint64][]prefixhash.Digest{},
+	pool, err := blockpool.New(blockpool.Config{NumBlocks: n, BlockSize: bs, Digests: true, Journal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pool, cfg.BlockBytes, cfg.DoubleGetMinBlocks = pool, 64, 1
+	tr := New(cfg)
+	tr.SetNow(t0)
+	w := &cmWorld{view: map[uint64]bool{}, t: t, rng: rng, tr: tr, now: t0, content: make([]cell, n), fetches: map[uint64][]prefixhash.Digest{},
 		reqs: map[uint64]*messages.FetchRequest{}, offers: map[uint64]*messages.OffloadRequest{}, granted: map[uint64][]prefixhash.Digest{},
 		timers: map[uint64]bool{}, store: map[prefixhash.Digest]bool{}, counts: map[string]int{}}
 	w.logf("seed %d: %d blocks, %+v", seed, n, cfg.Ingestion)
