@@ -44,7 +44,7 @@ type cmSeq struct {
 	ns        string
 	toks      []int64
 	res       messages.AllocResult
-	resp      **messages.AllocateBatchResult // parked
+	answered  bool
 	checked   bool
 	written   int // tokens whose KV the engine wrote (or enqueued)
 	appending bool
@@ -70,6 +70,7 @@ type cmWorld struct {
 	log     []string
 	counts  map[string]int  // what ran, for CM_STATS
 	view    map[uint64]bool // the GPU's blocks by hash, as the event stream says
+	batches []*pendingBatch // allocations not answered yet
 }
 
 func (w *cmWorld) logf(f string, a ...any) { w.log = append(w.log, fmt.Sprintf(f, a...)) }
@@ -149,15 +150,8 @@ func (w *cmWorld) check() {
 			w.fail("block %d is findable holding %x/%v, not the KV of its digest %x", id, c.d[:4], c.ok, d[:4])
 		}
 	}
+	w.answered()
 	for _, s := range w.seqs {
-		if s.resp != nil && *s.resp != nil {
-			s.res = (*s.resp).Results[0]
-			s.resp = nil
-			w.logf("  seq %d answered: %v blocks %v", s.id, s.res.Err, s.res.Blocks)
-			if s.res.Err != nil {
-				s.freed = true
-			}
-		}
 		if s.freed || s.checked || s.res.Ready == nil || !readyDone(s.res) {
 			continue
 		}
@@ -185,22 +179,31 @@ func (w *cmWorld) check() {
 func (w *cmWorld) live() []*cmSeq {
 	var out []*cmSeq
 	for _, s := range w.seqs {
-		if !s.freed && s.resp == nil {
+		if !s.freed && s.answered {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (w *cmWorld) allocate() {
+// pendingBatch is an allocation batch not answered yet: by AllocateBatch
+// (res) or by Step (step).
+type pendingBatch struct {
+	res  *messages.AllocateBatchResult
+	step chan *messages.StepResult
+	seqs []*cmSeq
+}
+
+func (w *cmWorld) newRequest(taken map[uint64]bool) (*cmSeq, messages.AllocRequest, *blockpool.Keys) {
 	w.next++
 	id := w.next
 	for _, s := range w.seqs {
-		if s.freed && w.rng.IntN(3) == 0 && !slices.ContainsFunc(w.live(), func(x *cmSeq) bool { return x.id == s.id }) {
+		if s.freed && w.rng.IntN(3) == 0 && !taken[s.id] && !slices.ContainsFunc(w.live(), func(x *cmSeq) bool { return x.id == s.id }) {
 			id = s.id // an id used before
 			break
 		}
 	}
+	taken[id] = true
 	ns := []string{"", "t"}[w.rng.IntN(2)]
 	fam := 1 + w.rng.IntN(3)
 	n := bs*(1+w.rng.IntN(4)) + w.rng.IntN(2)*w.rng.IntN(bs)
@@ -216,14 +219,49 @@ func (w *cmWorld) allocate() {
 		req.LoadDeadline = w.now.Add(time.Duration(w.rng.IntN(20)) * time.Millisecond)
 	}
 	s := &cmSeq{id: id, ns: ns, toks: toks}
-	w.seqs = append(w.seqs, s)
 	w.logf("allocate seq %d ns %q tokens %d..+%d (%d)", id, ns, toks[0], n, req.MaxHitTokens)
-	var res *messages.AllocateBatchResult
-	w.tr.AllocateBatch([]messages.AllocRequest{req}, []*blockpool.Keys{blockpool.ComputeKeys(ns, toks, bs, true)}, func(r *messages.AllocateBatchResult) { res = r })
+	return s, req, blockpool.ComputeKeys(ns, toks, bs, true)
+}
+
+func (w *cmWorld) allocate() {
+	taken := map[uint64]bool{}
+	b := &pendingBatch{}
+	var reqs []messages.AllocRequest
+	var keys []*blockpool.Keys
+	var free []uint64
+	useStep := w.rng.IntN(2) == 0
+	if useStep && w.rng.IntN(2) == 0 {
+		var can []*cmSeq
+		for _, s := range w.live() {
+			if !s.appending {
+				can = append(can, s)
+			}
+		}
+		if len(can) > 0 {
+			s := can[w.rng.IntN(len(can))]
+			s.freed = true
+			free = append(free, s.id)
+			w.logf("free seq %d in the step", s.id)
+		}
+	}
+	for range 1 + w.rng.IntN(2) {
+		s, req, k := w.newRequest(taken)
+		b.seqs = append(b.seqs, s)
+		reqs, keys = append(reqs, req), append(keys, k)
+	}
+	inOrder := w.rng.IntN(2) == 0
+	w.seqs = append(w.seqs, b.seqs...)
+	if useStep {
+		b.step = make(chan *messages.StepResult, 1)
+		w.tr.Step(&messages.StepBatch{Free: free, Allocate: reqs, Keys: keys, AllocateInOrder: inOrder, Reply: b.step})
+	} else if inOrder {
+		w.tr.AllocateInOrder(reqs, keys, func(r *messages.AllocateBatchResult) { b.res = r })
+	} else {
+		w.tr.AllocateBatch(reqs, keys, func(r *messages.AllocateBatchResult) { b.res = r })
+	}
 	r := w.tr.Ready()
 	var lk *messages.Lookup
-	rest := r.ToIndex
-	for _, m := range rest {
+	for _, m := range r.ToIndex {
 		if l, ok := m.(*messages.Lookup); ok {
 			lk = l
 		}
@@ -231,18 +269,49 @@ func (w *cmWorld) allocate() {
 	r.ToIndex = nil
 	w.replay(r)
 	if lk != nil {
-		var below []messages.Tier
-		for _, d := range lk.Digests[0] {
-			if !w.store[d] && w.rng.IntN(4) != 0 {
-				break
+		tiers := make([][]messages.Tier, len(lk.Digests))
+		for c, ds := range lk.Digests {
+			for _, d := range ds {
+				if !w.store[d] && w.rng.IntN(4) != 0 {
+					break
+				}
+				tiers[c] = append(tiers[c], messages.Pinned)
 			}
-			below = append(below, messages.Pinned)
 		}
-		w.tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: [][]messages.Tier{below}})
+		w.tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: tiers})
 		w.drain()
 	}
-	s.resp = &res
+	w.batches = append(w.batches, b)
 	w.check()
+}
+
+// answered takes the answers of the batches answered since.
+func (w *cmWorld) answered() {
+	keep := w.batches[:0]
+	for _, b := range w.batches {
+		var res *messages.AllocateBatchResult
+		if b.step != nil {
+			select {
+			case sr := <-b.step:
+				res = sr.Allocate
+			default:
+			}
+		} else {
+			res = b.res
+		}
+		if res == nil {
+			keep = append(keep, b)
+			continue
+		}
+		for i, s := range b.seqs {
+			s.res, s.answered = res.Results[i], true
+			w.logf("  seq %d answered: %v blocks %v", s.id, s.res.Err, s.res.Blocks)
+			if s.res.Err != nil {
+				s.freed = true
+			}
+		}
+	}
+	w.batches = keep
 }
 
 // residency applies r's changes for the event stream to the view.
