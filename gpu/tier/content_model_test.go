@@ -71,6 +71,8 @@ type cmWorld struct {
 	counts  map[string]int  // what ran, for CM_STATS
 	view    map[uint64]bool // the GPU's blocks by hash, as the event stream says
 	batches []*pendingBatch // allocations not answered yet
+	hashOf  map[prefixhash.Digest]uint64
+	gone    bool // LowerGone
 }
 
 func (w *cmWorld) logf(f string, a ...any) { w.log = append(w.log, fmt.Sprintf(f, a...)) }
@@ -387,6 +389,11 @@ func (w *cmWorld) compute(s *cmSeq) {
 		if _, cached := w.tr.pool.BlockHash(id); cached {
 			w.fail("seq %d: the engine writes block %d (index %d), which is findable", s.id, id, i)
 		}
+		for _, c := range w.stream {
+			if slices.ContainsFunc(c.Ops, func(op gpu.CopyOp) bool { return op.Block == int(id) }) {
+				w.fail("seq %d: the engine writes block %d (index %d), which copy %+v (dir %v) still touches", s.id, id, i, c.CopyID, c.Dir)
+			}
+		}
 		c := cell{}
 		if (i+1)*bs <= n {
 			c = cell{d: want[i], ok: true}
@@ -520,6 +527,7 @@ func (w *cmWorld) answerOffer(id uint64) {
 		default:
 			got = append(got, it.Digest)
 		}
+		w.hashOf[it.Digest] = it.Hash
 	}
 	w.granted[id] = got
 	w.logf("offload %d answered %v", id, slots)
@@ -553,6 +561,22 @@ func (w *cmWorld) step() {
 			if len(w.passes) > 0 {
 				w.logf("a pass ends")
 				w.runPass()
+				w.drain()
+				return
+			}
+		case k < 60:
+			if len(w.store) > 0 && w.rng.IntN(2) == 0 {
+				d := pick(w.rng, w.store)
+				delete(w.store, d)
+				w.logf("pinned memory drops %x", d[:4])
+				w.tr.BelowGone([]uint64{w.hashOf[d]})
+				w.drain()
+				return
+			}
+			if !w.gone && w.rng.IntN(20) == 0 {
+				w.gone = true
+				w.logf("LowerGone")
+				w.tr.LowerGone()
 				w.drain()
 				return
 			}
@@ -641,7 +665,7 @@ func runContentModel(t *testing.T, seed uint64, steps int) {
 	tr.SetNow(t0)
 	w := &cmWorld{view: map[uint64]bool{}, t: t, rng: rng, tr: tr, now: t0, content: make([]cell, n), fetches: map[uint64][]prefixhash.Digest{},
 		reqs: map[uint64]*messages.FetchRequest{}, offers: map[uint64]*messages.OffloadRequest{}, granted: map[uint64][]prefixhash.Digest{},
-		timers: map[uint64]bool{}, store: map[prefixhash.Digest]bool{}, counts: map[string]int{}}
+		timers: map[uint64]bool{}, store: map[prefixhash.Digest]bool{}, counts: map[string]int{}, hashOf: map[prefixhash.Digest]uint64{}}
 	w.logf("seed %d: %d blocks, %+v", seed, n, cfg.Ingestion)
 	for range steps {
 		w.step()
