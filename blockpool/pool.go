@@ -727,6 +727,21 @@ func (p *Pool) Table(dst []BlockID, seq SeqID) ([]BlockID, error) {
 	return append(dst, s.table...), nil
 }
 
+// TableRange appends to dst the blocks at positions [from, to) of seq's
+// block table (cut at its end): what Table gives, without copying the
+// whole table.
+func (p *Pool) TableRange(dst []BlockID, seq SeqID, from, to int) ([]BlockID, error) {
+	s, ok := p.seqs[seq]
+	if !ok {
+		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+	}
+	to = min(to, len(s.table))
+	if from < 0 || from > to {
+		return dst, nil
+	}
+	return append(dst, s.table[from:to]...), nil
+}
+
 // NumTokens returns how many tokens seq holds.
 func (p *Pool) NumTokens(seq SeqID) (int, error) {
 	s, ok := p.seqs[seq]

@@ -1,6 +1,7 @@
 package blockpool
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -56,5 +57,27 @@ func TestBlockIDOutOfRangePanics(t *testing.T) {
 	}
 	if s := p.Stats(); s.Free != 8 || s.Used != 0 {
 		t.Fatalf("stats after the panics %+v", s)
+	}
+}
+
+// TestTableRange: TableRange gives the positions asked for, cut at the
+// table's end, and nothing for an empty or inverted range.
+func TestTableRange(t *testing.T) {
+	p, err := New(Config{NumBlocks: 8, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.Allocate(1, make([]int64, 10), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, n int }{{0, 3, 3}, {1, 2, 1}, {2, 9, 1}, {3, 3, 0}, {2, 1, 0}} {
+		got, err := p.TableRange(nil, 1, c.from, c.to)
+		if err != nil || len(got) != c.n || (c.n > 0 && got[0] != a.Blocks[c.from]) {
+			t.Errorf("TableRange(%d, %d) = %v, %v; table %v", c.from, c.to, got, err, a.Blocks)
+		}
+	}
+	if _, err := p.TableRange(nil, 2, 0, 1); !errors.Is(err, ErrUnknownSequence) {
+		t.Errorf("TableRange of an unknown sequence: %v", err)
 	}
 }

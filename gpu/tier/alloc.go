@@ -742,14 +742,14 @@ func (t *Tier) fenceWritten(seq blockpool.SeqID, was int, after gpu.Fence) {
 	if err != nil || now <= was {
 		return
 	}
-	table, err := t.pool.Table(t.scratchIDs[:0], seq)
+	ids, err := t.pool.TableRange(t.scratchIDs[:0], seq, was/t.bs, t.blocksFor(now))
 	if err != nil {
 		return
 	}
-	for i := was / t.bs; i < t.blocksFor(now) && i < len(table); i++ {
-		t.fence[table[i]] = after
+	for _, id := range ids {
+		t.fence[id] = after
 	}
-	t.scratchIDs = table[:0]
+	t.scratchIDs = ids[:0]
 }
 
 // parkable says whether err is a lack of blocks that offloads ahead of need
