@@ -59,9 +59,10 @@
 // engine's later kernels run after its own, and every copy that reads them
 // to a lower tier waits for the fence on the copy stream (cuStreamWaitEvent),
 // so it reads finished KV; a copy up into a block a freed sequence held
-// waits for the fence of the last commit that covered the block's tokens,
-// so the freed sequence's pass cannot write over the loaded bytes (work
-// never committed must be finished before Free). An engine whose writes are not work on a CUDA
+// waits for the fence of the last commit that covered the block's tokens
+// and for that of the freed sequence's last commit, so its pass can
+// neither write over the loaded bytes nor attend to them in place of its
+// own prefix (work never committed must be finished before Free). An engine whose writes are not work on a CUDA
 // stream (one computing on the CPU) signals a gpu.SignalFence made for the
 // Manager's device (Manager.Device), on either backend; on the host backend
 // any gpu.Fence works. A commit naming a fence the device cannot wait on fails with

@@ -857,11 +857,13 @@ func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) ([]Blo
 
 // FreeBatch frees several sequences. Their committed blocks stay cached;
 // blocks never committed are discarded. A sequence may be freed while work
-// the engine enqueued still writes its blocks (preempted or aborted with
-// its forward pass in flight) only once that work was committed naming its
-// fence (CommitBatch): a load into a freed block waits for the fence of the
-// last commit that covered the block's tokens, and for nothing else, so
-// work never committed must be finished before the free.
+// the engine enqueued still writes or reads its blocks (preempted or
+// aborted with its forward pass in flight) only once that work was
+// committed naming its fence (CommitBatch): a load into a freed block
+// waits for the fence of the last commit that covered the block's tokens
+// and for that of the last commit of each sequence freed while holding it
+// (whose pass may still attend to it), and for nothing else, so work never
+// committed must be finished before the free.
 func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error) {
 	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Reply: make(chan *messages.FreeBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)

@@ -3,6 +3,7 @@ package tier
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -721,6 +722,11 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		if res.Errs[i] == nil {
 			t.sendDemand(seq, it.Tokens)
 			t.fenceWritten(seq, was, it.After)
+			if gpu.FenceDone(it.After) {
+				delete(t.lastFence, seq) // its work is done
+			} else {
+				t.lastFence[seq] = it.After
+			}
 		}
 	}
 	t.scratch = published[:0]
@@ -750,6 +756,47 @@ func (t *Tier) fenceWritten(seq blockpool.SeqID, was int, after gpu.Fence) {
 		t.fence[id] = after
 	}
 	t.scratchIDs = ids[:0]
+}
+
+// freedReaders passes the fence of seq's last commit, while not done, to
+// every block of seq, which is being freed: the engine's work behind it may
+// still read them, and a load must not overwrite them before it has.
+func (t *Tier) freedReaders(seq blockpool.SeqID) {
+	f, ok := t.lastFence[seq]
+	if !ok {
+		return
+	}
+	delete(t.lastFence, seq)
+	if gpu.FenceDone(f) {
+		return
+	}
+	if len(t.readFences) > t.readSweep {
+		for id, fs := range t.readFences {
+			if fs = pending(fs); len(fs) == 0 {
+				delete(t.readFences, id)
+			} else {
+				t.readFences[id] = fs
+			}
+		}
+		t.readSweep = 2*len(t.readFences) + 64
+	}
+	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		fs := pending(t.readFences[id])
+		if !slices.ContainsFunc(fs, func(x gpu.Fence) bool { return sameFence(x, f) }) {
+			fs = append(fs, f)
+		}
+		t.readFences[id] = fs
+	}
+	t.scratchIDs = ids[:0]
+}
+
+// pending drops the fences seen done from fs, in place.
+func pending(fs []gpu.Fence) []gpu.Fence {
+	return slices.DeleteFunc(fs, gpu.FenceDone)
 }
 
 // parkable says whether err is a lack of blocks that offloads ahead of need
@@ -825,6 +872,7 @@ func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatch
 		if swap { // IngestAll wrote committed blocks through at commit
 			all = t.sealedBlocks(all, blockpool.SeqID(s))
 		}
+		t.freedReaders(blockpool.SeqID(s))
 		res.Errs[i] = t.pool.Deallocate(blockpool.SeqID(s))
 		if res.Errs[i] == nil {
 			delete(t.notReady, blockpool.SeqID(s)) // its loads end as the old sequence's

@@ -23,7 +23,7 @@ import (
 // pinned tier serves only the digests it stores, from the copies down.
 // Checked: a copy down reads the KV of the digest it writes, with no pass
 // still to write the block; a copy up writes a block no pass still
-// writes; every findable block holds (or its pass will write) the KV of
+// writes or reads (a pass attends to its sequence's blocks); every findable block holds (or its pass will write) the KV of
 // its digest; and every block an allocation is given valid (hits, loads)
 // holds the KV of its own prefix. With the pool's journal on, the event
 // stream (Ready.Residency, ResidencyAfter) names every hash the GPU serves,
@@ -37,6 +37,7 @@ type cell struct {
 type cmPass struct {
 	f      *gpu.HostFence
 	writes map[blockpool.BlockID]cell
+	reads  []blockpool.BlockID // attention over the sequence's blocks
 }
 
 type cmSeq struct {
@@ -101,6 +102,15 @@ func (w *cmWorld) effective(id blockpool.BlockID) cell {
 func (w *cmWorld) pendingWrite(id blockpool.BlockID) bool {
 	for _, p := range w.passes {
 		if _, ok := p.writes[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *cmWorld) pendingRead(id blockpool.BlockID) bool {
+	for _, p := range w.passes {
+		if slices.Contains(p.reads, id) {
 			return true
 		}
 	}
@@ -403,7 +413,7 @@ func (w *cmWorld) compute(s *cmSeq) {
 	var f gpu.Fence
 	if w.rng.IntN(2) == 0 {
 		hf := gpu.NewHostFence()
-		w.passes = append(w.passes, &cmPass{f: hf, writes: writes})
+		w.passes = append(w.passes, &cmPass{f: hf, writes: writes, reads: table[:(n+bs-1)/bs]})
 		f = hf
 	} else {
 		for len(w.passes) > 0 { // done: so is every pass before it
@@ -469,6 +479,9 @@ func (w *cmWorld) runCopy() bool {
 			w.fail("copy %+v (dir %v) runs on block %d while a pass still writes it", c.CopyID, c.Dir, id)
 		}
 		if c.Dir == gpu.H2D {
+			if w.pendingRead(id) {
+				w.fail("copy up %+v runs on block %d while a pass still reads it", c.CopyID, id)
+			}
 			if ok {
 				w.content[id] = cell{d: w.fetches[c.ID][i], ok: true}
 			} else {

@@ -101,3 +101,70 @@ func seqTable(t *testing.T, tr *Tier, seq uint64) []blockpool.BlockID {
 	}
 	return table
 }
+
+// TestLoadWaitsForPassReadingFreedBlock: a sequence that hit a cached
+// prefix commits its new block behind its pass's fence and is freed while
+// the pass runs; the pass still reads the prefix's blocks (attention), so
+// a load that takes one of them once it is evicted must wait for the
+// fence too. Otherwise the copy up overwrites the block before the pass
+// reads it, and the new block the pass writes (published, then written
+// down when evicted) holds KV computed from another prefix.
+func TestLoadWaitsForPassReadingFreedBlock(t *testing.T) {
+	tr := newTier(t, 3, Config{Lower: true})
+	p := prompt(1, 2*bs)
+	if res, _ := allocate(t, tr, 1, p, []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
+	drain(t, tr)
+	freeSeqs(t, tr, 1)
+	long := prompt(1, 3*bs)
+	res, _ := allocate(t, tr, 2, long, []messages.Tier{})
+	if res.Err != nil || res.Tokens.Of(messages.GPU) != 2*bs {
+		t.Fatalf("allocation over the cached prefix: %+v", res)
+	}
+	read := res.Blocks[1] // the pass reads it
+	f := gpu.NewHostFence()
+	tr.CommitBatch([]messages.CommitItem{{Seq: 2, Tokens: 3 * bs, After: f}}, func(*messages.CommitBatchResult) {})
+	drain(t, tr)
+	freeSeqs(t, tr, 2) // preempted, its pass running
+	// Another allocation takes the new block, the next to be evicted.
+	if res, _ := allocate(t, tr, 3, prompt(500, bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	res, r := allocate(t, tr, 4, prompt(900, bs), []messages.Tier{messages.Pinned})
+	if res.Err != nil || len(res.Blocks) != 1 || res.Blocks[0] != read {
+		t.Fatalf("the load takes %v, not block %d the pass reads: the probe needs it (%+v)", res.Blocks, read, res)
+	}
+	var req *messages.FetchRequest
+	for i := 0; req == nil && i < 4; i++ { // behind the write down of the evicted block
+		for _, m := range r.ToPinned {
+			switch m := m.(type) {
+			case *messages.FetchRequest:
+				req = m
+			case *messages.OffloadRequest:
+				tr.OffloadGranted(&messages.OffloadGrant{ID: m.ID, Slots: []int{messages.SlotDenied}, Bytes: make([][]byte, 1)})
+			}
+		}
+		if req == nil {
+			r = drain(t, tr)
+		}
+	}
+	if req == nil {
+		t.Fatal("no FetchRequest")
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0}, Bytes: make([][]byte, 1)})
+	r = drain(t, tr)
+	var up *Copy
+	for i := range r.Copies {
+		if r.Copies[i].Dir == gpu.H2D {
+			up = &r.Copies[i]
+		}
+	}
+	if up == nil {
+		t.Fatalf("copies %+v, want a copy up", r.Copies)
+	}
+	if !slices.ContainsFunc(up.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
+		t.Fatalf("the copy up into block %d waits on %v, not on the fence of the pass still reading it", read, up.Fences)
+	}
+}

@@ -377,6 +377,28 @@ func (t *Tier) pendingFences(blocks []blockpool.BlockID) []gpu.Fence {
 	return waited
 }
 
+// readersToo adds to fences, each once, the fences of work of freed
+// sequences that may still read blocks (readFences).
+func (t *Tier) readersToo(fences []gpu.Fence, blocks []blockpool.BlockID) []gpu.Fence {
+	for _, id := range blocks {
+		fs, ok := t.readFences[id]
+		if !ok {
+			continue
+		}
+		if fs = pending(fs); len(fs) == 0 {
+			delete(t.readFences, id)
+			continue
+		}
+		t.readFences[id] = fs
+		for _, f := range fs {
+			if !slices.ContainsFunc(fences, func(w gpu.Fence) bool { return sameFence(w, f) }) {
+				fences = append(fences, f)
+			}
+		}
+	}
+	return fences
+}
+
 // sameFence reports whether a and b are one fence, without the panic that
 // == gives on a fence type that is not comparable.
 func sameFence(a, b gpu.Fence) bool {

@@ -99,9 +99,10 @@ func (t *Tier) fetchGranted(g *messages.FetchGrant) {
 		ops[i] = gpu.CopyOp{Block: int(op.blocks[i]), Host: g.Bytes[i]}
 	}
 	op.copyAt = t.now
-	// Behind the work still writing the blocks for a sequence that held
-	// them before (freed, its pass enqueued and committed behind a fence).
-	t.copy(g.ID, true, gpu.H2D, ops, t.pendingFences(op.blocks[:len(ops)]))
+	// Behind the work still writing or reading the blocks for sequences
+	// that held them before (freed, their pass enqueued and committed
+	// behind a fence).
+	t.copy(g.ID, true, gpu.H2D, ops, t.readersToo(t.pendingFences(op.blocks[:len(ops)]), op.blocks[:len(ops)]))
 }
 
 // lowerDeadline is the deadline the tiers below are given for a part of a

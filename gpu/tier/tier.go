@@ -106,9 +106,18 @@ type Tier struct {
 	// tokens of it (fenceWritten): every copy that reads the block down,
 	// and every copy up into it after it was freed and taken again, waits
 	// on it. Cleared once seen done.
-	fence   []gpu.Fence
-	nextID  uint64
-	lookups map[uint64]*pendingAlloc
+	fence []gpu.Fence
+	// lastFence is, per sequence, the fence of its last commit while not
+	// seen done: the engine's work on it. Freed, its blocks get it in
+	// readFences, which holds per block the fences of the work of freed
+	// sequences that may still read it (attention over their prefix): a
+	// copy up into the block waits on them too. Swept of done fences as it
+	// grows past readSweep entries.
+	lastFence  map[blockpool.SeqID]gpu.Fence
+	readFences map[blockpool.BlockID][]gpu.Fence
+	readSweep  int
+	nextID     uint64
+	lookups    map[uint64]*pendingAlloc
 	// demand holds, per sequence allocated after a Lookup and not yet
 	// computed, the blocks it looked up that neither pinned memory nor the
 	// disk held (noteDemand); demandMsg is the message in out.ToIndex that
@@ -172,7 +181,7 @@ func New(cfg Config) *Tier {
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
 		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, orphans: map[*waiter]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
-		notReady: map[blockpool.SeqID]*waiter{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
+		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, readFences: map[blockpool.BlockID][]gpu.Fence{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
 }
