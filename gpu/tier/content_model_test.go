@@ -283,11 +283,15 @@ func (w *cmWorld) allocate() {
 	if lk != nil {
 		tiers := make([][]messages.Tier, len(lk.Digests))
 		for c, ds := range lk.Digests {
+			from := messages.Pinned
 			for _, d := range ds {
 				if !w.store[d] && w.rng.IntN(4) != 0 {
 					break
 				}
-				tiers[c] = append(tiers[c], messages.Pinned)
+				if w.rng.IntN(3) == 0 {
+					from = messages.Disk // split: the pinned run, then the rest
+				}
+				tiers[c] = append(tiers[c], from)
 			}
 		}
 		w.tr.LookupDone(&messages.LookupResult{ID: lk.ID, Tiers: tiers})
