@@ -62,7 +62,8 @@
 // waits for the fence of the last commit that covered the block's tokens
 // and for that of the freed sequence's last commit, so its pass can
 // neither write over the loaded bytes nor attend to them in place of its
-// own prefix (work never committed must be finished before Free). An engine whose writes are not work on a CUDA
+// own prefix (to abort a sequence whose pass commits nothing, commit 0
+// tokens naming the pass's fence, then Free). An engine whose writes are not work on a CUDA
 // stream (one computing on the CPU) signals a gpu.SignalFence made for the
 // Manager's device (Manager.Device), on either backend; on the host backend
 // any gpu.Fence works. A commit naming a fence the device cannot wait on fails with

@@ -862,8 +862,10 @@ func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) ([]Blo
 // committed naming its fence (CommitBatch): a load into a freed block
 // waits for the fence of the last commit that covered the block's tokens
 // and for that of the last commit of each sequence freed while holding it
-// (whose pass may still attend to it), and for nothing else, so work never
-// committed must be finished before the free.
+// (whose pass may still attend to it), and for nothing else. To free a
+// sequence whose work in flight commits nothing (an abort), first commit
+// the tokens already committed (0 will do) naming that work's fence: the
+// commit changes nothing else, and loads into the blocks wait for it.
 func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error) {
 	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Reply: make(chan *messages.FreeBatchResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &msg.Call, msg, msg.Reply)

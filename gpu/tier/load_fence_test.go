@@ -168,3 +168,31 @@ func TestLoadWaitsForPassReadingFreedBlock(t *testing.T) {
 		t.Fatalf("the copy up into block %d waits on %v, not on the fence of the pass still reading it", read, up.Fences)
 	}
 }
+
+// TestLoadWaitsForFenceOfAbortedPass: an engine aborts a sequence whose
+// pass is enqueued and nothing of it committed. A commit of 0 tokens naming
+// the pass's fence changes nothing in the pool, but a load into the freed
+// blocks waits for it: that is how the engine frees at once.
+func TestLoadWaitsForFenceOfAbortedPass(t *testing.T) {
+	tr := newTier(t, 2, Config{Lower: true})
+	if res, _ := allocate(t, tr, 1, prompt(1, 2*bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	f := gpu.NewHostFence()
+	var cr *messages.CommitBatchResult
+	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 0, After: f}}, func(r *messages.CommitBatchResult) { cr = r })
+	drain(t, tr)
+	if cr == nil || cr.Errs[0] != nil {
+		t.Fatalf("commit of 0 tokens: %+v", cr)
+	}
+	if n, _ := tr.pool.Committed(1); n != 0 {
+		t.Fatalf("a commit of 0 tokens committed %d", n)
+	}
+	c, into := loadInto(t, tr, 1, prompt(100, 2*bs))
+	if len(into) != 2 {
+		t.Fatalf("the load writes %v", into)
+	}
+	if !slices.ContainsFunc(c.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
+		t.Fatalf("the copy up into the aborted sequence's blocks %v waits on %v, not on its pass's fence", into, c.Fences)
+	}
+}
