@@ -722,7 +722,9 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		if res.Errs[i] == nil {
 			t.sendDemand(seq, it.Tokens)
 			t.fenceWritten(seq, was, it.After)
-			if gpu.FenceDone(it.After) {
+			// Judged done or not at the free only: a CUDAFence's first
+			// Done starts a goroutine that waits for it on the host.
+			if it.After == nil {
 				delete(t.lastFence, seq) // its work is done
 			} else {
 				t.lastFence[seq] = it.After
