@@ -1,0 +1,79 @@
+package tier
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/kvtier/kvtier/blockpool"
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// BenchmarkDecodeCommit: one decode step of seqs sequences whose tables
+// run to blocks blocks each: an append of one token per sequence, then a
+// commit of all of them naming the step's fence (never signalled: passes
+// in flight). The hot path the copy-up fences added to.
+func BenchmarkDecodeCommit(b *testing.B) {
+	for _, c := range []struct{ seqs, blocks int }{{1, 2048}, {64, 64}} {
+		b.Run(fmt.Sprintf("seqs=%d/blocks=%d", c.seqs, c.blocks), func(b *testing.B) {
+			const steps = 256 // appends per round, then the sequences start over
+			pool, err := blockpool.New(blockpool.Config{NumBlocks: c.seqs*(c.blocks+steps/bs+2) + 8, BlockSize: bs})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := New(Config{Pool: pool, BlockBytes: 64, Ingestion: IngestEvict, DoubleGetMinBlocks: 1})
+			tr.SetNow(t0)
+			run := func() {
+				r := tr.Ready()
+				for _, f := range r.Replies {
+					f.Reply()
+				}
+			}
+			next := uint64(1)
+			var seqs []uint64
+			start := func() {
+				if len(seqs) > 0 {
+					tr.FreeBatch(seqs, false, func(*messages.FreeBatchResult) {})
+					run()
+				}
+				seqs = seqs[:0]
+				for i := range c.seqs {
+					toks := make([]int64, c.blocks*bs)
+					for j := range toks {
+						toks[j] = int64(next)<<20 + int64(j) + int64(i)
+					}
+					tr.AllocateBatch([]messages.AllocRequest{{Seq: next, Tokens: toks}}, []*blockpool.Keys{blockpool.ComputeKeys("", toks, bs, false)}, func(*messages.AllocateBatchResult) {})
+					run()
+					seqs = append(seqs, next)
+					next++
+				}
+				items := make([]messages.CommitItem, len(seqs))
+				for i, s := range seqs {
+					items[i] = messages.CommitItem{Seq: s, Tokens: blockpool.AllTokens}
+				}
+				tr.CommitBatch(items, func(*messages.CommitBatchResult) {})
+				run()
+			}
+			start()
+			app := make([]messages.AppendItem, len(seqs))
+			com := make([]messages.CommitItem, len(seqs))
+			f := gpu.NewHostFence()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if i%steps == steps-1 {
+					b.StopTimer()
+					start()
+					b.StartTimer()
+				}
+				for j, s := range seqs {
+					app[j] = messages.AppendItem{Seq: s, Tokens: []int64{int64(i)}}
+					com[j] = messages.CommitItem{Seq: s, Tokens: blockpool.AllTokens, After: f}
+				}
+				tr.AppendBatch(app, func(*messages.AppendBatchResult) {})
+				tr.CommitBatch(com, func(*messages.CommitBatchResult) {})
+				run()
+			}
+		})
+	}
+}
