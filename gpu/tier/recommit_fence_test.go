@@ -1,0 +1,103 @@
+package tier
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/messages"
+)
+
+// A commit at or below the sequence's committed count changes nothing
+// (vLLM's cache_blocks is called each step with the running count, and
+// Manager.Commit names no fence). Made with no fence after the commit
+// naming the pass's fence, it must not make the tier forget that pass:
+// freed, the sequence's blocks are still written or read by it, and a
+// load into them must wait for its fence.
+
+// TestRepeatCommitKeepsAbortedPassFence: the pass was aborted (its commit
+// names 0 tokens), so only the fence kept for the freed sequence orders
+// the load after it.
+func TestRepeatCommitKeepsAbortedPassFence(t *testing.T) {
+	tr := newTier(t, 2, Config{Lower: true})
+	if res, _ := allocate(t, tr, 1, prompt(1, 2*bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	f := gpu.NewHostFence()
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 0, After: f})
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 0}) // the repeat
+	c, into := loadInto(t, tr, 1, prompt(100, 2*bs))
+	if len(into) != 2 {
+		t.Fatalf("the load writes %v", into)
+	}
+	if !slices.ContainsFunc(c.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
+		t.Fatalf("the copy up into blocks %v waits on %v, not on the fence of the aborted pass still writing them: the repeat commit with no fence dropped it", into, c.Fences)
+	}
+}
+
+// TestRepeatCommitKeepsReadingPassFence: as
+// TestLoadWaitsForPassReadingFreedBlock, with a repeat of the commit,
+// naming no fence, before the free: the pass still reads the prefix's
+// block the load takes.
+func TestRepeatCommitKeepsReadingPassFence(t *testing.T) {
+	tr := newTier(t, 3, Config{Lower: true})
+	if res, _ := allocate(t, tr, 1, prompt(1, 2*bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
+	freeSeqs(t, tr, 1)
+	res, _ := allocate(t, tr, 2, prompt(1, 3*bs), []messages.Tier{})
+	if res.Err != nil || res.Tokens.Of(messages.GPU) != 2*bs {
+		t.Fatalf("allocation over the cached prefix: %+v", res)
+	}
+	read := res.Blocks[1] // the pass reads it
+	f := gpu.NewHostFence()
+	commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: 3 * bs, After: f})
+	commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: 3 * bs}) // the repeat
+	freeSeqs(t, tr, 2)                                           // preempted, its pass running
+	if res, _ := allocate(t, tr, 3, prompt(500, bs), []messages.Tier{}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	res, r := allocate(t, tr, 4, prompt(900, bs), []messages.Tier{messages.Pinned})
+	if res.Err != nil || len(res.Blocks) != 1 || res.Blocks[0] != read {
+		t.Fatalf("the load takes %v, not block %d the pass reads: the probe needs it (%+v)", res.Blocks, read, res)
+	}
+	var req *messages.FetchRequest
+	for i := 0; req == nil && i < 4; i++ { // behind the write down of the evicted block
+		for _, m := range r.ToPinned {
+			switch m := m.(type) {
+			case *messages.FetchRequest:
+				req = m
+			case *messages.OffloadRequest:
+				tr.OffloadGranted(&messages.OffloadGrant{ID: m.ID, Slots: []int{messages.SlotDenied}, Bytes: make([][]byte, 1)})
+			}
+		}
+		if req == nil {
+			r = drain(t, tr)
+		}
+	}
+	if req == nil {
+		t.Fatal("no FetchRequest")
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0}, Bytes: make([][]byte, 1)})
+	r = drain(t, tr)
+	i := slices.IndexFunc(r.Copies, func(c Copy) bool { return c.Dir == gpu.H2D })
+	if i < 0 {
+		t.Fatalf("copies %+v, want a copy up", r.Copies)
+	}
+	if !slices.ContainsFunc(r.Copies[i].Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
+		t.Fatalf("the copy up into block %d waits on %v, not on the fence of the pass still reading it: the repeat commit with no fence dropped it", read, r.Copies[i].Fences)
+	}
+}
+
+// commitOK commits it and fails t unless the commit is answered without
+// error.
+func commitOK(t *testing.T, tr *Tier, it messages.CommitItem) {
+	t.Helper()
+	var cr *messages.CommitBatchResult
+	tr.CommitBatch([]messages.CommitItem{it}, func(r *messages.CommitBatchResult) { cr = r })
+	drain(t, tr)
+	if cr == nil || cr.Errs[0] != nil {
+		t.Fatalf("commit %+v: %+v", it, cr)
+	}
+}
