@@ -721,13 +721,19 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		published, res.Errs[i] = t.pool.Commit(seq, it.Tokens, published)
 		if res.Errs[i] == nil {
 			t.sendDemand(seq, it.Tokens)
-			t.fenceWritten(seq, was, it.After)
+			now, _ := t.pool.Committed(seq)
+			t.fenceWritten(seq, was, now, it.After)
 			// Judged done or not at the free only: a CUDAFence's first
 			// Done starts a goroutine that waits for it on the host.
-			if it.After == nil {
-				delete(t.lastFence, seq) // its work is done
-			} else {
+			switch {
+			case it.After != nil:
 				t.lastFence[seq] = it.After
+			case now > was:
+				// KV written past what the pass of the fence kept
+				// covered: the engine says its work is done. A commit
+				// that covers nothing new (a repeat of the count) says
+				// nothing of the pass still in flight, and keeps it.
+				delete(t.lastFence, seq)
 			}
 		}
 	}
@@ -740,14 +746,13 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 
 // fenceWritten records after, the fence of the work a commit of seq just
 // covered, on every block that work wrote: those past the was tokens
-// committed before, up to the new count, the partial block included.
+// committed before, up to the now committed, the partial block included.
 // Copies that read a published block down wait on it; so does a copy up
 // into any of them once they are freed and taken again (a sequence
 // preempted or aborted while its pass runs): without the wait the pass's
 // write could land after the loaded bytes, in a block the load publishes.
-func (t *Tier) fenceWritten(seq blockpool.SeqID, was int, after gpu.Fence) {
-	now, err := t.pool.Committed(seq)
-	if err != nil || now <= was {
+func (t *Tier) fenceWritten(seq blockpool.SeqID, was, now int, after gpu.Fence) {
+	if now <= was {
 		return
 	}
 	ids, err := t.pool.TableRange(t.scratchIDs[:0], seq, was/t.bs, t.blocksFor(now))
