@@ -777,22 +777,18 @@ func (t *Tier) freedReaders(seq blockpool.SeqID) {
 	if gpu.FenceDone(f) {
 		return
 	}
-	if len(t.readFences) > t.readSweep {
-		for id, fs := range t.readFences {
-			if fs = pending(fs); len(fs) == 0 {
-				delete(t.readFences, id)
-			} else {
-				t.readFences[id] = fs
-			}
-		}
-		t.readSweep = 2*len(t.readFences) + 64
-	}
 	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
 	if err != nil {
 		return
 	}
 	for _, id := range ids {
-		fs := pending(t.readFences[id])
+		fs := t.readFences[id]
+		if n := len(fs); n > 0 && sameFence(fs[n-1], f) {
+			continue // freed in the same pass as the sequence before
+		}
+		// Swept of done fences when touched, so a list holds no more than
+		// the passes in flight (and those seen done since its last touch).
+		fs = pending(fs)
 		if !slices.ContainsFunc(fs, func(x gpu.Fence) bool { return sameFence(x, f) }) {
 			fs = append(fs, f)
 		}

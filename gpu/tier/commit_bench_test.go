@@ -77,3 +77,42 @@ func BenchmarkDecodeCommit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFreeInFlight: the free of a sequence of blocks blocks whose
+// last commit's pass is still in flight (preempted), the copy-up fences'
+// cost at the free.
+func BenchmarkFreeInFlight(b *testing.B) {
+	for _, blocks := range []int{64, 2048} {
+		b.Run(fmt.Sprintf("blocks=%d", blocks), func(b *testing.B) {
+			pool, err := blockpool.New(blockpool.Config{NumBlocks: blocks + 8, BlockSize: bs})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := New(Config{Pool: pool, BlockBytes: 64, Ingestion: IngestEvict, DoubleGetMinBlocks: 1})
+			tr.SetNow(t0)
+			run := func() {
+				r := tr.Ready()
+				for _, f := range r.Replies {
+					f.Reply()
+				}
+			}
+			toks := make([]int64, blocks*bs)
+			for j := range toks {
+				toks[j] = int64(j)
+			}
+			keys := []*blockpool.Keys{blockpool.ComputeKeys("", toks, bs, false)}
+			f := gpu.NewHostFence()
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				tr.AllocateBatch([]messages.AllocRequest{{Seq: 1, Tokens: toks}}, keys, func(*messages.AllocateBatchResult) {})
+				run()
+				tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: len(toks), After: f}}, func(*messages.CommitBatchResult) {})
+				run()
+				b.StartTimer()
+				tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
+				run()
+			}
+		})
+	}
+}

@@ -381,14 +381,7 @@ func (t *Tier) pendingFences(blocks []blockpool.BlockID) []gpu.Fence {
 // sequences that may still read blocks (readFences).
 func (t *Tier) readersToo(fences []gpu.Fence, blocks []blockpool.BlockID) []gpu.Fence {
 	for _, id := range blocks {
-		fs, ok := t.readFences[id]
-		if !ok {
-			continue
-		}
-		if fs = pending(fs); len(fs) == 0 {
-			delete(t.readFences, id)
-			continue
-		}
+		fs := pending(t.readFences[id])
 		t.readFences[id] = fs
 		for _, f := range fs {
 			if !slices.ContainsFunc(fences, func(w gpu.Fence) bool { return sameFence(w, f) }) {

@@ -111,11 +111,12 @@ type Tier struct {
 	// seen done: the engine's work on it. Freed, its blocks get it in
 	// readFences, which holds per block the fences of the work of freed
 	// sequences that may still read it (attention over their prefix): a
-	// copy up into the block waits on them too. Swept of done fences as it
-	// grows past readSweep entries.
+	// copy up into the block waits on them too. A list is swept of done
+	// fences whenever it is touched. Indexed by block, as fence is: a
+	// free walks the whole table of the sequence, and a map's hashing
+	// made that free of a long sequence ten times as slow.
 	lastFence  map[blockpool.SeqID]gpu.Fence
-	readFences map[blockpool.BlockID][]gpu.Fence
-	readSweep  int
+	readFences [][]gpu.Fence
 	nextID     uint64
 	lookups    map[uint64]*pendingAlloc
 	// demand holds, per sequence allocated after a Lookup and not yet
@@ -179,9 +180,9 @@ func New(cfg Config) *Tier {
 	}
 	return &Tier{
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
-		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n),
+		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, orphans: map[*waiter]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
-		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, readFences: map[blockpool.BlockID][]gpu.Fence{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
+		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
 }
