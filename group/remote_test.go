@@ -24,44 +24,9 @@ import (
 // bit-identical to a recompute. The group agreed its hit from Lookup,
 // which left the shared tier out: it recomputed the whole prompt.
 func TestGroupHitFromSharedTier(t *testing.T) {
-	addr := os.Getenv("KVTIER_REDIS")
-	if addr == "" {
-		if os.Getenv("KVTIER_REQUIRE_REDIS") != "" {
-			t.Fatal("KVTIER_REQUIRE_REDIS is set (CI) but KVTIER_REDIS is not")
-		}
-		t.Skip(`no Redis: run eval "$(.ci/redis.sh start)" first (CI does)`)
-	}
-	model, err := refengine.New(tpModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout, err := gpu.NewLayout(shardSpec(), bt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := int64((layout.BlockBytes() + 4095) / 4096 * 4096)
+	addr := redisAddr(t)
 	prefix := fmt.Sprintf("kvtier-group-test-%d", rand.Uint64())
-	node := func() *cluster {
-		c := &cluster{t: t, model: model}
-		for r := range nRanks {
-			base := kvtier.Config{GPUBlocks: 18, BlockTokens: bt, Model: shardSpec(), VocabSize: tpModel.Vocab, ModelID: "tp-tiny@1",
-				Ingestion: kvtier.IngestAll, DiskIngestion: kvtier.IngestAll, PinnedBytes: 32 * slot, ReadDeadlineBase: -1,
-				Remote: &kvtier.RemoteConfig{Addrs: []string{addr}, Prefix: prefix}}
-			cfg, err := group.RankConfig(base, r, nRanks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := kvtier.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = m.Close(context.Background()) })
-			c.cfgs, c.ms = append(c.cfgs, cfg), append(c.ms, m)
-		}
-		c.regroup()
-		t.Cleanup(c.local.Close)
-		return c
-	}
+	node := func() *cluster { return sharedTierNode(t, prefix, []string{addr}, kvtier.IngestAll, -1) }
 	prompt := randomTokens(rand.New(rand.NewPCG(7, 7)), 6*bt+1)
 	far := time.Now().Add(time.Hour)
 
@@ -152,55 +117,13 @@ func (p *redisProxy) serve(c net.Conn) {
 // rank starts from the same prefix, and the logits are bit-identical to a
 // recompute (serve checks them).
 func TestGroupSharedTierFailsOnOneRank(t *testing.T) {
-	addr := os.Getenv("KVTIER_REDIS")
-	if addr == "" {
-		if os.Getenv("KVTIER_REQUIRE_REDIS") != "" {
-			t.Fatal("KVTIER_REQUIRE_REDIS is set (CI) but KVTIER_REDIS is not")
-		}
-		t.Skip(`no Redis: run eval "$(.ci/redis.sh start)" first (CI does)`)
-	}
-	model, err := refengine.New(tpModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout, err := gpu.NewLayout(shardSpec(), bt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := int64((layout.BlockBytes() + 4095) / 4096 * 4096)
-	// node is a group whose rank r reaches the shared tier at addrs[r];
-	// rank quick's lookups give up after 300 ms, the others' after 10 s
-	// (however loaded the machine, they answer).
-	node := func(prefix string, addrs []string, ingest kvtier.Ingestion, quick int) *cluster {
-		c := &cluster{t: t, model: model}
-		for r := range nRanks {
-			base := kvtier.Config{GPUBlocks: 18, BlockTokens: bt, Model: shardSpec(), VocabSize: tpModel.Vocab, ModelID: "tp-tiny@1",
-				Ingestion: ingest, DiskIngestion: kvtier.IngestAll, PinnedBytes: 32 * slot, ReadDeadlineBase: -1,
-				Remote: &kvtier.RemoteConfig{Addrs: []string{addrs[r]}, Prefix: prefix, ReadTimeout: 10 * time.Second}}
-			if r == quick {
-				base.Remote.ReadTimeout = 300 * time.Millisecond
-			}
-			cfg, err := group.RankConfig(base, r, nRanks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := kvtier.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = m.Close(context.Background()) })
-			c.cfgs, c.ms = append(c.cfgs, cfg), append(c.ms, m)
-		}
-		c.regroup()
-		t.Cleanup(c.local.Close)
-		return c
-	}
+	addr := redisAddr(t)
 	prompt := randomTokens(rand.New(rand.NewPCG(7, 8)), 6*bt+1)
 	for _, hang := range []string{"lookup", "reads"} {
 		t.Run("hang="+hang, func(t *testing.T) {
 			prefix := fmt.Sprintf("kvtier-group-test-%d", rand.Uint64())
 			all := []string{addr, addr, addr, addr}
-			first := node(prefix, all, kvtier.IngestAll, -1)
+			first := sharedTierNode(t, prefix, all, kvtier.IngestAll, -1)
 			first.serve(1, prompt, time.Now().Add(time.Hour))
 			first.free(1)
 			first.flush() // written through to the shared tier
@@ -212,7 +135,7 @@ func TestGroupSharedTierFailsOnOneRank(t *testing.T) {
 			if hang == "lookup" {
 				quick = 3
 			}
-			second := node(prefix, ways, kvtier.IngestEvict, quick) // nothing written down: no write to wait on
+			second := sharedTierNode(t, prefix, ways, kvtier.IngestEvict, quick) // nothing written down: no write to wait on
 			deadline := time.Now().Add(time.Hour)
 			if hang == "reads" {
 				p.stallGets.Store(true)
@@ -241,4 +164,62 @@ func TestGroupSharedTierFailsOnOneRank(t *testing.T) {
 			second.checkNoLeak()
 		})
 	}
+}
+
+// redisAddr returns the standalone Redis server of .ci/redis.sh, or skips
+// (fails under CI's KVTIER_REQUIRE_REDIS).
+func redisAddr(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("KVTIER_REDIS")
+	if addr == "" {
+		if os.Getenv("KVTIER_REQUIRE_REDIS") != "" {
+			t.Fatal("KVTIER_REQUIRE_REDIS is set (CI) but KVTIER_REDIS is not")
+		}
+		t.Skip(`no Redis: run eval "$(.ci/redis.sh start)" first (CI does)`)
+	}
+	return addr
+}
+
+// sharedTierNode is a group whose ranks write every block leaving pinned
+// memory through to the shared tier under prefix, rank r reaching it at
+// addrs[r] (at addrs[0] when only one is given); rank quick's lookups give
+// up after 300 ms, the others' after 10 s (however loaded the machine,
+// they answer). Closed when the test ends.
+func sharedTierNode(t *testing.T, prefix string, addrs []string, ingest kvtier.Ingestion, quick int) *cluster {
+	t.Helper()
+	model, err := refengine.New(tpModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := gpu.NewLayout(shardSpec(), bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := int64((layout.BlockBytes() + 4095) / 4096 * 4096)
+	c := &cluster{t: t, model: model}
+	for r := range nRanks {
+		addr := addrs[0]
+		if len(addrs) > 1 {
+			addr = addrs[r]
+		}
+		base := kvtier.Config{GPUBlocks: 18, BlockTokens: bt, Model: shardSpec(), VocabSize: tpModel.Vocab, ModelID: "tp-tiny@1",
+			Ingestion: ingest, DiskIngestion: kvtier.IngestAll, PinnedBytes: 32 * slot, ReadDeadlineBase: -1,
+			Remote: &kvtier.RemoteConfig{Addrs: []string{addr}, Prefix: prefix, ReadTimeout: 10 * time.Second}}
+		if r == quick {
+			base.Remote.ReadTimeout = 300 * time.Millisecond
+		}
+		cfg, err := group.RankConfig(base, r, nRanks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := kvtier.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close(context.Background()) })
+		c.cfgs, c.ms = append(c.cfgs, cfg), append(c.ms, m)
+	}
+	c.regroup()
+	t.Cleanup(c.local.Close)
+	return c
 }
