@@ -136,34 +136,7 @@ func TestLoadWaitsForPassReadingFreedBlock(t *testing.T) {
 	if res.Err != nil || len(res.Blocks) != 1 || res.Blocks[0] != read {
 		t.Fatalf("the load takes %v, not block %d the pass reads: the probe needs it (%+v)", res.Blocks, read, res)
 	}
-	var req *messages.FetchRequest
-	for i := 0; req == nil && i < 4; i++ { // behind the write down of the evicted block
-		for _, m := range r.ToPinned {
-			switch m := m.(type) {
-			case *messages.FetchRequest:
-				req = m
-			case *messages.OffloadRequest:
-				tr.OffloadGranted(&messages.OffloadGrant{ID: m.ID, Slots: []int{messages.SlotDenied}, Bytes: make([][]byte, 1)})
-			}
-		}
-		if req == nil {
-			r = drain(t, tr)
-		}
-	}
-	if req == nil {
-		t.Fatal("no FetchRequest")
-	}
-	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0}, Bytes: make([][]byte, 1)})
-	r = drain(t, tr)
-	var up *Copy
-	for i := range r.Copies {
-		if r.Copies[i].Dir == gpu.H2D {
-			up = &r.Copies[i]
-		}
-	}
-	if up == nil {
-		t.Fatalf("copies %+v, want a copy up", r.Copies)
-	}
+	up := grantLoad(t, tr, r)
 	if !slices.ContainsFunc(up.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
 		t.Fatalf("the copy up into block %d waits on %v, not on the fence of the pass still reading it", read, up.Fences)
 	}
@@ -195,4 +168,35 @@ func TestLoadWaitsForFenceOfAbortedPass(t *testing.T) {
 	if !slices.ContainsFunc(c.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
 		t.Fatalf("the copy up into the aborted sequence's blocks %v waits on %v, not on its pass's fence", into, c.Fences)
 	}
+}
+
+// grantLoad grants the load r asks pinned memory for (after denying the
+// write downs of evicted blocks it may wait behind) and returns its copy
+// up.
+func grantLoad(t *testing.T, tr *Tier, r Ready) *Copy {
+	t.Helper()
+	var req *messages.FetchRequest
+	for i := 0; req == nil && i < 4; i++ {
+		for _, m := range r.ToPinned {
+			switch m := m.(type) {
+			case *messages.FetchRequest:
+				req = m
+			case *messages.OffloadRequest:
+				tr.OffloadGranted(&messages.OffloadGrant{ID: m.ID, Slots: []int{messages.SlotDenied}, Bytes: make([][]byte, 1)})
+			}
+		}
+		if req == nil {
+			r = drain(t, tr)
+		}
+	}
+	if req == nil {
+		t.Fatal("no FetchRequest")
+	}
+	tr.FetchGranted(&messages.FetchGrant{ID: req.ID, Slots: []int{0}, Bytes: make([][]byte, 1)})
+	r = drain(t, tr)
+	i := slices.IndexFunc(r.Copies, func(c Copy) bool { return c.Dir == gpu.H2D })
+	if i < 0 {
+		t.Fatalf("copies %+v, want a copy up", r.Copies)
+	}
+	return &r.Copies[i]
 }
