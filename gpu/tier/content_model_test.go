@@ -74,6 +74,51 @@ type cmWorld struct {
 	batches []*pendingBatch // allocations not answered yet
 	hashOf  map[prefixhash.Digest]uint64
 	gone    bool // LowerGone
+	// Pinned slots lent to the GPU by grants (each a fresh number), by
+	// the copy that uses them, and those not yet given back.
+	leased   map[CopyID][]int
+	lent     map[int]bool
+	nextSlot int
+}
+
+// slotsBack checks the FetchReleases and OffloadDones of r: a pinned slot
+// goes back once, and only when no copy on the stream still reads or
+// writes it.
+func (w *cmWorld) slotsBack(r Ready) {
+	w.t.Helper()
+	for _, m := range r.ToPinned {
+		var slots []int
+		switch m := m.(type) {
+		case *messages.FetchRelease:
+			slots = m.Slots
+		case *messages.OffloadDone:
+			slots = m.Slots
+		default:
+			continue
+		}
+		for _, s := range slots {
+			if !w.lent[s] {
+				w.fail("pinned slot %d given back twice, or never lent", s)
+			}
+			delete(w.lent, s)
+			for _, c := range w.stream {
+				if slices.Contains(w.leased[c.CopyID], s) {
+					w.fail("pinned slot %d given back while copy %+v (dir %v) on the stream still uses it", s, c.CopyID, c.Dir)
+				}
+			}
+		}
+	}
+}
+
+func (w *cmWorld) lend(id CopyID, n int) []int {
+	slots := make([]int, n)
+	for i := range slots {
+		w.nextSlot++
+		slots[i] = w.nextSlot
+		w.lent[w.nextSlot] = true
+	}
+	w.leased[id] = append(w.leased[id], slots...)
+	return slots
 }
 
 func (w *cmWorld) logf(f string, a ...any) { w.log = append(w.log, fmt.Sprintf(f, a...)) }
@@ -121,6 +166,7 @@ func (w *cmWorld) drain() {
 	w.t.Helper()
 	r := w.tr.Ready()
 	w.residency(r)
+	w.slotsBack(r)
 	w.stream = append(w.stream, r.Copies...)
 	for _, m := range r.ToPinned {
 		switch m := m.(type) {
@@ -368,6 +414,7 @@ func (w *cmWorld) checkView() {
 // replay plays a Ready taken by hand.
 func (w *cmWorld) replay(r Ready) {
 	w.residency(r)
+	w.slotsBack(r)
 	w.stream = append(w.stream, r.Copies...)
 	for _, m := range r.ToPinned {
 		switch m := m.(type) {
@@ -520,7 +567,7 @@ func (w *cmWorld) grant(id uint64) {
 	if w.rng.IntN(4) == 0 {
 		n = w.rng.IntN(n + 1)
 	}
-	slots := make([]int, n)
+	slots := w.lend(CopyID{ID: id, Fetch: true}, n)
 	why := messages.MissNone
 	if n < len(req.Digests) {
 		why = messages.MissEvicted
@@ -543,6 +590,7 @@ func (w *cmWorld) answerOffer(id uint64) {
 			slots[i] = messages.SlotExists
 		default:
 			got = append(got, it.Digest)
+			slots[i] = w.lend(CopyID{ID: id}, 1)[0]
 		}
 		w.hashOf[it.Digest] = it.Hash
 	}
@@ -682,7 +730,8 @@ func runContentModel(t *testing.T, seed uint64, steps int) {
 	tr.SetNow(t0)
 	w := &cmWorld{view: map[uint64]bool{}, t: t, rng: rng, tr: tr, now: t0, content: make([]cell, n), fetches: map[uint64][]prefixhash.Digest{},
 		reqs: map[uint64]*messages.FetchRequest{}, offers: map[uint64]*messages.OffloadRequest{}, granted: map[uint64][]prefixhash.Digest{},
-		timers: map[uint64]bool{}, store: map[prefixhash.Digest]bool{}, counts: map[string]int{}, hashOf: map[prefixhash.Digest]uint64{}}
+		timers: map[uint64]bool{}, store: map[prefixhash.Digest]bool{}, counts: map[string]int{}, hashOf: map[prefixhash.Digest]uint64{},
+		leased: map[CopyID][]int{}, lent: map[int]bool{}}
 	w.logf("seed %d: %d blocks, %+v", seed, n, cfg.Ingestion)
 	for range steps {
 		w.step()
