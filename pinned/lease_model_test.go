@@ -59,6 +59,7 @@ type leaseWorld struct {
 	below     map[uint64]byte // the tier below: hash -> variant held
 	lowerGone bool
 	fetchID   uint64
+	now       time.Time
 	offerID   uint64
 }
 
@@ -275,6 +276,11 @@ func (w *leaseWorld) event() {
 			m.Hashes = append(m.Hashes, b.h)
 			m.Digests = append(m.Digests, b.digest())
 		}
+		if w.rng.IntN(3) == 0 {
+			m.Deadline = w.now.Add(time.Duration(w.rng.IntN(3)) * time.Millisecond)
+		}
+		w.now = w.now.Add(time.Duration(w.rng.IntN(2)) * time.Millisecond)
+		tr.SetNow(w.now)
 		w.log = append(w.log, fmt.Sprintf("fetch %v", bs))
 		tr.Fetch(m, &leaseAsk{blocks: bs})
 	case k < 62:
@@ -354,6 +360,15 @@ func (w *leaseWorld) event() {
 		}
 		w.log = append(w.log, fmt.Sprintf("below gone %v", gone))
 		tr.BelowGone(gone)
+	case k < 98:
+		if w.rng.IntN(8) > 0 {
+			return
+		}
+		// Stop leaves every slot in flight as it is: nothing is handed
+		// out again, and the copies and I/O still on them report into a
+		// tier that ignores them.
+		w.log = append(w.log, "stop")
+		tr.Stop()
 	default:
 		if w.lowerGone || w.rng.IntN(10) > 0 {
 			return
@@ -387,8 +402,9 @@ func TestTierLeases(t *testing.T) {
 			lower := rng.IntN(4) > 0
 			tr := NewTier(TierConfig{Pool: newPool(t, 2+rng.IntN(5), 64, kinds[rng.IntN(3)]), WriteQuota: 1 + rng.IntN(6),
 				Lower: lower, LowerIngestion: ingest[rng.IntN(3)], HotHits: 1 + rng.IntN(2), FreeTarget: rng.IntN(3)})
-			tr.SetNow(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			w := &leaseWorld{t: t, rng: rng, tr: tr, leases: map[int][]*lease{}, below: map[uint64]byte{}}
+			w := &leaseWorld{t: t, rng: rng, tr: tr, leases: map[int][]*lease{}, below: map[uint64]byte{},
+				now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+			tr.SetNow(w.now)
 			for range 400 {
 				w.event()
 			}
