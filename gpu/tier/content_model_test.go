@@ -166,8 +166,8 @@ func (w *cmWorld) drain() {
 	w.t.Helper()
 	r := w.tr.Ready()
 	w.residency(r)
-	w.slotsBack(r)
 	w.stream = append(w.stream, r.Copies...)
+	w.slotsBack(r) // after the copies this event put on the stream
 	for _, m := range r.ToPinned {
 		switch m := m.(type) {
 		case *messages.FetchRequest:
@@ -414,8 +414,8 @@ func (w *cmWorld) checkView() {
 // replay plays a Ready taken by hand.
 func (w *cmWorld) replay(r Ready) {
 	w.residency(r)
-	w.slotsBack(r)
 	w.stream = append(w.stream, r.Copies...)
+	w.slotsBack(r) // after the copies this event put on the stream
 	for _, m := range r.ToPinned {
 		switch m := m.(type) {
 		case *messages.FetchRequest:
