@@ -763,6 +763,11 @@ func (m *Manager) Commit(ctx context.Context, seq uint64, tokens int) error {
 // streams cannot wait on (gpu.CheckFence: on CUDA, a fence that is neither
 // a *gpu.CUDAFence nor a *gpu.SignalFence of the Manager's device) fails
 // with gpu.ErrBadFence and commits nothing; the other items go ahead.
+// The fence also makes loads into the sequence's blocks wait for that
+// compute once the sequence is freed (the blocks it wrote and read). A
+// refused item (ErrBadFence, ErrBadCommit) records no fence: an engine that
+// frees the sequence while its pass still runs must wait for the pass first,
+// or commit 0 tokens naming a fence the device accepts.
 func (m *Manager) CommitBatch(ctx context.Context, items []CommitItem) ([]error, error) {
 	c := m.checkCommits(items)
 	msg := &messages.CommitBatch{Items: c.send, Reply: make(chan *messages.CommitBatchResult, 1)}
