@@ -110,23 +110,35 @@ func seqTable(t *testing.T, tr *Tier, seq uint64) []blockpool.BlockID {
 // reads it, and the new block the pass writes (published, then written
 // down when evicted) holds KV computed from another prefix.
 func TestLoadWaitsForPassReadingFreedBlock(t *testing.T) {
+	read, up, f := loadUnderReadingPass(t, false)
+	if !slices.ContainsFunc(up.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
+		t.Fatalf("the copy up into block %d waits on %v, not on the fence of the pass still reading it", read, up.Fences)
+	}
+}
+
+// loadUnderReadingPass runs TestLoadWaitsForPassReadingFreedBlock's world:
+// a sequence over a cached prefix commits its new block behind fence f
+// (then, with repeat, commits the same count again naming no fence) and is
+// freed with its pass running; a load then takes block read, the prefix's
+// block the pass reads. It returns that block, the load's copy up and f.
+func loadUnderReadingPass(t *testing.T, repeat bool) (blockpool.BlockID, *Copy, gpu.Fence) {
+	t.Helper()
 	tr := newTier(t, 3, Config{Lower: true})
-	p := prompt(1, 2*bs)
-	if res, _ := allocate(t, tr, 1, p, []messages.Tier{}); res.Err != nil {
+	if res, _ := allocate(t, tr, 1, prompt(1, 2*bs), []messages.Tier{}); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
-	drain(t, tr)
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
 	freeSeqs(t, tr, 1)
-	long := prompt(1, 3*bs)
-	res, _ := allocate(t, tr, 2, long, []messages.Tier{})
+	res, _ := allocate(t, tr, 2, prompt(1, 3*bs), []messages.Tier{})
 	if res.Err != nil || res.Tokens.Of(messages.GPU) != 2*bs {
 		t.Fatalf("allocation over the cached prefix: %+v", res)
 	}
 	read := res.Blocks[1] // the pass reads it
 	f := gpu.NewHostFence()
-	tr.CommitBatch([]messages.CommitItem{{Seq: 2, Tokens: 3 * bs, After: f}}, func(*messages.CommitBatchResult) {})
-	drain(t, tr)
+	commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: 3 * bs, After: f})
+	if repeat {
+		commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: 3 * bs})
+	}
 	freeSeqs(t, tr, 2) // preempted, its pass running
 	// Another allocation takes the new block, the next to be evicted.
 	if res, _ := allocate(t, tr, 3, prompt(500, bs), []messages.Tier{}); res.Err != nil {
@@ -136,10 +148,7 @@ func TestLoadWaitsForPassReadingFreedBlock(t *testing.T) {
 	if res.Err != nil || len(res.Blocks) != 1 || res.Blocks[0] != read {
 		t.Fatalf("the load takes %v, not block %d the pass reads: the probe needs it (%+v)", res.Blocks, read, res)
 	}
-	up := grantLoad(t, tr, r)
-	if !slices.ContainsFunc(up.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
-		t.Fatalf("the copy up into block %d waits on %v, not on the fence of the pass still reading it", read, up.Fences)
-	}
+	return read, grantLoad(t, tr, r), f
 }
 
 // TestLoadWaitsForFenceOfAbortedPass: an engine aborts a sequence whose

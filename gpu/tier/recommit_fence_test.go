@@ -40,29 +40,7 @@ func TestRepeatCommitKeepsAbortedPassFence(t *testing.T) {
 // naming no fence, before the free: the pass still reads the prefix's
 // block the load takes.
 func TestRepeatCommitKeepsReadingPassFence(t *testing.T) {
-	tr := newTier(t, 3, Config{Lower: true})
-	if res, _ := allocate(t, tr, 1, prompt(1, 2*bs), []messages.Tier{}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
-	freeSeqs(t, tr, 1)
-	res, _ := allocate(t, tr, 2, prompt(1, 3*bs), []messages.Tier{})
-	if res.Err != nil || res.Tokens.Of(messages.GPU) != 2*bs {
-		t.Fatalf("allocation over the cached prefix: %+v", res)
-	}
-	read := res.Blocks[1] // the pass reads it
-	f := gpu.NewHostFence()
-	commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: 3 * bs, After: f})
-	commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: 3 * bs}) // the repeat
-	freeSeqs(t, tr, 2)                                           // preempted, its pass running
-	if res, _ := allocate(t, tr, 3, prompt(500, bs), []messages.Tier{}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	res, r := allocate(t, tr, 4, prompt(900, bs), []messages.Tier{messages.Pinned})
-	if res.Err != nil || len(res.Blocks) != 1 || res.Blocks[0] != read {
-		t.Fatalf("the load takes %v, not block %d the pass reads: the probe needs it (%+v)", res.Blocks, read, res)
-	}
-	up := grantLoad(t, tr, r)
+	read, up, f := loadUnderReadingPass(t, true)
 	if !slices.ContainsFunc(up.Fences, func(x gpu.Fence) bool { return sameFence(x, f) }) {
 		t.Fatalf("the copy up into block %d waits on %v, not on the fence of the pass still reading it: the repeat commit with no fence dropped it", read, up.Fences)
 	}
