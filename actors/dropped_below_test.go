@@ -77,10 +77,7 @@ func TestDrainRefusedUnderAnotherDigestTellsTheGPU(t *testing.T) {
 // copy of the victim's block as held below.
 func TestDiskDisplacementTellsTheGPU(t *testing.T) {
 	const h = 7
-	sys := actor.NewActorSystem()
-	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
-	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
-	defer sys.Root.Stop(dsk)
+	sys, idx, dsk := indexAndDisk(t)
 	gpu, heard := gpuProbe(sys)
 	sys.Root.Send(idx, &IndexWatch{GPU: gpu})
 
@@ -161,10 +158,7 @@ func heardBelowGone(t *testing.T, sys *actor.ActorSystem, idx, gpu *actor.PID, h
 // nowhere.
 func TestDiskEvictionUnderAnotherDigestTellsTheGPU(t *testing.T) {
 	const h = 7
-	sys := actor.NewActorSystem()
-	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
-	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
-	defer sys.Root.Stop(dsk)
+	sys, idx, dsk := indexAndDisk(t)
 	gpu, heard := gpuProbe(sys)
 	sys.Root.Send(idx, &IndexWatch{GPU: gpu})
 
@@ -186,10 +180,7 @@ func TestDiskEvictionUnderAnotherDigestTellsTheGPU(t *testing.T) {
 // victim's KV, and the GPU must hear BelowGone for hash 7.
 func TestDiskEvictionUnderSharedTierBlockTellsTheGPU(t *testing.T) {
 	const h = 7
-	sys := actor.NewActorSystem()
-	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
-	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
-	defer sys.Root.Stop(dsk)
+	sys, idx, dsk := indexAndDisk(t)
 	remote := sharedTierFake(sys)
 	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(dsk, remote, idx, zap.NewNop())))
 	gpu, heard := gpuProbe(sys)
@@ -260,10 +251,7 @@ func TestIndexRemovalBelowPinnedTellsTheGPU(t *testing.T) {
 // a tier below holds the victim's digest.
 func TestSharedTierAndDiskUnderTwoDigests(t *testing.T) {
 	const h = 7
-	sys := actor.NewActorSystem()
-	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
-	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
-	defer sys.Root.Stop(dsk)
+	sys, idx, dsk := indexAndDisk(t)
 	lower := sys.Root.Spawn(actor.PropsFromProducer(NewLowerActor(dsk, sharedTierFake(sys), idx, zap.NewNop())))
 	gpu, heard := gpuProbe(sys)
 	pin := pinnedOver(t, sys, idx, lower, 1)
@@ -379,4 +367,15 @@ func indexServes(t *testing.T, sys *actor.ActorSystem, idx *actor.PID, h uint64,
 	if got := r.(*messages.LookupResult).Tiers[0]; !slices.Equal(got, []messages.Tier{tier}) {
 		t.Fatalf("the index serves hash %d from %v, want %s", h, got, what)
 	}
+}
+
+// indexAndDisk starts an index over pinned memory and a disk, and a disk
+// actor over a fresh store reporting to it, stopped when the test ends.
+func indexAndDisk(t *testing.T) (*actor.ActorSystem, *actor.PID, *actor.PID) {
+	t.Helper()
+	sys := actor.NewActorSystem()
+	idx := sys.Root.Spawn(actor.PropsFromProducer(mustIndex(t, messages.Pinned, messages.Disk)))
+	dsk := diskOver(t, sys, idx, &disk.FaultFS{})
+	t.Cleanup(func() { sys.Root.Stop(dsk) })
+	return sys, idx, dsk
 }
