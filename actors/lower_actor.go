@@ -39,6 +39,9 @@ type lowerBooks struct {
 	reads  map[uint64]*lowerRead
 	nextID uint64
 	gone   messages.Tier // tiers whose actor stopped for good
+	// fault, in tests, is called at named points of the handlers and may
+	// panic there, as a defect would.
+	fault func(point string)
 }
 
 type lowerWrite struct {
@@ -62,7 +65,11 @@ type lowerRead struct {
 // NewLowerActor returns the actor's producer. index, when set, hears of a
 // tier that stopped for good.
 func NewLowerActor(disk, remote, index *actor.PID, log *zap.Logger) actor.Producer {
-	books := &lowerBooks{writes: map[int]*lowerWrite{}, reads: map[uint64]*lowerRead{}}
+	return newLowerActor(disk, remote, index, log, nil)
+}
+
+func newLowerActor(disk, remote, index *actor.PID, log *zap.Logger, fault func(string)) actor.Producer {
+	books := &lowerBooks{writes: map[int]*lowerWrite{}, reads: map[uint64]*lowerRead{}, fault: fault}
 	return func() actor.Actor {
 		return &LowerActor{disk: disk, remote: remote, index: index, log: log, lowerBooks: books}
 	}
@@ -72,22 +79,25 @@ func NewLowerActor(disk, remote, index *actor.PID, log *zap.Logger) actor.Produc
 const both = messages.Disk | messages.Remote
 
 // Receive implements actor.Actor.
+//
+// A handler that panics (a defect) would drop its message, and with it
+// the pinned slots that message was to give back: salvage first answers
+// what the message leaves that no tier will answer, then the panic goes on
+// to protoactor, which restarts the actor over the same books.
 func (a *LowerActor) Receive(ctx actor.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.salvage(ctx, ctx.Message(), p)
+			panic(p)
+		}
+	}()
 	switch m := ctx.Message().(type) {
 	case *messages.LowerWrite:
 		a.write(ctx, m)
 	case *messages.LowerWriteDone:
 		a.writeDone(ctx, m)
 	case *messages.LowerRead:
-		a.nextID++
-		n := len(m.Items)
-		r := &lowerRead{to: ctx.Sender(), req: m, ok: make([]bool, n), kept: make([]bool, n), why: make([]messages.MissReason, n)}
-		for i := range m.Items {
-			r.miss = append(r.miss, i)
-			r.why[i] = messages.MissEvicted // until a tier says otherwise: none in service holds it
-		}
-		a.reads[a.nextID] = r
-		a.ask(ctx, a.nextID, r, messages.Disk)
+		a.read(ctx, m)
 	case *messages.LowerReadDone:
 		r, ok := a.reads[m.ID]
 		if !ok || m.From != r.at {
@@ -119,21 +129,47 @@ func (a *LowerActor) Receive(ctx actor.Context) {
 }
 
 func (a *LowerActor) write(ctx actor.Context, m *messages.LowerWrite) {
-	w := &lowerWrite{to: ctx.Sender(), waiting: both &^ a.gone}
-	for _, it := range m.Items {
-		w.slots = append(w.slots, it.Slot)
-	}
-	if len(w.slots) == 0 || w.waiting == 0 {
-		ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, From: both})
+	w := &lowerWrite{to: ctx.Sender(), slots: writeSlots(m)}
+	to := both &^ a.gone
+	if len(w.slots) == 0 || to == 0 {
+		a.reply(ctx, w.to, &messages.LowerWriteDone{Slots: w.slots, From: both})
 		return
 	}
 	a.writes[w.slots[0]] = w
-	if w.waiting&messages.Disk != 0 {
+	a.at("write")
+	// A tier is waited for once it has the request: a panic between
+	// the two leaves salvage only the tiers that will answer.
+	if to&messages.Disk != 0 {
 		ctx.Request(a.disk, m)
+		w.waiting |= messages.Disk
 	}
-	if w.waiting&messages.Remote != 0 {
+	a.at("write:disk")
+	if to&messages.Remote != 0 {
 		ctx.Request(a.remote, m)
+		w.waiting |= messages.Remote
 	}
+}
+
+func writeSlots(m *messages.LowerWrite) []int {
+	slots := make([]int, 0, len(m.Items))
+	for _, it := range m.Items {
+		slots = append(slots, it.Slot)
+	}
+	return slots
+}
+
+// read starts a LowerRead at the disk.
+func (a *LowerActor) read(ctx actor.Context, m *messages.LowerRead) {
+	a.nextID++
+	n := len(m.Items)
+	r := &lowerRead{to: ctx.Sender(), req: m, ok: make([]bool, n), kept: make([]bool, n), why: make([]messages.MissReason, n)}
+	for i := range m.Items {
+		r.miss = append(r.miss, i)
+		r.why[i] = messages.MissEvicted // until a tier says otherwise: none in service holds it
+	}
+	a.reads[a.nextID] = r
+	a.at("read")
+	a.ask(ctx, a.nextID, r, messages.Disk)
 }
 
 func (a *LowerActor) writeDone(ctx actor.Context, m *messages.LowerWriteDone) {
@@ -145,6 +181,7 @@ func (a *LowerActor) writeDone(ctx actor.Context, m *messages.LowerWriteDone) {
 		a.stray(m.From, "write", zap.Int("slot", m.Slots[0]))
 		return
 	}
+	a.at("writeDone")
 	if m.From == messages.Disk {
 		w.disk = m.Written
 	} else {
@@ -166,15 +203,17 @@ func (a *LowerActor) answered(ctx actor.Context, w *lowerWrite, tier messages.Ti
 	if a.gone&messages.Disk != 0 {
 		written = w.remote
 	}
-	ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, Written: written, From: both})
+	a.reply(ctx, w.to, &messages.LowerWriteDone{Slots: w.slots, Written: written, From: both})
 }
 
 // ask sends r's misses to the first tier in service from tier on, or
 // answers r when none is left.
 func (a *LowerActor) ask(ctx actor.Context, id uint64, r *lowerRead, tier messages.Tier) {
+	// r.at changes once the tier has the request: a panic between the two
+	// leaves r with the tier that answered last, for salvage.
 	if tier == messages.Disk && a.gone&messages.Disk == 0 {
-		r.at = messages.Disk
 		ctx.Request(a.disk, &messages.LowerRead{ID: id, Items: r.req.Items, Deadline: r.req.Deadline})
+		r.at = messages.Disk
 		return
 	}
 	if a.gone&messages.Remote == 0 && len(r.miss) > 0 {
@@ -182,17 +221,18 @@ func (a *LowerActor) ask(ctx actor.Context, id uint64, r *lowerRead, tier messag
 		for j, i := range r.miss {
 			items[j] = r.req.Items[i]
 		}
-		r.at = messages.Remote
 		ctx.Request(a.remote, &messages.LowerRead{ID: id, Items: items, Deadline: r.req.Deadline})
+		r.at = messages.Remote
 		return
 	}
 	delete(a.reads, id)
-	ctx.Send(r.to, &messages.LowerReadDone{ID: r.req.ID, OK: r.ok, From: both, Kept: r.kept, Why: r.why})
+	a.reply(ctx, r.to, &messages.LowerReadDone{ID: r.req.ID, OK: r.ok, From: both, Kept: r.kept, Why: r.why})
 }
 
 // readAnswered takes the answer of the tier r is at: OK and Why as in
 // LowerReadDone (nil: the tier stopped for good, every item failed).
 func (a *LowerActor) readAnswered(ctx actor.Context, id uint64, r *lowerRead, ok []bool, why []messages.MissReason) {
+	a.at("readDone")
 	var miss []int
 	late := false // the tier cut the read at its deadline
 	// A block read from the disk stays there; one from the remote tier is
@@ -238,6 +278,12 @@ func (a *LowerActor) tierGone(ctx actor.Context, tier messages.Tier) {
 	if a.index != nil {
 		ctx.Send(a.index, &messages.TiersDown{Tiers: tier})
 	}
+	a.answerGone(ctx, tier)
+}
+
+// answerGone answers, for a tier out of service, what waited on it.
+func (a *LowerActor) answerGone(ctx actor.Context, tier messages.Tier) {
+	a.at("gone")
 	for _, s := range slices.Sorted(maps.Keys(a.writes)) { // in one order on every run
 		if w := a.writes[s]; w.waiting&tier != 0 {
 			a.answered(ctx, w, tier)
@@ -258,4 +304,104 @@ func (a *LowerActor) stray(from messages.Tier, kind string, f zap.Field) {
 		return
 	}
 	a.log.Error("lower actor: answer for an unknown request", zap.String("kind", kind), zap.Stringer("tier", from), f)
+}
+
+// at is a point a test may make panic (lowerBooks.fault).
+func (a *LowerActor) at(point string) {
+	if a.fault != nil {
+		a.fault(point)
+	}
+}
+
+// reply sends an answer to the actor that asked; a request sent with no
+// sender (a defect of the caller) has nobody to answer.
+func (a *LowerActor) reply(ctx actor.Context, to *actor.PID, m any) {
+	if to == nil {
+		a.log.Error("lower actor: a request with no sender cannot be answered", zap.String("type", typeName(m)))
+		return
+	}
+	ctx.Send(to, m)
+}
+
+// salvage runs when the handler of m panicked with p. It answers what m
+// leaves that no tier will answer, so the pinned actor gets its slots back:
+// a write or read no tier has yet, a write whose last tier's answer was m.
+// Slots a tier may still use stay with that tier until its answer; what
+// the handler wrote is not trusted (a write is answered as not written
+// below, a read as missed, so nothing half-recorded is served). A second
+// panic here is logged and dropped: the first goes on either way.
+func (a *LowerActor) salvage(ctx actor.Context, m any, p any) {
+	a.log.Error("lower actor: a handler panicked; answering what its message left waiting",
+		zap.String("type", typeName(m)), zap.Any("panic", p), zap.Stack("stack"))
+	defer func() {
+		if q := recover(); q != nil {
+			a.log.Error("lower actor: salvage panicked too", zap.Any("panic", q))
+		}
+	}()
+	switch m := m.(type) {
+	case *messages.LowerWrite:
+		slots := writeSlots(m)
+		if len(slots) == 0 {
+			return
+		}
+		w, ok := a.writes[slots[0]]
+		if !ok {
+			a.reply(ctx, ctx.Sender(), &messages.LowerWriteDone{Slots: slots, From: both})
+			return
+		}
+		if w.waiting == 0 {
+			a.finishWrite(ctx, w)
+		}
+	case *messages.LowerWriteDone:
+		if len(m.Slots) == 0 {
+			return
+		}
+		if w, ok := a.writes[m.Slots[0]]; ok && w.waiting&m.From != 0 {
+			if w.waiting &^= m.From; w.waiting == 0 {
+				a.finishWrite(ctx, w)
+			}
+		}
+	case *messages.LowerRead:
+		r, ok := a.reads[a.nextID]
+		if !ok || r.req != m {
+			// Not recorded: no tier has it.
+			a.reply(ctx, ctx.Sender(), missedAll(m))
+			return
+		}
+		if r.at == 0 {
+			a.failRead(ctx, a.nextID, r)
+		}
+	case *messages.LowerReadDone:
+		if r, ok := a.reads[m.ID]; ok && r.at == m.From {
+			a.failRead(ctx, m.ID, r)
+		}
+	case *actor.Terminated:
+		for _, t := range []messages.Tier{messages.Disk, messages.Remote} {
+			if a.gone&t != 0 {
+				a.answerGone(ctx, t)
+			}
+		}
+	}
+}
+
+// finishWrite answers w, which no tier holds any more, as written nowhere.
+func (a *LowerActor) finishWrite(ctx actor.Context, w *lowerWrite) {
+	delete(a.writes, w.slots[0])
+	a.reply(ctx, w.to, &messages.LowerWriteDone{Slots: w.slots, From: both})
+}
+
+// failRead answers r, which no tier holds any more, as missed.
+func (a *LowerActor) failRead(ctx actor.Context, id uint64, r *lowerRead) {
+	delete(a.reads, id)
+	a.reply(ctx, r.to, missedAll(r.req))
+}
+
+// missedAll answers req with every item failed.
+func missedAll(req *messages.LowerRead) *messages.LowerReadDone {
+	n := len(req.Items)
+	done := &messages.LowerReadDone{ID: req.ID, OK: make([]bool, n), From: both, Kept: make([]bool, n), Why: make([]messages.MissReason, n)}
+	for i := range done.Why {
+		done.Why[i] = messages.MissFailed
+	}
+	return done
 }
