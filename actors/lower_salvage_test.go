@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvtier/kvtier/messages"
+	"github.com/kvtier/kvtier/remote"
 )
 
 // slotLedger is what the fake tiers and the fake pinned actor of
@@ -230,5 +232,51 @@ func panicGivesSlotsBack(t *testing.T, point string, pass int32) {
 	}
 	if n := len(l.writes) + len(l.reads); n > 0 {
 		t.Fatalf("%d requests never answered (writes %v, reads %v): their pinned slots are lost", n, l.writes, l.reads)
+	}
+}
+
+// TestRemoteActorPanicGivesSlotsBack: a remote actor whose handler panics
+// on a finished call's report (injected) still gives the pinned actor the
+// call's slots back, as not written / not read, and the restarted actor
+// goes on answering. The store points at a port nobody listens on, so
+// every call fails fast; no Redis is needed.
+func TestRemoteActorPanicGivesSlotsBack(t *testing.T) {
+	for _, point := range []string{"written", "readDone"} {
+		t.Run(point, func(t *testing.T) {
+			st, err := remote.New(remote.Config{Addrs: []string{"127.0.0.1:1"}, PayloadBytes: 64, ChunkBytes: 32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fired atomic.Int32
+			fault := func(p string) {
+				if p == point && fired.Add(1) == 1 {
+					panic("injected at " + p)
+				}
+			}
+			sys := actor.NewActorSystem()
+			pid := sys.Root.Spawn(actor.PropsFromProducer(newRemoteActor(RemoteConfig{Store: st, ReadTimeout: time.Second}, fault)))
+			defer sys.Root.Stop(pid)
+			for round := range 2 { // the first answer is salvaged, the second comes from the restarted actor
+				w := &messages.LowerWrite{Items: []messages.LowerWriteItem{{Hash: 1, Slot: 10 * round, Bytes: make([]byte, 64)}, {Hash: 2, Slot: 10*round + 1, Bytes: make([]byte, 64)}}}
+				got, err := sys.Root.RequestFuture(pid, w, testWait).Result()
+				if err != nil {
+					t.Fatalf("round %d: write never answered (%v): its slots are lost", round, err)
+				}
+				if d := got.(*messages.LowerWriteDone); !slices.Equal(d.Slots, []int{10 * round, 10*round + 1}) || len(d.Written) != 0 {
+					t.Fatalf("round %d: write answered %+v, want both slots back, nothing written", round, d)
+				}
+				r := &messages.LowerRead{ID: uint64(round), Items: []messages.LowerReadItem{{Hash: 1, Slot: 5, Bytes: make([]byte, 64)}}}
+				got, err = sys.Root.RequestFuture(pid, r, testWait).Result()
+				if err != nil {
+					t.Fatalf("round %d: read never answered (%v): its slots are lost", round, err)
+				}
+				if d := got.(*messages.LowerReadDone); d.ID != uint64(round) || !slices.Equal(d.OK, []bool{false}) {
+					t.Fatalf("round %d: read answered %+v, want a miss", round, d)
+				}
+			}
+			if fired.Load() < 1 {
+				t.Fatalf("the fault at %q never fired", point)
+			}
+		})
 	}
 }

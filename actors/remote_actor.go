@@ -69,11 +69,18 @@ type RemoteActor struct {
 	pending  map[uint64]bool
 	flushers []diskFlusher
 	stats    messages.TierStats
+	// fault, in tests, is called at named points of the handlers and may
+	// panic there, as a defect would.
+	fault func(point string)
 }
 
 // NewRemoteActor returns the actor's producer (see below: one actor per
 // producer).
 func NewRemoteActor(cfg RemoteConfig) actor.Producer {
+	return newRemoteActor(cfg, nil)
+}
+
+func newRemoteActor(cfg RemoteConfig, fault func(string)) actor.Producer {
 	if cfg.WriteQuotaBytes <= 0 {
 		cfg.WriteQuotaBytes = 256 << 20
 	}
@@ -92,7 +99,7 @@ func NewRemoteActor(cfg RemoteConfig) actor.Producer {
 	// So one producer spawns one actor, as it owns one Store.
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &RemoteActor{cfg: cfg, store: cfg.Store, base: ctx, cancel: cancel, pending: map[uint64]bool{},
-		stats: messages.TierStats{Tier: messages.Remote, Extra: map[string]float64{}}}
+		stats: messages.TierStats{Tier: messages.Remote, Extra: map[string]float64{}}, fault: fault}
 	return func() actor.Actor { return a }
 }
 
@@ -104,6 +111,7 @@ type remoteWritten struct {
 	bytes  int64
 	errs   []error
 	sent   []bool // remote.Store.PutSent: the block crossed the link (a peer had not stored it)
+	done   bool   // the pinned actor has its slots back
 }
 
 type remoteRead struct {
@@ -112,6 +120,7 @@ type remoteRead struct {
 	out    []remote.Outcome
 	hashes []uint64 // the items' hashes
 	late   bool
+	done   bool // answered
 }
 
 type remoteFound struct {
@@ -121,7 +130,18 @@ type remoteFound struct {
 }
 
 // Receive implements actor.Actor.
+//
+// A handler that panics (a defect) on a finished call's report would drop
+// the pinned slots the report gives back: salvage answers it first, then
+// the panic goes on to protoactor, which restarts the actor (the same
+// instance, see NewRemoteActor).
 func (a *RemoteActor) Receive(ctx actor.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.salvage(ctx, ctx.Message(), p)
+			panic(p)
+		}
+	}()
 	switch m := ctx.Message().(type) {
 	case *messages.LowerWrite:
 		a.write(ctx, m)
@@ -222,6 +242,7 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 func (a *RemoteActor) written(ctx actor.Context, w *remoteWritten) {
 	a.inFlight -= w.bytes
 	delete(a.pending, w.seq)
+	a.at("written")
 	var ok []uint64
 	for i, err := range w.errs {
 		if err != nil {
@@ -241,6 +262,7 @@ func (a *RemoteActor) written(ctx actor.Context, w *remoteWritten) {
 		ctx.Send(a.cfg.Events, r) // before the slots go back: stored below before gone above
 	}
 	ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, Written: ok, From: messages.Remote})
+	w.done = true
 	a.answerFlushers()
 }
 
@@ -306,6 +328,7 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
 }
 
 func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
+	a.at("readDone")
 	ok := make([]bool, len(r.out))
 	why := make([]messages.MissReason, len(r.out))
 	var gone *messages.Residency
@@ -345,6 +368,55 @@ func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
 		ctx.Send(a.cfg.Events, gone)
 	}
 	ctx.Send(r.to, &messages.LowerReadDone{ID: r.id, OK: ok, From: messages.Remote, Why: why})
+	r.done = true
+}
+
+// at is a point a test may make panic (RemoteActor.fault).
+func (a *RemoteActor) at(point string) {
+	if a.fault != nil {
+		a.fault(point)
+	}
+}
+
+// salvage runs when the handler of m panicked with p: a finished write or
+// read not yet answered is answered with nothing written or read (the
+// call's goroutine is done with the slots). The quota and the flush
+// barrier are settled as the handler would have. A second panic here is
+// logged and dropped: the first goes on either way.
+func (a *RemoteActor) salvage(ctx actor.Context, m any, p any) {
+	a.cfg.Log.Error("remote actor: a handler panicked; answering what its message left waiting",
+		zap.String("type", typeName(m)), zap.Any("panic", p), zap.Stack("stack"))
+	defer func() {
+		if q := recover(); q != nil {
+			a.cfg.Log.Error("remote actor: salvage panicked too", zap.Any("panic", q))
+		}
+	}()
+	switch m := m.(type) {
+	case *remoteWritten:
+		if m.done {
+			return
+		}
+		if a.pending[m.seq] {
+			a.inFlight -= m.bytes
+			delete(a.pending, m.seq)
+		}
+		a.stats.Failed += uint64(len(m.hashes))
+		m.done = true
+		ctx.Send(m.to, &messages.LowerWriteDone{Slots: m.slots, From: messages.Remote})
+		a.answerFlushers()
+	case *remoteRead:
+		if m.done {
+			return
+		}
+		m.done = true
+		n := len(m.hashes)
+		done := &messages.LowerReadDone{ID: m.id, OK: make([]bool, n), From: messages.Remote, Why: make([]messages.MissReason, n)}
+		for i := range done.Why {
+			done.Why[i] = messages.MissFailed
+		}
+		a.stats.Failed += uint64(n)
+		ctx.Send(m.to, done)
+	}
 }
 
 // lookup asks how much of each chain the remote tier holds, in one round
