@@ -504,18 +504,27 @@ const AllTokens = -1
 // than the sequence holds, or a negative count other than AllTokens, is
 // ErrBadCommit, and nothing changes.
 func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
+	dst, _, _, err := p.CommitSpan(seq, tokens, dst)
+	return dst, err
+}
+
+// CommitSpan is Commit, also returning the sequence's committed token count
+// before and after it (was = now when it covered nothing new), in the one
+// lookup of seq a commit on the decode path can afford.
+func (p *Pool) CommitSpan(seq SeqID, tokens int, dst []BlockID) (_ []BlockID, was, now int, err error) {
 	s, ok := p.seqs[seq]
 	if !ok {
-		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+		return dst, 0, 0, fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
 	}
 	if tokens == AllTokens {
 		tokens = s.numTokens
 	}
+	was = s.committed
 	if tokens < 0 {
-		return dst, fmt.Errorf("%w: negative token count %d (AllTokens is %d), sequence %d", ErrBadCommit, tokens, AllTokens, seq)
+		return dst, was, was, fmt.Errorf("%w: negative token count %d (AllTokens is %d), sequence %d", ErrBadCommit, tokens, AllTokens, seq)
 	}
 	if tokens > s.numTokens {
-		return dst, fmt.Errorf("%w: commit of %d tokens, sequence %d holds %d", ErrBadCommit, tokens, seq, s.numTokens)
+		return dst, was, was, fmt.Errorf("%w: commit of %d tokens, sequence %d holds %d", ErrBadCommit, tokens, seq, s.numTokens)
 	}
 	bs := p.cfg.BlockSize
 	for i := s.committed / bs; i < tokens/bs; i++ {
@@ -526,7 +535,7 @@ func (p *Pool) Commit(seq SeqID, tokens int, dst []BlockID) ([]BlockID, error) {
 		}
 	}
 	s.committed = max(s.committed, tokens)
-	return dst, nil
+	return dst, was, s.committed, nil
 }
 
 // Committed returns how many leading tokens of seq are committed.

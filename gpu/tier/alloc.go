@@ -717,11 +717,10 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 			t.sendDemand(seq, it.Tokens)
 			continue
 		}
-		was, _ := t.pool.Committed(seq)
-		published, res.Errs[i] = t.pool.Commit(seq, it.Tokens, published)
+		var was, now int
+		published, was, now, res.Errs[i] = t.pool.CommitSpan(seq, it.Tokens, published)
 		if res.Errs[i] == nil {
 			t.sendDemand(seq, it.Tokens)
-			now, _ := t.pool.Committed(seq)
 			t.fenceWritten(seq, was, now, it.After)
 			// Judged done or not at the free only: a CUDAFence's first
 			// Done starts a goroutine that waits for it on the host.
