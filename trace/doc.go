@@ -7,11 +7,17 @@
 //
 //	{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2]}
 //
-// timestamp is the arrival time in milliseconds. Read rebases a file's timestamps to
-// its earliest request, so a trace stamped with milliseconds since the epoch replays
-// from 0 (Report.Base keeps the offset), and rejects a timestamp that, rebased and
-// scaled, overflows a time.Duration (a trace in nanoseconds): a *ParseError for its
-// line. hash_ids are remapped prefix block hashes with BlockTokens (512) tokens per
+// timestamp is the arrival time in milliseconds, or in Options.TimeUnit: traces
+// from other tools stamp float seconds (TimeUnit time.Second) or nanoseconds
+// (time.Nanosecond). It alone may have a fraction or an exponent; the other
+// fields are JSON integers. Read rebases a file's timestamps to its earliest
+// request, so a trace stamped with milliseconds since the epoch replays from 0
+// (Report.Base keeps the offset), converts them to whole milliseconds (exactly
+// for integers; rounded to the nearest millisecond), and rejects a timestamp
+// that, rebased and scaled, overflows a time.Duration (a nanosecond trace read
+// as milliseconds, if it spans over about 2.5 hours): a *ParseError for its
+// line. A shorter nanosecond trace read as milliseconds is not refused, only a
+// million times too slow: set TimeUnit. hash_ids are remapped prefix block hashes with BlockTokens (512) tokens per
 // block: equal ids mean a reusable prefix block, and every id identifies its whole
 // prefix.
 //
