@@ -27,8 +27,9 @@
 // OnError set to Skip the reader counts the line in Report.Skipped and goes on;
 // with Stop (the default) reading ends at the first bad line. A line holding
 // anything after its JSON object, naming a field twice, giving a number as a
-// string or a hash id as null, or longer than MaxLineBytes (ErrLineTooLong),
-// is malformed too. Invalid Options are refused before any line is read, with an
+// string or a hash id as null, longer than MaxLineBytes (ErrLineTooLong), or
+// claiming an input_length over Options.MaxInputTokens (ErrTooManyTokens,
+// 16M tokens by default: TokensOf allocates them all), is malformed too. Invalid Options are refused before any line is read, with an
 // error wrapping ErrBadOptions (not ErrMalformed, which is for lines).
 //
 // # Tokens

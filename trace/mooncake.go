@@ -59,7 +59,22 @@ type Options struct {
 	// stamped in float seconds (guidellm and others), time.Nanosecond for
 	// one in nanoseconds. Negative is invalid.
 	TimeUnit time.Duration
+	// MaxInputTokens is the longest input_length a line may claim (0 means
+	// DefaultMaxInputTokens; negative is invalid). A longer line is
+	// malformed (field "input_length", wrapping ErrTooManyTokens): a line
+	// of MaxLineBytes may claim billions of tokens, which TokensOf would
+	// allocate eight bytes each.
+	MaxInputTokens int
 }
+
+// DefaultMaxInputTokens is Options.MaxInputTokens when it is 0: 16M tokens,
+// 16 times the longest context of today's models, 128 MiB as the token ids
+// TokensOf returns.
+const DefaultMaxInputTokens = 1 << 24
+
+// ErrTooManyTokens is wrapped by the *ParseError (field "input_length") of a
+// line whose input_length is over Options.MaxInputTokens.
+var ErrTooManyTokens = errors.New("input_length over Options.MaxInputTokens")
 
 // Report says what Read saw.
 type Report struct {
@@ -146,6 +161,12 @@ func checkOptions(opts Options) (Options, error) {
 	if opts.Limit < 0 {
 		return opts, fmt.Errorf("trace: Limit %d must be >= 0: %w", opts.Limit, ErrBadOptions)
 	}
+	if opts.MaxInputTokens < 0 {
+		return opts, fmt.Errorf("trace: MaxInputTokens %d must be >= 0: %w", opts.MaxInputTokens, ErrBadOptions)
+	}
+	if opts.MaxInputTokens == 0 {
+		opts.MaxInputTokens = DefaultMaxInputTokens
+	}
 	if opts.TimeUnit < 0 {
 		return opts, fmt.Errorf("trace: TimeUnit %v must be >= 0: %w", opts.TimeUnit, ErrBadOptions)
 	}
@@ -189,7 +210,7 @@ func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
 		if tooLong {
 			perr = &ParseError{Line: line, Field: "json", Err: fmt.Errorf("over %d bytes: %w", maxLine, ErrLineTooLong)}
 		} else {
-			req, ts, perr = parseLine(line, b, opts.BlockTokens)
+			req, ts, perr = parseLine(line, b, opts)
 		}
 		if perr != nil {
 			if opts.OnError == Stop {
@@ -437,7 +458,8 @@ func (t *jsonTime) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func parseLine(line int, b []byte, blockTokens int) (Request, stamp, *ParseError) {
+func parseLine(line int, b []byte, opts Options) (Request, stamp, *ParseError) {
+	blockTokens := opts.BlockTokens
 	var raw rawRequest
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&raw); err != nil {
@@ -481,11 +503,16 @@ func parseLine(line int, b []byte, blockTokens int) (Request, stamp, *ParseError
 	default:
 		ts = stamp(*raw.Timestamp)
 	}
-	req.InputLength = int(num("input_length", raw.InputLength, 1))
+	inputLength := num("input_length", raw.InputLength, 1)
 	req.OutputLength = int(num("output_length", raw.OutputLength, 0))
 	if perr != nil {
 		return Request{}, stamp{}, perr
 	}
+	if inputLength > int64(opts.MaxInputTokens) {
+		return Request{}, stamp{}, &ParseError{Line: line, Field: "input_length", Err: fmt.Errorf(
+			"%d tokens, over %d: %w", inputLength, opts.MaxInputTokens, ErrTooManyTokens)}
+	}
+	req.InputLength = int(inputLength)
 	if raw.HashIDs == nil || len(*raw.HashIDs) == 0 {
 		return Request{}, stamp{}, &ParseError{Line: line, Field: "hash_ids", Err: errors.New("missing or empty")}
 	}
