@@ -167,7 +167,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	layout, err := gpu.NewLayoutKind(c.Model, c.BlockTokens, c.Layout)
 	if err != nil {
-		return nil, &ConfigError{"Model", c.Model, err.Error()}
+		return nil, &ConfigError{Field: "Model", Value: c.Model, Reason: err.Error()}
 	}
 	if cfg.Model == (gpu.ModelSpec{}) && (c.PinnedBytes > 0 || c.DiskDir != "" || c.Remote != nil) {
 		c.Logger.Warn("kvtier: Config.Model is unset: blocks are sized for the toy gpu.TinySpec (64 bytes a token), not the served model; set Model (e.g. gpu.Llama3_8B) so the pinned, disk and remote tiers hold real KV",

@@ -59,9 +59,41 @@ func listenEndpoint(ep string) (net.Listener, error) {
 	case ok && network == "ipc":
 		network = "unix"
 	default:
-		return nil, fmt.Errorf("want tcp:// or ipc://")
+		return nil, fmt.Errorf("%w: want tcp:// or ipc://", ErrBadEndpoint)
 	}
-	return net.Listen(network, addr)
+	ln, err := net.Listen(network, addr)
+	if err != nil && badAddress(err) {
+		return nil, fmt.Errorf("%w: %w", ErrBadEndpoint, err)
+	}
+	return ln, err
+}
+
+// badAddress reports whether err, from net.Listen or a dial, says the
+// address does not parse or resolve, rather than that it is busy or
+// unreachable.
+func badAddress(err error) bool {
+	var ae *net.AddrError
+	var de *net.DNSError
+	return errors.As(err, &ae) || (errors.As(err, &de) && de.IsNotFound)
+}
+
+// checkConnectEndpoint refuses a PUB endpoint that connects (a named host)
+// but names no host and numeric port: tcp://host:port. Listen dials it in
+// the background, retrying: without this an endpoint that can never work
+// would retry for ever.
+func checkConnectEndpoint(ep string) error {
+	hostPort, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return fmt.Errorf("%w: want tcp:// or ipc://", ErrBadEndpoint)
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadEndpoint, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); host == "" || err != nil {
+		return fmt.Errorf("%w: want tcp://host:port, with a numeric port", ErrBadEndpoint)
+	}
+	return nil
 }
 
 // connectEndpoint is the endpoint a client connects to for what ln bound:
