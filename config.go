@@ -261,6 +261,11 @@ type EventsConfig struct {
 	// slowly, or not at all, can hold in memory, counted in
 	// EventStats.SubscriberDrops when it overflows.
 	SubscriberQueue int
+	// Linger bounds how long Close waits for each subscriber to take the
+	// batches queued for it (default 1 s; events.ServerConfig.Linger): a
+	// subscriber that reads slowly, or not at all, delays Close by up to
+	// this, and loses what it has not taken by then.
+	Linger time.Duration
 	// DPRank is the batches' data-parallel rank.
 	DPRank int
 }
@@ -361,6 +366,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if e.BufferSteps < 0 || e.QueueSize < 0 || e.SubscriberQueue < 0 || e.DPRank < 0 {
 			bad("Events", *e, "BufferSteps, QueueSize, SubscriberQueue and DPRank must be >= 0")
+		}
+		if e.Linger < 0 {
+			bad("Events.Linger", e.Linger, "must be >= 0 (0: the default, 1s)")
 		}
 	}
 	if c.Remote != nil && c.PinnedBytes == 0 {

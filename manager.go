@@ -260,7 +260,7 @@ func New(cfg Config) (*Manager, error) {
 		pub := events.NewPublisher(events.Config{Format: format, BlockSize: c.BlockTokens, DPRank: e.DPRank, BufferSteps: e.BufferSteps,
 			FirstSeq: uint64(time.Now().UnixNano())})
 		src := actors.NewEventsSource(m.system)
-		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize, SubscriberQueue: e.SubscriberQueue}, src); err != nil {
+		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize, SubscriberQueue: e.SubscriberQueue, Linger: e.Linger}, src); err != nil {
 			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
 		}
 		m.evPID = root.Spawn(m.props(actors.NewEventsActor(actors.EventsConfig{Publisher: pub, Server: m.evServer, Log: c.Logger.Named("events")})))
