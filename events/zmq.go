@@ -299,13 +299,8 @@ func (s *Server) send() {
 				return
 			}
 			for pc, topics := range subs {
-				if !wants(topics, s.cfg.Topic) {
-					continue
-				}
-				select {
-				case pc.out <- f:
-				default:
-					s.drops.Add(1)
+				if wants(topics, s.cfg.Topic) {
+					s.offer(pc, f)
 				}
 			}
 		case pc := <-s.join:
@@ -324,9 +319,17 @@ func (s *Server) send() {
 		case pc := <-s.leave:
 			if _, ok := subs[pc]; ok {
 				delete(subs, pc)
-				close(pc.out)
+				pc.out.close()
 			}
 		}
+	}
+}
+
+// offer queues f for pc, or drops it for pc alone, counted, when pc's
+// queue holds SubscriberQueue batches.
+func (s *Server) offer(pc *pubConn, f Frame) {
+	if !pc.out.push(f) {
+		s.drops.Add(1)
 	}
 }
 
@@ -334,7 +337,7 @@ func (s *Server) send() {
 // all, for its writer to send what it holds (or to fail).
 func (s *Server) drain(subs map[*pubConn]map[string]bool) {
 	for pc := range subs {
-		close(pc.out)
+		pc.out.close()
 	}
 	linger := time.NewTimer(s.cfg.Linger)
 	defer linger.Stop()
