@@ -436,8 +436,9 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 }
 
 // jsonTime is a timestamp written as a JSON number: an integer, kept
-// exact, or a number with a fraction or an exponent, read as a float64 in
-// [0, 2^63). Like jsonInt it refuses a string, null and the rest.
+// exact, or a number with a fraction or an exponent, read as a float64
+// whose magnitude is below 2^63 (parseLine refuses a negative one). Like
+// jsonInt it refuses a string, null and the rest.
 type jsonTime stamp
 
 func (t *jsonTime) UnmarshalJSON(b []byte) error {
@@ -447,7 +448,7 @@ func (t *jsonTime) UnmarshalJSON(b []byte) error {
 		*t = jsonTime{i: int64(n)}
 		return nil
 	}
-	if bytes.IndexAny(b, ".eE") < 0 || len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+	if !bytes.ContainsAny(b, ".eE") || len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
 		return err // not a number, or an integer out of range
 	}
 	f, perr := strconv.ParseFloat(string(b), 64)
