@@ -261,6 +261,11 @@ type EventsConfig struct {
 	// slowly, or not at all, can hold in memory, counted in
 	// EventStats.SubscriberDrops when it overflows.
 	SubscriberQueue int
+	// Linger bounds how long Close waits for each subscriber to take the
+	// batches queued for it (default 1 s; events.ServerConfig.Linger): a
+	// subscriber that reads slowly, or not at all, delays Close by up to
+	// this, and loses what it has not taken by then.
+	Linger time.Duration
 	// DPRank is the batches' data-parallel rank.
 	DPRank int
 }
@@ -273,20 +278,31 @@ type ConfigError struct {
 	Field  string
 	Value  any
 	Reason string
+	// Err is the error of the package that refused Value (events.ErrBadConfig
+	// for an unknown Events.Format), or nil.
+	Err error
 }
 
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("kvtier: config %s = %v: %s", e.Field, e.Value, e.Reason)
 }
 
-// Unwrap makes errors.Is(err, ErrBadConfig) hold.
-func (e *ConfigError) Unwrap() error { return ErrBadConfig }
+// Unwrap makes errors.Is(err, ErrBadConfig) hold, and errors.Is or As for
+// e.Err.
+func (e *ConfigError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrBadConfig}
+	}
+	return []error{ErrBadConfig, e.Err}
+}
 
 // withDefaults returns a copy of c with defaults filled in and the errors of every
 // invalid field.
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
-	bad := func(field string, v any, reason string) { errs = append(errs, &ConfigError{field, v, reason}) }
+	bad := func(field string, v any, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: v, Reason: reason})
+	}
 	// count fills a zero count with def and rejects a negative one.
 	count := func(field string, v *int, def int, reason string) {
 		if *v == 0 {
@@ -346,10 +362,13 @@ func (c Config) withDefaults() (Config, error) {
 			bad("Events.Endpoint", e.Endpoint, "needs a ZMQ endpoint such as tcp://*:5557")
 		}
 		if _, err := events.ParseFormat(e.Format); err != nil {
-			bad("Events.Format", e.Format, "must be map or array")
+			errs = append(errs, &ConfigError{Field: "Events.Format", Value: e.Format, Reason: "must be map or array", Err: err})
 		}
 		if e.BufferSteps < 0 || e.QueueSize < 0 || e.SubscriberQueue < 0 || e.DPRank < 0 {
 			bad("Events", *e, "BufferSteps, QueueSize, SubscriberQueue and DPRank must be >= 0")
+		}
+		if e.Linger < 0 {
+			bad("Events.Linger", e.Linger, "must be >= 0 (0: the default, 1s)")
 		}
 	}
 	if c.Remote != nil && c.PinnedBytes == 0 {
@@ -417,22 +436,22 @@ func (c Config) withDefaults() (Config, error) {
 func (c Config) checkGeometry() []error {
 	l, err := gpu.NewLayoutKind(c.Model, c.BlockTokens, c.Layout)
 	if err != nil {
-		return []error{&ConfigError{"Model", c.Model, err.Error()}}
+		return []error{&ConfigError{Field: "Model", Value: c.Model, Reason: err.Error()}}
 	}
 	bb := int64(l.BlockBytes())
 	var errs []error
 	if bb > math.MaxInt/int64(c.GPUBlocks) {
-		errs = append(errs, &ConfigError{"GPUBlocks", c.GPUBlocks, fmt.Sprintf("%d blocks of %d bytes overflow the address space", c.GPUBlocks, bb)})
+		errs = append(errs, &ConfigError{Field: "GPUBlocks", Value: c.GPUBlocks, Reason: fmt.Sprintf("%d blocks of %d bytes overflow the address space", c.GPUBlocks, bb)})
 	}
 	page := int64(os.Getpagesize())
 	if stride := (bb + page - 1) / page * page; c.PinnedBytes > 0 && c.PinnedBytes/stride < 1 {
-		errs = append(errs, &ConfigError{"PinnedBytes", c.PinnedBytes, fmt.Sprintf("less than one %d-byte pinned slot", stride)})
+		errs = append(errs, &ConfigError{Field: "PinnedBytes", Value: c.PinnedBytes, Reason: fmt.Sprintf("less than one %d-byte pinned slot", stride)})
 	}
 	if slot := disk.SlotBytes(int(bb)); c.DiskDir != "" && (slot <= 0 || c.DiskBytes/slot < 1) {
-		errs = append(errs, &ConfigError{"DiskBytes", c.DiskBytes, fmt.Sprintf("less than one %d-byte disk slot", slot)})
+		errs = append(errs, &ConfigError{Field: "DiskBytes", Value: c.DiskBytes, Reason: fmt.Sprintf("less than one %d-byte disk slot", slot)})
 	}
 	if r := c.Remote; r != nil && r.WriteQuotaBytes > 0 && r.WriteQuotaBytes < bb {
-		errs = append(errs, &ConfigError{"Remote.WriteQuotaBytes", r.WriteQuotaBytes, fmt.Sprintf("less than one %d-byte block: every write would be denied", bb)})
+		errs = append(errs, &ConfigError{Field: "Remote.WriteQuotaBytes", Value: r.WriteQuotaBytes, Reason: fmt.Sprintf("less than one %d-byte block: every write would be denied", bb)})
 	}
 	return errs
 }

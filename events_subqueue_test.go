@@ -22,17 +22,30 @@ func TestEventsSubscriberQueue(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrBadConfig", bad, err)
 		}
 	}
-	const blockTokens, blocks = 512, 32
-	m := newManager(t, Config{GPUBlocks: 2 * blocks, BlockTokens: blockTokens,
+	m := newManager(t, Config{GPUBlocks: 2 * subqBlocks, BlockTokens: subqBlockTokens,
 		Events: &EventsConfig{Endpoint: "tcp://*:0", Topic: "kv", SubscriberQueue: 1}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	stuck := stuckSubscriber(t, ctx, m)
+	defer stuck.Close()
+}
+
+// subqBlockTokens and subqBlocks make each step of stuckSubscriber one
+// batch of about 50 KB of token ids.
+const subqBlockTokens, subqBlocks = 512, 32
+
+// stuckSubscriber subscribes to m's events (m made with SubscriberQueue 1,
+// GPUBlocks 2*subqBlocks and BlockTokens subqBlockTokens), reads one batch
+// and no more, and runs requests until a batch is dropped for it: its
+// queue is full, its writer blocked on a full connection. The caller
+// closes it.
+func stuckSubscriber(t *testing.T, ctx context.Context, m *Manager) *events.Subscriber {
+	t.Helper()
 	pub, _ := m.EventEndpoints()
 	stuck, err := events.Subscribe(ctx, pub, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stuck.Close()
 	joined := make(chan struct{})
 	go func() { // reads one batch, to show it has joined, and no more
 		if _, _, err := stuck.Recv(); err == nil {
@@ -40,7 +53,7 @@ func TestEventsSubscriberQueue(t *testing.T) {
 		}
 	}()
 
-	prompt := make([]int64, blocks*blockTokens) // about 50 KB of token ids a batch
+	prompt := make([]int64, subqBlocks*subqBlockTokens) // about 50 KB of token ids a batch
 	step := func(i int) {
 		for j := range prompt {
 			prompt[j] = int64(i*len(prompt) + j)
@@ -82,9 +95,11 @@ func TestEventsSubscriberQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st.Events != nil && st.Events.SubscriberDrops > 0 {
-			return
+			return stuck
 		}
 	}
 	st, _ := m.Stats(ctx)
+	stuck.Close()
 	t.Fatalf("no batch dropped for the stuck subscriber with SubscriberQueue 1: %+v", st.Events)
+	return nil
 }

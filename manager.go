@@ -167,7 +167,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	layout, err := gpu.NewLayoutKind(c.Model, c.BlockTokens, c.Layout)
 	if err != nil {
-		return nil, &ConfigError{"Model", c.Model, err.Error()}
+		return nil, &ConfigError{Field: "Model", Value: c.Model, Reason: err.Error()}
 	}
 	if cfg.Model == (gpu.ModelSpec{}) && (c.PinnedBytes > 0 || c.DiskDir != "" || c.Remote != nil) {
 		c.Logger.Warn("kvtier: Config.Model is unset: blocks are sized for the toy gpu.TinySpec (64 bytes a token), not the served model; set Model (e.g. gpu.Llama3_8B) so the pinned, disk and remote tiers hold real KV",
@@ -260,7 +260,7 @@ func New(cfg Config) (*Manager, error) {
 		pub := events.NewPublisher(events.Config{Format: format, BlockSize: c.BlockTokens, DPRank: e.DPRank, BufferSteps: e.BufferSteps,
 			FirstSeq: uint64(time.Now().UnixNano())})
 		src := actors.NewEventsSource(m.system)
-		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize, SubscriberQueue: e.SubscriberQueue}, src); err != nil {
+		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize, SubscriberQueue: e.SubscriberQueue, Linger: e.Linger}, src); err != nil {
 			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
 		}
 		m.evPID = root.Spawn(m.props(actors.NewEventsActor(actors.EventsConfig{Publisher: pub, Server: m.evServer, Log: c.Logger.Named("events")})))

@@ -64,7 +64,7 @@ func newClientConfig(opts []ClientOption) (clientConfig, error) {
 		o(&c)
 	}
 	if c.maxMessage <= 0 {
-		return c, fmt.Errorf("kvtier: events: WithMaxMessage(%d): want a positive number of bytes", c.maxMessage)
+		return c, fmt.Errorf("kvtier: events: WithMaxMessage(%d): want a positive number of bytes: %w", c.maxMessage, ErrBadConfig)
 	}
 	return c, nil
 }
@@ -92,9 +92,6 @@ func openZMTP(g *guardConn, typ zmq4.SocketType, id zmq4.SocketIdentity, server 
 	return zmq4.Open(g, null.Security(), typ, id, server, nil)
 }
 
-// errBadEndpoint is an endpoint the client cannot dial at all.
-var errBadEndpoint = errors.New("want tcp:// or ipc://")
-
 // dialEndpoint connects to a tcp:// or ipc:// endpoint.
 func dialEndpoint(ctx context.Context, ep string) (net.Conn, error) {
 	network, addr, ok := strings.Cut(ep, "://")
@@ -103,7 +100,7 @@ func dialEndpoint(ctx context.Context, ep string) (net.Conn, error) {
 	case ok && network == "ipc":
 		network = "unix"
 	default:
-		return nil, errBadEndpoint
+		return nil, fmt.Errorf("%w: want tcp:// or ipc://", ErrBadEndpoint)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, network, addr)
@@ -217,7 +214,7 @@ func (s *Subscriber) attach(nc net.Conn, server bool) (zconn, error) {
 func (s *Subscriber) dial(endpoint string, first bool) (zconn, error) {
 	for {
 		nc, err := dialEndpoint(s.ctx, endpoint)
-		if errors.Is(err, errBadEndpoint) {
+		if errors.Is(err, ErrBadEndpoint) {
 			return zconn{}, err
 		}
 		if err == nil {
@@ -373,7 +370,7 @@ func ask(ctx context.Context, endpoint string, req []byte, opts []ClientOption) 
 	}
 	var nc net.Conn
 	for i := 0; ; i++ {
-		if nc, err = dialEndpoint(ctx, endpoint); err == nil || errors.Is(err, errBadEndpoint) || ctx.Err() != nil || i+1 == askDials {
+		if nc, err = dialEndpoint(ctx, endpoint); err == nil || errors.Is(err, ErrBadEndpoint) || ctx.Err() != nil || i+1 == askDials {
 			break
 		}
 		select {

@@ -94,4 +94,9 @@
 // message a broken or hostile peer declares past the client's bound
 // (DefaultMaxMessage, 1 GiB, or WithMaxMessage's) fails with
 // ErrMessageTooBig before zmq4 allocates it (see client.go).
+//
+// An endpoint that cannot work at all (not tcp:// or ipc://, a bad port,
+// an unknown host) is refused with ErrBadEndpoint, by Listen and the
+// clients alike; a ServerConfig, ClientOption or format name refused is
+// ErrBadConfig. A busy port is neither: the error wraps the system's.
 package events

@@ -136,7 +136,7 @@ func ParseFormat(s string) (Format, error) {
 	case "array":
 		return FormatArray, nil
 	}
-	return 0, fmt.Errorf("kvtier: events: unknown format %q (map or array)", s)
+	return 0, fmt.Errorf("kvtier: events: unknown format %q (map or array): %w", s, ErrBadConfig)
 }
 
 // AppendBatch appends b's msgpack encoding in format f.

@@ -23,8 +23,9 @@ import (
 // the queue grows without bound (and Publish never reports a drop); its
 // Close also closes the connections while that queue still holds batches.
 // Here, as libzmq gives each pipe its own high-water mark, every
-// subscriber has its own queue of SubscriberQueue batches and its own
-// writer: a slow subscriber loses its own batches (SubscriberDrops; it sees
+// subscriber has its own queue of up to SubscriberQueue batches (a ring
+// that starts small and doubles as batches wait: frame_queue.go) and its
+// own writer: a slow subscriber loses its own batches (SubscriberDrops; it sees
 // a gap) and delays no other, and Close lets every writer empty its queue
 // for up to Linger.
 //
@@ -38,7 +39,7 @@ import (
 // pubConn is one subscriber's connection.
 type pubConn struct {
 	c     *zmq4.Conn
-	out   chan Frame    // its queue; closed by Server.send
+	out   *frameQueue   // its queue; closed by Server.send
 	pong  chan []byte   // a PING's context, for the writer to answer
 	wrote chan struct{} // closed when its writer returned
 }
@@ -59,9 +60,41 @@ func listenEndpoint(ep string) (net.Listener, error) {
 	case ok && network == "ipc":
 		network = "unix"
 	default:
-		return nil, fmt.Errorf("want tcp:// or ipc://")
+		return nil, fmt.Errorf("%w: want tcp:// or ipc://", ErrBadEndpoint)
 	}
-	return net.Listen(network, addr)
+	ln, err := net.Listen(network, addr)
+	if err != nil && badAddress(err) {
+		return nil, fmt.Errorf("%w: %w", ErrBadEndpoint, err)
+	}
+	return ln, err
+}
+
+// badAddress reports whether err, from net.Listen or a dial, says the
+// address does not parse or resolve, rather than that it is busy or
+// unreachable.
+func badAddress(err error) bool {
+	var ae *net.AddrError
+	var de *net.DNSError
+	return errors.As(err, &ae) || (errors.As(err, &de) && de.IsNotFound)
+}
+
+// checkConnectEndpoint refuses a PUB endpoint that connects (a named host)
+// but names no host and numeric port: tcp://host:port. Listen dials it in
+// the background, retrying: without this an endpoint that can never work
+// would retry for ever.
+func checkConnectEndpoint(ep string) error {
+	hostPort, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return fmt.Errorf("%w: want tcp:// or ipc://", ErrBadEndpoint)
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadEndpoint, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); host == "" || err != nil {
+		return fmt.Errorf("%w: want tcp://host:port, with a numeric port", ErrBadEndpoint)
+	}
+	return nil
 }
 
 // connectEndpoint is the endpoint a client connects to for what ln bound:
@@ -143,7 +176,7 @@ func (s *Server) serveConn(nc net.Conn, server bool) {
 	if err != nil {
 		return
 	}
-	pc := &pubConn{c: c, out: make(chan Frame, s.cfg.SubscriberQueue), pong: make(chan []byte, 1), wrote: make(chan struct{})}
+	pc := &pubConn{c: c, out: newFrameQueue(s.cfg.SubscriberQueue), pong: make(chan []byte, 1), wrote: make(chan struct{})}
 	select {
 	case s.join <- pc:
 	case <-s.ctx.Done():
@@ -189,14 +222,25 @@ func (s *Server) write(pc *pubConn) {
 	topic := []byte(s.cfg.Topic)
 	for {
 		var err error
-		select {
-		case f, ok := <-pc.out:
-			if !ok {
-				return
+		f, ok, closed := pc.out.pop()
+		switch {
+		case ok:
+			select { // a PONG due goes first, as it would have in a select
+			case ctx := <-pc.pong:
+				err = pc.c.SendCmd(zmq4.CmdPong, ctx)
+			default:
 			}
-			err = pc.c.SendMsg(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload))
-		case ctx := <-pc.pong:
-			err = pc.c.SendCmd(zmq4.CmdPong, ctx)
+			if err == nil {
+				err = pc.c.SendMsg(zmq4.NewMsgFrom(topic, seqBytes(f.Seq), f.Payload))
+			}
+		case closed:
+			return
+		default:
+			select {
+			case <-pc.out.ready:
+			case ctx := <-pc.pong:
+				err = pc.c.SendCmd(zmq4.CmdPong, ctx)
+			}
 		}
 		if err != nil {
 			_ = pc.c.Close() // the reader sees it and leaves

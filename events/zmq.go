@@ -29,6 +29,17 @@ var endSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 // answered with other than one batch.
 var ErrNoReplay = errors.New("kvtier: events: replay not answered")
 
+// ErrBadEndpoint is wrapped by the error of Listen, Subscribe,
+// SubscribeListen and the replay clients for an endpoint they cannot use at
+// all: not tcp:// or ipc:// (inproc:// included), or an address that does
+// not parse or resolve (a missing or invalid port, an unknown host). An
+// endpoint that is merely busy (the port in use) is an I/O error, not this.
+var ErrBadEndpoint = errors.New("kvtier: events: bad endpoint")
+
+// ErrBadConfig is wrapped by the error of Listen for a ServerConfig it
+// refuses, and of the clients for a bad ClientOption.
+var ErrBadConfig = errors.New("kvtier: events: bad config")
+
 // replayFailedPrefix opens the payload of a failure marker (see
 // serveReplay): the end marker's sequence number with the text
 // "kvtier-replay-failed <code>: <detail>" in place of its empty payload.
@@ -173,7 +184,7 @@ type Server struct {
 // socket; it may be nil only without a ReplayEndpoint.
 func Listen(cfg ServerConfig, src Source) (*Server, error) {
 	if cfg.ReplayEndpoint != "" && src == nil {
-		return nil, fmt.Errorf("kvtier: events: ROUTER on %q: no Source to answer it", cfg.ReplayEndpoint)
+		return nil, fmt.Errorf("kvtier: events: ROUTER on %q: no Source to answer it: %w", cfg.ReplayEndpoint, ErrBadConfig)
 	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 100000
@@ -197,9 +208,9 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 			return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
 		}
 		s.ln = ln
-	} else if !strings.HasPrefix(cfg.Endpoint, "tcp://") {
+	} else if err := checkConnectEndpoint(cfg.Endpoint); err != nil {
 		cancel()
-		return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: want tcp:// or ipc://", cfg.Endpoint)
+		return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: %w", cfg.Endpoint, err)
 	}
 	if cfg.ReplayEndpoint != "" {
 		rln, err := listenEndpoint(cfg.ReplayEndpoint)
@@ -288,13 +299,8 @@ func (s *Server) send() {
 				return
 			}
 			for pc, topics := range subs {
-				if !wants(topics, s.cfg.Topic) {
-					continue
-				}
-				select {
-				case pc.out <- f:
-				default:
-					s.drops.Add(1)
+				if wants(topics, s.cfg.Topic) {
+					s.offer(pc, f)
 				}
 			}
 		case pc := <-s.join:
@@ -313,9 +319,17 @@ func (s *Server) send() {
 		case pc := <-s.leave:
 			if _, ok := subs[pc]; ok {
 				delete(subs, pc)
-				close(pc.out)
+				pc.out.close()
 			}
 		}
+	}
+}
+
+// offer queues f for pc, or drops it for pc alone, counted, when pc's
+// queue holds SubscriberQueue batches.
+func (s *Server) offer(pc *pubConn, f Frame) {
+	if !pc.out.push(f) {
+		s.drops.Add(1)
 	}
 }
 
@@ -323,7 +337,7 @@ func (s *Server) send() {
 // all, for its writer to send what it holds (or to fail).
 func (s *Server) drain(subs map[*pubConn]map[string]bool) {
 	for pc := range subs {
-		close(pc.out)
+		pc.out.close()
 	}
 	linger := time.NewTimer(s.cfg.Linger)
 	defer linger.Stop()

@@ -153,10 +153,11 @@ func outcome(r *kvtier.AllocResult) scheduler.AllocOutcome {
 	return o
 }
 
-// Append implements scheduler.Cache with one Manager.AppendBatch.
+// Append implements scheduler.Cache with one Manager.AppendBatch. Lengths
+// that differ are refused with ErrBadArgs, changing nothing.
 func (c *Cache) Append(ctx context.Context, seqs []scheduler.SeqID, tokens []int64) ([]error, error) {
 	if len(seqs) != len(tokens) {
-		return nil, fmt.Errorf("schedcache: append: %d sequences, %d tokens", len(seqs), len(tokens))
+		return nil, fmt.Errorf("schedcache: append: %d sequences, %d tokens: %w", len(seqs), len(tokens), ErrBadArgs)
 	}
 	c.items = c.items[:0]
 	c.toks = append(c.toks[:0], tokens...)
@@ -177,10 +178,11 @@ func (c *Cache) Append(ctx context.Context, seqs []scheduler.SeqID, tokens []int
 	return errs, c.sync(ctx)
 }
 
-// Commit implements scheduler.Cache with one Manager.CommitBatch.
+// Commit implements scheduler.Cache with one Manager.CommitBatch. Lengths
+// that differ are refused with ErrBadArgs, changing nothing.
 func (c *Cache) Commit(ctx context.Context, seqs []scheduler.SeqID, computed []int) ([]error, error) {
 	if len(seqs) != len(computed) {
-		return nil, fmt.Errorf("schedcache: commit: %d sequences, %d counts", len(seqs), len(computed))
+		return nil, fmt.Errorf("schedcache: commit: %d sequences, %d counts: %w", len(seqs), len(computed), ErrBadArgs)
 	}
 	c.commits = c.commits[:0]
 	for i, s := range seqs {

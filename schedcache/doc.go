@@ -9,7 +9,9 @@
 // AllocateInOrder (first come, first served), Append one AppendBatch, Free
 // one FreeBatch, Flush one Manager.Flush. The
 // Manager's "no space" error (kvtier.ErrNoSpace, a *blockpool.NoSpaceError)
-// becomes scheduler.ErrNoBlocks, wrapping the original. An allocation reports
+// becomes scheduler.ErrNoBlocks, wrapping the original. Append and Commit
+// refuse slices of different lengths with ErrBadArgs, changing nothing. An
+// allocation reports
 // the result's tokens from each tier (AllocResult.Tokens) in the scheduler's
 // per-tier fields; its Ready channel is the
 // Manager's completion, and Loaded is the completion's ValidTokens minus the

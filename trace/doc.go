@@ -7,11 +7,17 @@
 //
 //	{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2]}
 //
-// timestamp is the arrival time in milliseconds. Read rebases a file's timestamps to
-// its earliest request, so a trace stamped with milliseconds since the epoch replays
-// from 0 (Report.Base keeps the offset), and rejects a timestamp that, rebased and
-// scaled, overflows a time.Duration (a trace in nanoseconds): a *ParseError for its
-// line. hash_ids are remapped prefix block hashes with BlockTokens (512) tokens per
+// timestamp is the arrival time in milliseconds, or in Options.TimeUnit: traces
+// from other tools stamp float seconds (TimeUnit time.Second) or nanoseconds
+// (time.Nanosecond). It alone may have a fraction or an exponent; the other
+// fields are JSON integers. Read rebases a file's timestamps to its earliest
+// request, so a trace stamped with milliseconds since the epoch replays from 0
+// (Report.Base keeps the offset), converts them to whole milliseconds (exactly
+// for integers; rounded to the nearest millisecond), and rejects a timestamp
+// that, rebased and scaled, overflows a time.Duration (a nanosecond trace read
+// as milliseconds, if it spans over about 2.5 hours): a *ParseError for its
+// line. A shorter nanosecond trace read as milliseconds is not refused, only a
+// million times too slow: set TimeUnit. hash_ids are remapped prefix block hashes with BlockTokens (512) tokens per
 // block: equal ids mean a reusable prefix block, and every id identifies its whole
 // prefix.
 //
@@ -21,8 +27,9 @@
 // OnError set to Skip the reader counts the line in Report.Skipped and goes on;
 // with Stop (the default) reading ends at the first bad line. A line holding
 // anything after its JSON object, naming a field twice, giving a number as a
-// string or a hash id as null, or longer than MaxLineBytes (ErrLineTooLong),
-// is malformed too. Invalid Options are refused before any line is read, with an
+// string or a hash id as null, longer than MaxLineBytes (ErrLineTooLong), or
+// claiming an input_length over Options.MaxInputTokens (ErrTooManyTokens,
+// 16M tokens by default: TokensOf allocates them all), is malformed too. Invalid Options are refused before any line is read, with an
 // error wrapping ErrBadOptions (not ErrMalformed, which is for lines).
 //
 // # Tokens

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 	"reflect"
 	"sort"
@@ -20,7 +21,8 @@ import (
 const BlockTokens = 512
 
 // Request is one line of a trace. Timestamp is in milliseconds from the trace
-// start: Read rebases a file's timestamps so that its earliest request is at 0.
+// start: Read rebases a file's timestamps so that its earliest request is at 0,
+// and converts them from Options.TimeUnit.
 type Request struct {
 	Timestamp    int64   `json:"timestamp"`
 	InputLength  int     `json:"input_length"`
@@ -52,15 +54,36 @@ type Options struct {
 	// file (0 means BlockTokens, Mooncake's 512). Read checks every line's
 	// len(hash_ids) against ceil(input_length / BlockTokens).
 	BlockTokens int
+	// TimeUnit is the time one unit of the file's timestamps stands for
+	// (0 means time.Millisecond, Mooncake's): time.Second for a trace
+	// stamped in float seconds (guidellm and others), time.Nanosecond for
+	// one in nanoseconds. Negative is invalid.
+	TimeUnit time.Duration
+	// MaxInputTokens is the longest input_length a line may claim (0 means
+	// DefaultMaxInputTokens; negative is invalid). A longer line is
+	// malformed (field "input_length", wrapping ErrTooManyTokens): a line
+	// of MaxLineBytes may claim billions of tokens, which TokensOf would
+	// allocate eight bytes each.
+	MaxInputTokens int
 }
+
+// DefaultMaxInputTokens is Options.MaxInputTokens when it is 0: 16M tokens,
+// 16 times the longest context of today's models, 128 MiB as the token ids
+// TokensOf returns.
+const DefaultMaxInputTokens = 1 << 24
+
+// ErrTooManyTokens is wrapped by the *ParseError (field "input_length") of a
+// line whose input_length is over Options.MaxInputTokens.
+var ErrTooManyTokens = errors.New("input_length over Options.MaxInputTokens")
 
 // Report says what Read saw.
 type Report struct {
 	Lines   int          // non-blank lines read
 	Skipped int          // malformed lines skipped (Skip mode)
 	Errors  []ParseError // the first few skipped lines' errors
-	// Base is the earliest timestamp read, as in the file: Read subtracts it
-	// from every timestamp, so that traces stamped with wall-clock times
+	// Base is the earliest timestamp read, as in the file (in TimeUnit,
+	// truncated toward zero if it has a fraction): Read subtracts it from
+	// every timestamp, so that traces stamped with wall-clock times
 	// (milliseconds since the epoch) replay from 0.
 	Base int64
 }
@@ -97,13 +120,23 @@ func (e *ParseError) Unwrap() []error { return []error{ErrMalformed, e.Err} }
 const maxKeptErrors = 16
 
 // Read parses a whole trace and returns its requests sorted by timestamp (ties keep
-// file order), rebased so that the earliest is at 0 (Report.Base) and then
-// multiplied by opts.TimeScale. A rebased, scaled timestamp beyond what a
-// time.Duration holds in nanoseconds is a *ParseError for its line (field
-// "timestamp"): the file's timestamps are then in a finer unit than
-// milliseconds, or span centuries. Invalid opts give an error wrapping
-// ErrBadOptions; a line longer than MaxLineBytes is a *ParseError wrapping
-// ErrLineTooLong, skipped like any other in Skip mode.
+// file order), rebased so that the earliest is at 0 (Report.Base), converted
+// from opts.TimeUnit to milliseconds and then multiplied by opts.TimeScale.
+//
+// A timestamp may be a JSON integer or, unlike the other fields, a number
+// with a fraction or an exponent (12.345, 1.7e9). Integer timestamps are
+// rebased and converted exactly; if either a timestamp or the earliest one
+// has a fraction, its offset is computed in float64. The offset, in
+// milliseconds, is rounded to the nearest millisecond (halves away from
+// zero); a TimeScale other than 1 then multiplies it and truncates toward
+// zero. With the default TimeUnit an integer offset needs no rounding.
+//
+// A rebased, scaled timestamp beyond what a time.Duration holds in
+// nanoseconds is a *ParseError for its line (field "timestamp"): the file's
+// timestamps are then in a finer unit than TimeUnit says, or span centuries.
+// Invalid opts give an error wrapping ErrBadOptions; a line longer than
+// MaxLineBytes is a *ParseError wrapping ErrLineTooLong, skipped like any
+// other in Skip mode.
 func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	return read(r, opts, MaxLineBytes)
 }
@@ -128,6 +161,18 @@ func checkOptions(opts Options) (Options, error) {
 	if opts.Limit < 0 {
 		return opts, fmt.Errorf("trace: Limit %d must be >= 0: %w", opts.Limit, ErrBadOptions)
 	}
+	if opts.MaxInputTokens < 0 {
+		return opts, fmt.Errorf("trace: MaxInputTokens %d must be >= 0: %w", opts.MaxInputTokens, ErrBadOptions)
+	}
+	if opts.MaxInputTokens == 0 {
+		opts.MaxInputTokens = DefaultMaxInputTokens
+	}
+	if opts.TimeUnit < 0 {
+		return opts, fmt.Errorf("trace: TimeUnit %v must be >= 0: %w", opts.TimeUnit, ErrBadOptions)
+	}
+	if opts.TimeUnit == 0 {
+		opts.TimeUnit = time.Millisecond
+	}
 	return opts, nil
 }
 
@@ -139,9 +184,10 @@ func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
 	}
 	lr := lineReader{r: bufio.NewReaderSize(r, 1<<16), max: maxLine}
 	var (
-		reqs  []Request
-		lines []int // reqs[i] is on line lines[i]
-		rep   Report
+		reqs   []Request
+		lines  []int   // reqs[i] is on line lines[i]
+		stamps []stamp // reqs[i]'s timestamp, as in the file
+		rep    Report
 	)
 	line := 0
 	for {
@@ -159,11 +205,12 @@ func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
 		}
 		rep.Lines++
 		var req Request
+		var ts stamp
 		var perr *ParseError
 		if tooLong {
 			perr = &ParseError{Line: line, Field: "json", Err: fmt.Errorf("over %d bytes: %w", maxLine, ErrLineTooLong)}
 		} else {
-			req, perr = parseLine(line, b, opts.BlockTokens)
+			req, ts, perr = parseLine(line, b, opts)
 		}
 		if perr != nil {
 			if opts.OnError == Stop {
@@ -177,11 +224,12 @@ func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
 		}
 		reqs = append(reqs, req)
 		lines = append(lines, line)
+		stamps = append(stamps, ts)
 		if opts.Limit > 0 && len(reqs) >= opts.Limit {
 			break
 		}
 	}
-	reqs, err = rebase(reqs, lines, opts, &rep)
+	reqs, err = rebase(reqs, lines, stamps, opts, &rep)
 	if err != nil {
 		return nil, rep, err
 	}
@@ -240,29 +288,89 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 // to a time.Duration exactly.
 const durationLimit = float64(math.MaxInt64)
 
-// rebase subtracts the earliest timestamp from every request's, scales them,
-// and rejects (Stop) or drops (Skip) those whose offset overflows a
-// time.Duration, in file order. lines gives each request's line.
-func rebase(reqs []Request, lines []int, opts Options, rep *Report) ([]Request, error) {
+// stamp is a timestamp as the file wrote it: an integer, exact, or a
+// number with a fraction or an exponent, as a float64.
+type stamp struct {
+	i    int64   // the integer; a fractional stamp's value truncated
+	f    float64 // the value, if frac
+	frac bool
+}
+
+func (s stamp) float() float64 {
+	if s.frac {
+		return s.f
+	}
+	return float64(s.i)
+}
+
+func (s stamp) String() string {
+	if s.frac {
+		return strconv.FormatFloat(s.f, 'g', -1, 64)
+	}
+	return strconv.FormatInt(s.i, 10)
+}
+
+// before reports whether a is earlier than b, exactly if both are integers.
+func (a stamp) before(b stamp) bool {
+	if !a.frac && !b.frac {
+		return a.i < b.i
+	}
+	return a.float() < b.float()
+}
+
+// offsetMS returns ts-base, base <= ts, in whole milliseconds (rounded to the
+// nearest, halves up) for timestamps in units of unit, and false if that is
+// past what an int64 holds. Integer stamps give an exact result.
+func offsetMS(ts, base stamp, unit time.Duration) (int64, bool) {
+	if !ts.frac && !base.frac {
+		off := uint64(ts.i - base.i) // 0 <= base.i <= ts.i: no overflow
+		hi, lo := bits.Mul64(off, uint64(unit))
+		lo, carry := bits.Add64(lo, uint64(time.Millisecond/2), 0)
+		hi += carry
+		if hi >= uint64(time.Millisecond) {
+			return 0, false // the quotient needs over 64 bits
+		}
+		ms, _ := bits.Div64(hi, lo, uint64(time.Millisecond))
+		if ms > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(ms), true
+	}
+	off := max(ts.float()-base.float(), 0)
+	ms := math.Round(off * (float64(unit) / float64(time.Millisecond)))
+	if !(ms < durationLimit) {
+		return 0, false
+	}
+	return int64(ms), true
+}
+
+// rebase subtracts the earliest timestamp from every request's, converts
+// them from opts.TimeUnit to milliseconds, scales them, and rejects (Stop)
+// or drops (Skip) those whose offset overflows a time.Duration, in file
+// order. lines gives each request's line and stamps its timestamp.
+func rebase(reqs []Request, lines []int, stamps []stamp, opts Options, rep *Report) ([]Request, error) {
 	if len(reqs) == 0 {
 		return reqs, nil
 	}
-	rep.Base = reqs[0].Timestamp
-	for _, r := range reqs {
-		rep.Base = min(rep.Base, r.Timestamp)
+	base := stamps[0]
+	for _, s := range stamps[1:] {
+		if s.before(base) {
+			base = s
+		}
 	}
+	rep.Base = base.i
 	scale := opts.TimeScale
 	if scale == 0 {
 		scale = 1
 	}
 	kept := reqs[:0]
 	for i, r := range reqs {
-		off := r.Timestamp - rep.Base // >= 0: every timestamp is
+		off, ok := offsetMS(stamps[i], base, opts.TimeUnit)
 		scaled := float64(off) * scale
-		if !(scaled*float64(time.Millisecond) < durationLimit) {
+		if !ok || !(scaled*float64(time.Millisecond) < durationLimit) {
 			perr := &ParseError{Line: lines[i], Field: "timestamp", Err: fmt.Errorf(
-				"%d ms after the first request (timestamp %d), times %g, is past the longest time a Duration holds (%.0f ms): are the timestamps in milliseconds?",
-				off, rep.Base, scale, durationLimit/float64(time.Millisecond))}
+				"timestamp %v is %v units of %v after the first request (timestamp %v), times %g: past the longest time a Duration holds (%.0f ms): is TimeUnit %v right?",
+				stamps[i], offUnits(stamps[i], base), opts.TimeUnit, base, scale, durationLimit/float64(time.Millisecond), opts.TimeUnit)}
 			if opts.OnError == Stop {
 				return nil, perr
 			}
@@ -281,6 +389,14 @@ func rebase(reqs []Request, lines []int, opts Options, rep *Report) ([]Request, 
 	return kept, nil
 }
 
+// offUnits formats ts-base in the file's unit, for an error message.
+func offUnits(ts, base stamp) string {
+	if !ts.frac && !base.frac {
+		return strconv.FormatInt(ts.i-base.i, 10)
+	}
+	return strconv.FormatFloat(ts.float()-base.float(), 'g', -1, 64)
+}
+
 // ReadFile is Read on a named file.
 func ReadFile(path string, opts Options) ([]Request, Report, error) {
 	f, err := os.Open(path)
@@ -293,7 +409,7 @@ func ReadFile(path string, opts Options) ([]Request, Report, error) {
 
 // rawRequest keeps pointers so a missing field can be told from a zero one.
 type rawRequest struct {
-	Timestamp    *jsonInt   `json:"timestamp"`
+	Timestamp    *jsonTime  `json:"timestamp"`
 	InputLength  *jsonInt   `json:"input_length"`
 	OutputLength *jsonInt   `json:"output_length"`
 	HashIDs      *[]jsonInt `json:"hash_ids"`
@@ -319,7 +435,32 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
+// jsonTime is a timestamp written as a JSON number: an integer, kept
+// exact, or a number with a fraction or an exponent, read as a float64
+// whose magnitude is below 2^63 (parseLine refuses a negative one). Like
+// jsonInt it refuses a string, null and the rest.
+type jsonTime stamp
+
+func (t *jsonTime) UnmarshalJSON(b []byte) error {
+	var n jsonInt
+	err := n.UnmarshalJSON(b)
+	if err == nil {
+		*t = jsonTime{i: int64(n)}
+		return nil
+	}
+	if !bytes.ContainsAny(b, ".eE") || len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return err // not a number, or an integer out of range
+	}
+	f, perr := strconv.ParseFloat(string(b), 64)
+	if perr != nil || !(f < durationLimit) || f <= -durationLimit {
+		return &json.UnmarshalTypeError{Value: "number " + string(b), Type: reflect.TypeFor[float64]()}
+	}
+	*t = jsonTime{i: int64(f), f: f, frac: true} // parseLine refuses f < 0
+	return nil
+}
+
+func parseLine(line int, b []byte, opts Options) (Request, stamp, *ParseError) {
+	blockTokens := opts.BlockTokens
 	var raw rawRequest
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&raw); err != nil {
@@ -328,14 +469,14 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 		if errors.As(err, &ute) && ute.Field != "" {
 			field = ute.Field
 		}
-		return Request{}, &ParseError{Line: line, Field: field, Err: err}
+		return Request{}, stamp{}, &ParseError{Line: line, Field: field, Err: err}
 	}
 	if off := dec.InputOffset(); off != int64(len(b)) {
-		return Request{}, &ParseError{Line: line, Field: "json", Err: fmt.Errorf(
+		return Request{}, stamp{}, &ParseError{Line: line, Field: "json", Err: fmt.Errorf(
 			"data after the JSON object (byte %d of %d): one request per line", off, len(b))}
 	}
 	if f := repeatedField(b); f != "" {
-		return Request{}, &ParseError{Line: line, Field: f, Err: errors.New("named twice: which value holds is ambiguous")}
+		return Request{}, stamp{}, &ParseError{Line: line, Field: f, Err: errors.New("named twice: which value holds is ambiguous")}
 	}
 	var req Request
 	var perr *ParseError
@@ -354,14 +495,27 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 		}
 		return v
 	}
-	req.Timestamp = num("timestamp", raw.Timestamp, 0)
-	req.InputLength = int(num("input_length", raw.InputLength, 1))
+	var ts stamp
+	switch {
+	case raw.Timestamp == nil:
+		perr = &ParseError{Line: line, Field: "timestamp", Err: errors.New("missing")}
+	case raw.Timestamp.frac && raw.Timestamp.f < 0, !raw.Timestamp.frac && raw.Timestamp.i < 0:
+		perr = &ParseError{Line: line, Field: "timestamp", Err: fmt.Errorf("%v is below 0", stamp(*raw.Timestamp))}
+	default:
+		ts = stamp(*raw.Timestamp)
+	}
+	inputLength := num("input_length", raw.InputLength, 1)
 	req.OutputLength = int(num("output_length", raw.OutputLength, 0))
 	if perr != nil {
-		return Request{}, perr
+		return Request{}, stamp{}, perr
 	}
+	if inputLength > int64(opts.MaxInputTokens) {
+		return Request{}, stamp{}, &ParseError{Line: line, Field: "input_length", Err: fmt.Errorf(
+			"%d tokens, over %d: %w", inputLength, opts.MaxInputTokens, ErrTooManyTokens)}
+	}
+	req.InputLength = int(inputLength)
 	if raw.HashIDs == nil || len(*raw.HashIDs) == 0 {
-		return Request{}, &ParseError{Line: line, Field: "hash_ids", Err: errors.New("missing or empty")}
+		return Request{}, stamp{}, &ParseError{Line: line, Field: "hash_ids", Err: errors.New("missing or empty")}
 	}
 	req.HashIDs = make([]int64, len(*raw.HashIDs))
 	for i, id := range *raw.HashIDs {
@@ -369,14 +523,14 @@ func parseLine(line int, b []byte, blockTokens int) (Request, *ParseError) {
 	}
 	for i, id := range req.HashIDs {
 		if id < 0 {
-			return Request{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf("id %d at index %d is negative", id, i)}
+			return Request{}, stamp{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf("id %d at index %d is negative", id, i)}
 		}
 	}
 	if want := (req.InputLength + blockTokens - 1) / blockTokens; len(req.HashIDs) != want {
-		return Request{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf(
+		return Request{}, stamp{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf(
 			"%d ids for input_length %d, want ceil(%d/%d) = %d", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want)}
 	}
-	return req, nil
+	return req, ts, nil
 }
 
 // fieldNames are the fields a line holds, as encoding/json matches them

@@ -13,6 +13,9 @@ func Tokens(req Request, vocab int) []int64 {
 // blockTokens must be the Options.BlockTokens req was read with, and > 0;
 // every id is in [0, vocab), and vocab must be > 0. Equal hash ids give equal
 // blocks whatever blockTokens is, so a block's first tokens do not depend on it.
+// It allocates InputLength ids at once: Read refuses a line claiming more than
+// Options.MaxInputTokens (DefaultMaxInputTokens, 128 MiB of ids), and a
+// Request built by hand must be bounded by its maker.
 func TokensOf(req Request, blockTokens, vocab int) []int64 {
 	if blockTokens <= 0 {
 		panic("kvtier: trace.TokensOf: blockTokens must be > 0")

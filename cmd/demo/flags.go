@@ -45,6 +45,9 @@ type options struct {
 	// traceBlockTokens is how many tokens one hash id of the trace stands
 	// for (the trace's block size, not the cache's).
 	traceBlockTokens int
+	// traceTimeUnit is the time one unit of the trace's timestamps stands
+	// for (trace.Options.TimeUnit).
+	traceTimeUnit time.Duration
 
 	pinnedPolicy   policy.Kind
 	diskPolicy     policy.Kind
@@ -179,6 +182,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.diskDir, "disk-dir", "", "put the disk tier's files in a fresh subdirectory of this existing directory, removed at exit (default: the system temporary directory)")
 	fs.IntVar(&o.blockTokens, "block-tokens", trace.BlockTokens, "tokens per block")
 	fs.IntVar(&o.traceBlockTokens, "trace-block-tokens", trace.BlockTokens, "with -trace: tokens one of the file's hash ids stands for (Mooncake's traces: 512)")
+	fs.DurationVar(&o.traceTimeUnit, "time-unit", time.Millisecond, "with -trace: the time one unit of the file's timestamps stands for (Mooncake's: 1ms; float seconds: 1s; nanoseconds: 1ns)")
 
 	fs.StringVar(&pinPol, "pinned-policy", "lru", "pinned tier eviction policy: lru, fifo, s3fifo, arc, adaptive (the library defaults a pinned tier over a disk to lru and a last pinned tier to adaptive; the demo uses lru, which measured highest on its sample)")
 	fs.StringVar(&diskPol, "disk-policy", "adaptive", "disk tier eviction policy: lru, fifo, s3fifo, arc, adaptive (the library's default for the last tier)")
@@ -248,6 +252,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if set["trace-block-tokens"] && o.tracePath == "" {
 		bad("trace-block-tokens", errors.New("gives the -trace file's block size; the embedded sample has its own: add -trace FILE"))
+	}
+	if set["time-unit"] && o.tracePath == "" {
+		bad("time-unit", errors.New("gives the -trace file's timestamp unit; the embedded sample has its own: add -trace FILE"))
+	}
+	if o.traceTimeUnit <= 0 {
+		bad("time-unit", fmt.Errorf("%v must be > 0", o.traceTimeUnit))
 	}
 	if set["route"] && o.nodes == 0 {
 		bad("route", errors.New("routing is for the multi-node mode: add -nodes N"))

@@ -186,7 +186,7 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 		}
 		var rep trace.Report
 		var err error
-		reqs, rep, err = trace.ReadFile(o.tracePath, trace.Options{OnError: mode, Limit: o.limit, BlockTokens: o.traceBlockTokens})
+		reqs, rep, err = trace.ReadFile(o.tracePath, trace.Options{OnError: mode, Limit: o.limit, BlockTokens: o.traceBlockTokens, TimeUnit: o.traceTimeUnit})
 		if err != nil {
 			return nil, "", err
 		}

@@ -18,6 +18,9 @@ func TestFlagsReportUnusedRejected(t *testing.T) {
 		{[]string{"-suite", "alloc", "-redis-cluster"}, "-redis-cluster"},
 		{[]string{"-redis-cluster"}, "-redis-cluster"},
 		{[]string{"-suite", "trace", "-block-tokens", "16"}, "-block-tokens"},
+		{[]string{"-suite", "trace", "-time-unit", "1s"}, "-time-unit"},
+		{[]string{"-suite", "trace", "-trace", "x.jsonl", "-time-unit", "0s"}, "-time-unit"},
+		{[]string{"-suite", "trace", "-trace", "x.jsonl", "-time-unit", "seconds"}, "-time-unit"},
 		{[]string{"-suite", "alloc", "-trace", "x.jsonl"}, "-trace"},
 		{[]string{"-suite", "copy,alloc", "-trace", "x.jsonl"}, "-trace"},
 		{[]string{"-suite", "alloc", "-capacity", "64"}, "-capacity"},
@@ -44,6 +47,7 @@ func TestFlagsReportUsedAccepted(t *testing.T) {
 		{"-redis", "127.0.0.1:6379", "-redis-cluster"}, // all: remote included
 		{"-suite", "trace", "-trace", "x.jsonl", "-block-tokens", "16"},
 		{"-suite", "replay", "-trace", "x.jsonl", "-block-tokens", "16"},
+		{"-suite", "replay", "-trace", "x.jsonl", "-time-unit", "1ns"},
 		{"-trace", "x.jsonl"},
 		{"-suite", "trace", "-capacity", "64"},
 		{"-capacity", "64"},

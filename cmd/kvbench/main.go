@@ -14,7 +14,7 @@
 //     of a chain only pinned memory, or only the disk, holds), against those
 //     H2D and disk-read rates.
 //   - trace: a Mooncake-format trace (any block size, -block-tokens; timestamps
-//     relative or absolute) replayed at several tier capacities through LRU,
+//     relative or absolute, in any unit, -time-unit) replayed at several tier capacities through LRU,
 //     FIFO, S3-FIFO, ARC and the default Adaptive policy, next to the
 //     clairvoyant optimum (cachesim.OPT) and an unbounded cache
 //     (cachesim.Infinite); per capacity the default's hit ratio, the best
@@ -55,6 +55,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kvtier/kvtier/internal/promserve"
 )
@@ -85,10 +86,11 @@ type options struct {
 	json        bool
 	quick       bool
 	suites      map[string]bool
-	tracePath   string // "" means the embedded sample
-	capacities  []int  // trace suite tier capacities, in blocks
-	blockTokens int    // tokens per hash id in the -trace file
-	dir         string // parent of the disk suite's temp dir; "" means os.TempDir
+	tracePath   string        // "" means the embedded sample
+	capacities  []int         // trace suite tier capacities, in blocks
+	blockTokens int           // tokens per hash id in the -trace file
+	timeUnit    time.Duration // the time one timestamp unit of the -trace file stands for
+	dir         string        // parent of the disk suite's temp dir; "" means os.TempDir
 	redis       []string
 	cluster     bool
 	metricsAddr string // -metrics-addr: serve the Managers' Prometheus metrics here
@@ -105,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace and replay suites (default: the embedded sample)")
 	fs.StringVar(&caps, "capacity", "256,1024,4096,16384,65536", "comma-separated tier capacities in blocks for the trace suite: by default every 4x from 256 to 64k")
 	fs.IntVar(&o.blockTokens, "block-tokens", 512, "tokens per hash id in the -trace file (Mooncake: 512); tells which last blocks are partial")
+	fs.DurationVar(&o.timeUnit, "time-unit", time.Millisecond, "the time one unit of the -trace file's timestamps stands for (Mooncake: 1ms; float seconds: 1s; nanoseconds: 1ns)")
 	var redisAddrs string
 	fs.StringVar(&redisAddrs, "redis", "", "Redis address(es), comma-separated, for the remote suite (several: a cluster)")
 	fs.BoolVar(&o.cluster, "redis-cluster", false, "the -redis address is a cluster node")
@@ -147,6 +150,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.blockTokens <= 0 {
 		return o, fmt.Errorf("-block-tokens: %d must be > 0", o.blockTokens)
 	}
+	if o.timeUnit <= 0 {
+		return o, fmt.Errorf("-time-unit: %v must be > 0", o.timeUnit)
+	}
 	if len(o.capacities) == 0 {
 		return o, errors.New("-capacity: no capacities")
 	}
@@ -169,6 +175,8 @@ func checkUnused(fs *flag.FlagSet, o options) error {
 		return errors.New("-redis-cluster needs -redis ADDR: it says what kind of server that address is")
 	case given["block-tokens"] && o.tracePath == "":
 		return errors.New("-block-tokens needs -trace FILE: it gives that file's block size, and the embedded sample has its own")
+	case given["time-unit"] && o.tracePath == "":
+		return errors.New("-time-unit needs -trace FILE: it gives that file's timestamp unit, and the embedded sample has its own")
 	case given["trace"] && !o.suites[suiteTrace] && !o.suites[suiteReplay]:
 		return errors.New("-trace is read only by the trace and replay suites, and -suite selects neither")
 	case given["capacity"] && !o.suites[suiteTrace]:
@@ -248,14 +256,14 @@ func runSuites(o options, mx metricsSink) (*Report, error) {
 		rep.Copy = c
 	}
 	if o.suites[suiteTrace] {
-		t, err := runTrace(o.tracePath, o.capacities, o.blockTokens)
+		t, err := runTrace(traceFile{o.tracePath, o.blockTokens, o.timeUnit}, o.capacities)
 		if err != nil {
 			return nil, fmt.Errorf("trace suite: %w", err)
 		}
 		rep.Trace = t
 	}
 	if o.suites[suiteReplay] {
-		r, err := runReplay(o.tracePath, o.blockTokens, o.quick, mx)
+		r, err := runReplay(traceFile{o.tracePath, o.blockTokens, o.timeUnit}, o.quick, mx)
 		if err != nil {
 			return nil, fmt.Errorf("replay suite: %w", err)
 		}

@@ -237,13 +237,13 @@ func replayManager(reqs []trace.Request, n, blockTokens, batch int, mx metricsSi
 	return d, c, err
 }
 
-// runReplay runs the replay suite on the trace at path, of blockTokens tokens
-// a hash id (the -block-tokens flag), or on the embedded sample (path "",
-// blockTokens ignored: the sample has Mooncake's 512). The pools' blocks have
-// the trace's size. The Managers' metrics go to mx, as configurations
+// runReplay runs the replay suite on the trace f (read as loadTrace does:
+// its blockTokens is the -block-tokens flag), or on the embedded sample (path
+// "", blockTokens ignored: the sample has Mooncake's 512). The pools' blocks
+// have the trace's size. The Managers' metrics go to mx, as configurations
 // "replay/<path>/pool<blocks>".
-func runReplay(path string, blockTokens int, quick bool, mx metricsSink) (*ReplayResult, error) {
-	reqs, name, blockTokens, err := loadTrace(path, blockTokens)
+func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
+	reqs, name, blockTokens, err := loadTrace(f)
 	if err != nil {
 		return nil, err
 	}

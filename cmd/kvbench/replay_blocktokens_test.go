@@ -48,7 +48,7 @@ func TestReplayBlockTokens(t *testing.T) {
 // TestReplaySampleBlockTokens: without -trace the replay suite runs on the
 // embedded sample at its own 512 tokens a hash id.
 func TestReplaySampleBlockTokens(t *testing.T) {
-	r, err := runReplay("", 16, true, metricsSink{})
+	r, err := runReplay(traceFile{blockTokens: 16}, true, metricsSink{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,21 +82,30 @@ func (c *TraceCapacity) adaptiveOverBest() float64 {
 	}
 }
 
-// loadTrace reads the trace at path, of blockTokens tokens a hash id, or
-// returns the embedded sample (path ""; blockTokens is then the sample's,
-// Mooncake's 512), with the name results carry and the block size in force.
-func loadTrace(path string, blockTokens int) (reqs []trace.Request, name string, tokens int, err error) {
-	if path == "" {
-		return trace.Sample(), trace.SampleName, trace.BlockTokens, nil
-	}
-	if reqs, _, err = trace.ReadFile(path, trace.Options{BlockTokens: blockTokens}); err != nil {
-		return nil, "", 0, err
-	}
-	return reqs, path, blockTokens, nil
+// traceFile is the -trace file and how to read it: the -block-tokens and
+// -time-unit flags.
+type traceFile struct {
+	path        string // "" means the embedded sample
+	blockTokens int    // tokens per hash id
+	timeUnit    time.Duration
 }
 
-func runTrace(path string, capacities []int, blockTokens int) (*TraceResult, error) {
-	reqs, name, blockTokens, err := loadTrace(path, blockTokens)
+// loadTrace reads the trace at f.path, of f.blockTokens tokens a hash id and
+// timestamps in units of f.timeUnit, or returns the embedded sample (path "";
+// the rest is then the sample's, Mooncake's 512 tokens and milliseconds),
+// with the name results carry and the block size in force.
+func loadTrace(f traceFile) (reqs []trace.Request, name string, tokens int, err error) {
+	if f.path == "" {
+		return trace.Sample(), trace.SampleName, trace.BlockTokens, nil
+	}
+	if reqs, _, err = trace.ReadFile(f.path, trace.Options{BlockTokens: f.blockTokens, TimeUnit: f.timeUnit}); err != nil {
+		return nil, "", 0, err
+	}
+	return reqs, f.path, f.blockTokens, nil
+}
+
+func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
+	reqs, name, blockTokens, err := loadTrace(f)
 	if err != nil {
 		return nil, err
 	}
