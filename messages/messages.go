@@ -382,10 +382,15 @@ type StatsRequest struct {
 
 // TierStats are one tier's counters.
 type TierStats struct {
-	Tier         Tier
-	Blocks       int   // capacity in blocks (slots)
-	UsedBlocks   int   // blocks holding data or owned by sequences
-	BytesUsed    int64 // KV payload bytes of UsedBlocks (Blocks × the block's bytes is the capacity)
+	Tier       Tier
+	Blocks     int   // capacity in blocks (slots)
+	UsedBlocks int   // blocks holding data or owned by sequences
+	BytesUsed  int64 // KV payload bytes of UsedBlocks (Blocks × the block's bytes is the capacity)
+	// Hits and Misses count the blocks asked of the tier: found in it, or
+	// not served. The pinned tier also serves blocks it reads up from the
+	// tiers below: those count in Onboarded (with the blocks it
+	// prefetches), neither as hits nor as misses, so its hit ratio among
+	// what it was asked is Hits / (Hits + Misses + those served from below).
 	Hits, Misses uint64
 	Evictions    uint64
 	// Offloaded: for the GPU and pinned tiers, blocks they wrote down to
