@@ -358,3 +358,22 @@ func TestTraceBlockTokens(t *testing.T) {
 		t.Errorf("OPT over the 128-token ids: %+v", of)
 	}
 }
+
+// TestPlotOneTTFT: a run whose requests all have the same TTFT (a trace of
+// one request, or of two that arrive together) gives the CDF a single x
+// value. Before, the plot's log axis padded it by ±1 s to a negative minimum
+// and gonum panicked ("Values must be greater than 0 for a log scale"): the
+// demo crashed with its default -plot on a one-line trace. So did a run
+// with no TTFT at all.
+func TestPlotOneTTFT(t *testing.T) {
+	for _, ttfts := range [][]time.Duration{{21 * time.Millisecond}, {3 * time.Second, 3 * time.Second}, nil} {
+		path := filepath.Join(t.TempDir(), "p.png")
+		outs := []outcome{{tiers: gpuOnly, ttfts: ttfts}, {tiers: withPinned, ttfts: ttfts}}
+		if err := writePlot(path, outs); err != nil {
+			t.Fatalf("ttfts %v: %v", ttfts, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() < 1000 {
+			t.Fatalf("ttfts %v: plot %v, %v", ttfts, fi, err)
+		}
+	}
+}
