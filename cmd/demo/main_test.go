@@ -296,6 +296,13 @@ func TestFormatting(t *testing.T) {
 	if got := fmt.Sprint(seconds(250), " ", seconds(12345)); got != "250 ms 12.35 s" {
 		t.Errorf("seconds: %q", got)
 	}
+	// A rate below 10 keeps two figures: a trace of a few long prompts
+	// decodes 0.42 tokens/s over its run, which "%.0f" printed as 0.
+	for v, want := range map[float64]string{282.4: "282", 10: "10", 9.87: "9.9", 0.424: "0.42", 0: "0"} {
+		if got := rate(v); got != want {
+			t.Errorf("rate(%v) = %q, want %q", v, got, want)
+		}
+	}
 }
 
 // TestTraceBlockTokens: a trace whose hash ids stand for 128 tokens, read
