@@ -94,11 +94,23 @@ func timeScaleFor(w offered, load float64) float64 {
 // describe says, for the report, where the arrival rate comes from and what
 // load it offers.
 func (w offered) describe(timeScale, load float64, auto bool) string {
+	if w.Span <= 0 {
+		return fmt.Sprintf("every request arrives at once: the trace has no arrival rate for -load or -time-scale to scale\n"+
+			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched, cost model below), all at time 0",
+			w.Prefill.Seconds(), w.Decode.Seconds())
+	}
 	how := "-time-scale"
 	if auto {
 		how = fmt.Sprintf("chosen for -load %g", load)
 	}
-	return fmt.Sprintf("arrivals at 1/%.3g of the trace's rate (%s)\n"+
+	rate := fmt.Sprintf("1/%.3g of the trace's rate", timeScale) // stretched
+	switch {
+	case timeScale == 1:
+		rate = "the trace's own rate"
+	case timeScale < 1:
+		rate = fmt.Sprintf("%.3gx the trace's rate", 1/timeScale) // compressed
+	}
+	return fmt.Sprintf("arrivals at %s (%s)\n"+
 		"offered GPU load %.2f: with no cache, %.1f s of prefill and %.1f s of decode compute (batched, cost model below) in %.1f s of arrivals (%.1f s at the trace's rate)",
-		timeScale, how, w.Load(timeScale), w.Prefill.Seconds(), w.Decode.Seconds(), w.Span.Seconds()*timeScale, w.Span.Seconds())
+		rate, how, w.Load(timeScale), w.Prefill.Seconds(), w.Decode.Seconds(), w.Span.Seconds()*timeScale, w.Span.Seconds())
 }

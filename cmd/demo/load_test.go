@@ -90,3 +90,26 @@ func TestRunChoosesScale(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeArrivals: the header says how arrivals relate to the trace's
+// rate in words that read right whichever way the scale goes, and says so
+// when a trace has no rate to scale. Before, a trace whose requests all
+// arrive at once read "arrivals at 1/1 of the trace's rate (chosen for -load
+// 0.8)" over "offered GPU load 0.00", and a scale below 1 "1/0.331 of the
+// trace's rate" for three times its rate.
+func TestDescribeArrivals(t *testing.T) {
+	w := offered{Prefill: 2 * time.Second, Decode: time.Second}
+	got := w.describe(1, 0.8, true)
+	if !strings.Contains(got, "arrives at once") || strings.Contains(got, "chosen for -load") || strings.Contains(got, "load 0.00") {
+		t.Errorf("no span: %q, want it to say every request arrives at once and no load is chosen", got)
+	}
+	w.Span = 10 * time.Second
+	for _, c := range []struct {
+		scale float64
+		want  string
+	}{{0.5, "2x the trace's rate"}, {4, "1/4 of the trace's rate"}, {1, "the trace's own rate"}} {
+		if got := w.describe(c.scale, 0.8, true); !strings.Contains(got, c.want) || !strings.Contains(got, "(chosen for -load 0.8)") {
+			t.Errorf("scale %v: %q, want %q", c.scale, got, c.want)
+		}
+	}
+}

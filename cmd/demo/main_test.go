@@ -296,6 +296,13 @@ func TestFormatting(t *testing.T) {
 	if got := fmt.Sprint(seconds(250), " ", seconds(12345)); got != "250 ms 12.35 s" {
 		t.Errorf("seconds: %q", got)
 	}
+	// A rate below 10 keeps two figures: a trace of a few long prompts
+	// decodes 0.42 tokens/s over its run, which "%.0f" printed as 0.
+	for v, want := range map[float64]string{282.4: "282", 10: "10", 9.87: "9.9", 0.424: "0.42", 0: "0"} {
+		if got := rate(v); got != want {
+			t.Errorf("rate(%v) = %q, want %q", v, got, want)
+		}
+	}
 }
 
 // TestTraceBlockTokens: a trace whose hash ids stand for 128 tokens, read
@@ -356,5 +363,24 @@ func TestTraceBlockTokens(t *testing.T) {
 	}
 	if of := optBound(o, f, fine); !(of.TokenHitRatio > 0) {
 		t.Errorf("OPT over the 128-token ids: %+v", of)
+	}
+}
+
+// TestPlotOneTTFT: a run whose requests all have the same TTFT (a trace of
+// one request, or of two that arrive together) gives the CDF a single x
+// value. Before, the plot's log axis padded it by ±1 s to a negative minimum
+// and gonum panicked ("Values must be greater than 0 for a log scale"): the
+// demo crashed with its default -plot on a one-line trace. So did a run
+// with no TTFT at all.
+func TestPlotOneTTFT(t *testing.T) {
+	for _, ttfts := range [][]time.Duration{{21 * time.Millisecond}, {3 * time.Second, 3 * time.Second}, nil} {
+		path := filepath.Join(t.TempDir(), "p.png")
+		outs := []outcome{{tiers: gpuOnly, ttfts: ttfts}, {tiers: withPinned, ttfts: ttfts}}
+		if err := writePlot(path, outs); err != nil {
+			t.Fatalf("ttfts %v: %v", ttfts, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() < 1000 {
+			t.Fatalf("ttfts %v: plot %v, %v", ttfts, fi, err)
+		}
 	}
 }

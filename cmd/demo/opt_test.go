@@ -73,3 +73,33 @@ func TestOPTOverCacheBlocks(t *testing.T) {
 		t.Errorf("OPT %.2f%%, hit ratio %.2f%%: OPT counts parts of 512-token blocks as hits", 100*c.OPTHitRatio, 100*c.HitRatio)
 	}
 }
+
+// TestOPTOverSmallerBlocks: a trace of 512-token ids against 256-token cache
+// blocks, 5 blocks in all. After [a b] [c] a cache of 5 blocks can keep a's
+// two blocks, b's first and c's two, and then [a b] hits 768 tokens and [c]
+// all 512: 1,280 of 3,072 prompt tokens. OPT over the 512-token ids, with the
+// capacity floored to 2 ids, got 1,024 (keeping a and b, or a and c): below
+// what a cache of that size can get, so no bound.
+func TestOPTOverSmallerBlocks(t *testing.T) {
+	lines := `{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}
+{"timestamp": 1000, "input_length": 512, "output_length": 1, "hash_ids": [3]}
+{"timestamp": 2000, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}
+{"timestamp": 3000, "input_length": 512, "output_length": 1, "hash_ids": [3]}
+`
+	path := filepath.Join(t.TempDir(), "coarse.jsonl")
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"-trace", path, "-block-tokens", "256", "-gpu-blocks", "5"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, _, err := loadTrace(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := optBound(o, outcome{gpu: 5}, reqs)
+	if got.HitTokens != 1280 || got.PromptTokens != 3072 {
+		t.Errorf("OPT: %d hit tokens of %d, want 1,280 of 3,072", got.HitTokens, got.PromptTokens)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,6 +71,11 @@ func writePlot(path string, outs []outcome) (err error) {
 		}
 	}
 
+	logRange(&cdf.X)
+	if !(hits.Y.Max > hits.Y.Min) { // no hit anywhere: a 0 to 1 axis, not -1 to 1
+		hits.Y.Min, hits.Y.Max = 0, 1
+	}
+
 	const width, height = 28 * vg.Centimeter, 11 * vg.Centimeter
 	c, err := draw.NewFormattedCanvas(width, height, format)
 	if err != nil {
@@ -93,6 +99,20 @@ func writePlot(path string, outs []outcome) (err error) {
 	}()
 	_, err = c.WriteTo(f)
 	return err
+}
+
+// logRange gives a log axis a range with a positive minimum below its
+// maximum. Every TTFT equal (a trace of one request, or of requests that
+// arrive together) leaves Min == Max, which gonum pads by ±1 to a negative
+// minimum and a panic on the log scale; no TTFT at all leaves no range.
+func logRange(a *plot.Axis) {
+	if a.Min >= a.Max || !(a.Min > 0) {
+		if a.Min > 0 && !math.IsInf(a.Min, 0) {
+			a.Min, a.Max = a.Min/10, a.Max*10 // a decade each side: ticks to read it by
+		} else {
+			a.Min, a.Max = 1e-3, 1
+		}
+	}
 }
 
 // plotFormat is the image format a -plot path asks for by its extension:
@@ -129,7 +149,9 @@ func cdfPoints(ds []time.Duration) plotter.XYs {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	step := max(1, len(s)/2000)
-	var pts plotter.XYs
+	// The CDF is 0 below the first value: the step up to the first point
+	// is drawn (a single distinct value would draw nothing).
+	pts := plotter.XYs{{X: max(s[0].Seconds(), 1e-6), Y: 0}}
 	for i := 0; i < len(s); i++ {
 		last := i == len(s)-1
 		if !last && (s[i+1] == s[i] || (i%step != 0)) {

@@ -37,19 +37,52 @@ type outcome struct {
 // not chained, an id met after another prefix is another block, which OPT
 // over the raw ids would count as a hit no cache can have (and there OPT over
 // raw ids is no bound). On a chained trace, the Mooncake ones, that changes
-// nothing. When a cache block holds several of the trace's ids
-// (-block-tokens a multiple of -trace-block-tokens) OPT runs on cache blocks
-// (cachesim.PrefixBlocks): a prefix shared up to the middle of a block is no
-// hit for the Manager. Otherwise it runs on the trace's ids, with the
-// capacity converted to them.
+// nothing. OPT runs on the cache's own blocks (cachesim.PrefixBlocks over
+// the trace cut into units of the two block sizes' greatest common divisor):
+// a prefix shared up to the middle of a block is no hit for the Manager
+// (-block-tokens a multiple of -trace-block-tokens), and a cache of blocks
+// smaller than the trace's ids can keep part of an id and hit it (the
+// other way round; OPT over the ids, with the capacity floored to whole ids,
+// fell below what such a cache can get).
 func optBound(o options, out outcome, reqs []trace.Request) cachesim.Result {
 	blocks := out.gpu + out.pinned + out.disk
-	if o.blockTokens%o.traceBlockTokens == 0 {
-		return cachesim.OPT(cachesim.PrefixBlocks(reqs, o.blockTokens/o.traceBlockTokens), blocks,
-			cachesim.Options{BlockTokens: o.blockTokens})
+	unit := gcd(o.blockTokens, o.traceBlockTokens)
+	units := splitIDs(cachesim.PrefixIDs(reqs), o.traceBlockTokens, unit)
+	return cachesim.OPT(cachesim.PrefixBlocks(units, o.blockTokens/unit), blocks,
+		cachesim.Options{BlockTokens: o.blockTokens})
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
 	}
-	ids := blocks * o.blockTokens / o.traceBlockTokens
-	return cachesim.OPT(cachesim.PrefixIDs(reqs), ids, cachesim.Options{BlockTokens: o.traceBlockTokens})
+	return a
+}
+
+// splitIDs cuts every id of reqs, which stand for idTokens tokens each, into
+// ids of unit tokens (idTokens a multiple of unit), as many as the prompt's
+// tokens under it fill: id i's k-th part is i*(idTokens/unit)+k, so ids must
+// be small enough for that (PrefixIDs' are). A request's ids stay chained.
+// unit == idTokens returns reqs.
+func splitIDs(reqs []trace.Request, idTokens, unit int) []trace.Request {
+	k := idTokens / unit
+	if k <= 1 {
+		return reqs
+	}
+	out := make([]trace.Request, len(reqs))
+	for i, r := range reqs {
+		out[i] = r
+		tokens := min(r.InputLength, len(r.HashIDs)*idTokens)
+		ids := make([]int64, 0, (tokens+unit-1)/unit)
+		for j, id := range r.HashIDs {
+			left := tokens - j*idTokens
+			for part := range min(k, (left+unit-1)/unit) {
+				ids = append(ids, id*int64(k)+int64(part))
+			}
+		}
+		out[i].HashIDs = ids
+	}
+	return out
 }
 
 // managerConfig returns the Manager configuration for one tier set. Blocks

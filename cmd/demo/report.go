@@ -256,7 +256,7 @@ func printTable(w io.Writer, r jsonReport) {
 	row("TTFT p50", func(c jsonConfig) string { return seconds(c.TTFTMillis.P50) })
 	row("TTFT p90", func(c jsonConfig) string { return seconds(c.TTFTMillis.P90) })
 	row("TTFT p99", func(c jsonConfig) string { return seconds(c.TTFTMillis.P99) })
-	row("throughput (output tok/s)", func(c jsonConfig) string { return fmt.Sprintf("%.0f", c.OutputTokensPerS) })
+	row("throughput (output tok/s)", func(c jsonConfig) string { return rate(c.OutputTokensPerS) })
 	row("run length (modelled)", func(c jsonConfig) string { return fmt.Sprintf("%.1f s", c.DurationS) })
 	for i := range 4 {
 		name := r.Configs[0].Links[i].Name
@@ -288,6 +288,15 @@ func commas(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// rate formats a rate for a table cell: whole units from 10 up, two
+// significant figures below, so that a slow run does not read 0.
+func rate(v float64) string {
+	if v >= 10 || v == 0 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2g", v)
 }
 
 // seconds formats milliseconds for a table cell.

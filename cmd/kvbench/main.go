@@ -61,10 +61,17 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "kvbench:", err)
-		os.Exit(2)
+	os.Exit(exitCode(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+// exitCode reports err on stderr and returns the exit status: 0 for no
+// error and for -h (the usage is printed already), 2 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	fmt.Fprintln(stderr, "kvbench:", err)
+	return 2
 }
 
 // Suite names, in the order they run.

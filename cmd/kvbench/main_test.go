@@ -198,3 +198,20 @@ func watchDiskUse(dir string) (peak *int64, stop func()) {
 	}()
 	return peak, func() { close(done); <-exited }
 }
+
+// TestHelpExitsZero: -h prints the usage and nothing else, and exits 0, as
+// the demo's does. Before, kvbench added "kvbench: flag: help requested" and
+// exited 2, as for a bad flag.
+func TestHelpExitsZero(t *testing.T) {
+	var usage, stderr bytes.Buffer
+	err := run(context.Background(), []string{"-h"}, io.Discard, &usage)
+	if code := exitCode(err, &stderr); code != 0 || stderr.Len() != 0 {
+		t.Errorf("-h: exit %d, stderr %q; want 0 and nothing past the usage", code, stderr.String())
+	}
+	if !strings.Contains(usage.String(), "-suite") {
+		t.Errorf("-h printed no usage: %q", usage.String())
+	}
+	if code := exitCode(run(context.Background(), []string{"-suite", "disk"}, io.Discard, io.Discard), &stderr); code != 2 || !strings.Contains(stderr.String(), "kvbench: -suite") {
+		t.Errorf("bad flag: exit %d, stderr %q; want 2 and the error", code, stderr.String())
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,6 +64,12 @@ type ReplayPool struct {
 	// call) over the direct core's.
 	ManagerOverDirectCost float64 `json:"manager_over_direct_cost"`
 	Batch8OverDirectCost  float64 `json:"batch8_over_direct_cost"`
+	// Skipped says why the pool was not measured: a path found it too small
+	// for what one of its calls allocates (a request of more blocks than the
+	// pool, or a batch of requests of more new blocks than it has free, as a
+	// trace of small blocks or long prompts brings). The other fields are
+	// then empty and the pool's targets N/A.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 func splitmix64(x uint64) uint64 {
@@ -285,6 +292,10 @@ func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
 			for k := range paths {
 				i := (k + round) % len(paths)
 				d, c, err := paths[i].run(reqs, n, round == 0)
+				if errors.Is(err, blockpool.ErrNoSpace) {
+					row.Skipped = fmt.Sprintf("pool too small for this trace: %s: %v", paths[i].name, err)
+					break
+				}
 				if err != nil {
 					return nil, fmt.Errorf("%s, pool %d: %w", paths[i].name, n, err)
 				}
@@ -292,6 +303,13 @@ func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
 				times[i] = append(times[i], d)
 				row.HitRatio[paths[i].name] = c.ratio()
 			}
+			if row.Skipped != "" {
+				break
+			}
+		}
+		if row.Skipped != "" {
+			r.Pools = append(r.Pools, ReplayPool{PoolBlocks: n, Skipped: row.Skipped})
+			continue
 		}
 		cost := func(i int) float64 { // median over the rounds of path i's time over direct's
 			ratios := make([]float64, replayRounds)

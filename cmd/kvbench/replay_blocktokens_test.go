@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,75 @@ func TestReplaySampleBlockTokens(t *testing.T) {
 	}
 	if r.BlockTokens != 512 || r.Requests != 600 {
 		t.Fatalf("sample: %d requests at %d tokens a block, want 600 at 512", r.Requests, r.BlockTokens)
+	}
+}
+
+// TestReplayPoolTooSmallIsSkipped: a pool that cannot hold what one call of
+// a path allocates (a request of more blocks than the pool, or a batch of 8
+// requests of more new blocks) is reported as skipped, saying why, and the
+// other pools are still measured. Before, the whole suite failed with
+// "not enough free blocks" on any such trace: a 16-token-block trace of
+// ordinary prompts (8 requests of 200 blocks against 1,024), or one prompt
+// longer than 1,024 blocks.
+func TestReplayPoolTooSmallIsSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		reqs []int // blocks of each request, all distinct ids
+		path string
+	}{
+		{"batch", []int{200, 200, 200, 200, 200, 200, 200, 200}, "manager_batch8"},
+		{"request", []int{1100, 3}, "direct"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "t.jsonl")
+			var body bytes.Buffer
+			id := 0
+			for i, n := range tc.reqs {
+				ids := make([]int, n)
+				for j := range ids {
+					ids[j] = id
+					id++
+				}
+				line, err := json.Marshal(map[string]any{"timestamp": i, "input_length": 16 * n, "output_length": 1, "hash_ids": ids})
+				if err != nil {
+					t.Fatal(err)
+				}
+				body.Write(append(line, '\n'))
+			}
+			if err := os.WriteFile(path, body.Bytes(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-block-tokens", "16"}, &out, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			var rep Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatal(err)
+			}
+			rp := rep.Replay
+			if rp == nil || len(rp.Pools) != len(replayPools) {
+				t.Fatalf("replay result %+v, want %d pools", rp, len(replayPools))
+			}
+			small, big := rp.Pools[0], rp.Pools[len(rp.Pools)-1]
+			if small.PoolBlocks != 1024 || !strings.Contains(small.Skipped, tc.path) || !strings.Contains(small.Skipped, "not enough free blocks") {
+				t.Errorf("pool %d: skipped %q, want it skipped naming %s and the missing blocks", small.PoolBlocks, small.Skipped, tc.path)
+			}
+			if big.Skipped != "" || big.BlocksPerS["direct"] <= 0 || big.BlocksPerS["manager_batch8"] <= 0 {
+				t.Errorf("pool %d: %+v, want it measured", big.PoolBlocks, big)
+			}
+			for _, tg := range rep.Targets {
+				if strings.HasSuffix(tg.Name, "@1024") && tg.Status != "N/A" {
+					t.Errorf("target %s of the skipped pool: %s, want N/A", tg.Name, tg.Status)
+				}
+			}
+			var human bytes.Buffer
+			if err := writeHuman(&human, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(human.String(), "skipped") {
+				t.Errorf("human report says nothing of the skipped pool:\n%s", human.String())
+			}
+		})
 	}
 }

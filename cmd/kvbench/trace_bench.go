@@ -25,7 +25,9 @@ var tracePolicies = append(append([]policy.Kind(nil), classicPolicies...), polic
 const (
 	optDoc        = "OPT = Belady's MIN (evict the block whose next use is farthest; descendants before ancestors)"
 	optChained    = "the exact prefix-hit optimum on this chained trace: an upper bound on every policy's block hit ratio at that capacity"
-	optNotChained = "a clairvoyant heuristic on this trace, which is not chained (cachesim.CheckChained): not a bound, a policy may pass it"
+	optNotChained = "the exact prefix-hit optimum, an upper bound on every policy's block hit ratio at that capacity; " +
+		"this trace's ids are not chained (cachesim.CheckChained), so every column runs on its ids taken by prefix " +
+		"(cachesim.PrefixIDs: a block met after another prefix is another block, as chained hashes tell them apart)"
 )
 
 // TraceResult is the trace suite's outcome.
@@ -34,8 +36,12 @@ type TraceResult struct {
 	BlockTokens int    `json:"block_tokens"`
 	Requests    int    `json:"requests"`
 	BlockRefs   int64  `json:"block_refs"`
-	// Chained is true when cachesim.CheckChained accepts the trace, so OPT is the
-	// exact optimum rather than a clairvoyant heuristic.
+	// Chained is true when cachesim.CheckChained accepts the trace's ids.
+	// Either way every policy, OPT and Infinite run on the ids taken by
+	// prefix (cachesim.PrefixIDs), as a cache keyed by chained block hashes
+	// tells blocks apart: on a chained trace that only renames them, on
+	// another an id met after another prefix is another block (over the raw
+	// ids it counted as a hit no prefix cache has). OPT is then exact.
 	Chained          bool            `json:"chained"`
 	InfiniteHitRatio float64         `json:"infinite_hit_ratio"`
 	Capacities       []TraceCapacity `json:"capacities"`
@@ -112,13 +118,15 @@ func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("trace %s has no requests", name)
 	}
+	chained := cachesim.CheckChained(reqs) == nil
+	reqs = cachesim.PrefixIDs(reqs) // see TraceResult.Chained
 	inf := cachesim.Infinite(reqs)
 	r := &TraceResult{
 		Trace:              name,
 		BlockTokens:        blockTokens,
 		Requests:           inf.Requests,
 		BlockRefs:          inf.BlockRefs,
-		Chained:            cachesim.CheckChained(reqs) == nil,
+		Chained:            chained,
 		InfiniteHitRatio:   inf.HitRatio,
 		AdaptiveBytesPerID: adaptiveBytesPerID(),
 	}

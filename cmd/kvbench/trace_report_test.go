@@ -182,3 +182,32 @@ func TestReportDiskTargetsNameTheirValue(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceSuiteTakesIdsByPrefix: on a trace whose ids are not chained (id 2
+// follows 5 in one request and 1 in another), a block is a hit only where
+// the prefix through it was met before, as a cache keyed by chained hashes
+// (kvtier's, an engine's) tells blocks apart, and OPT is then exact. The
+// third request [1, 2] follows [5, 2] and [1, 7]: its 1 hits, its 2 does
+// not, as the prefix [1, 2] was never computed. Before, the suite replayed
+// the raw ids, and every policy, OPT and the unbounded cache counted both
+// (2/6 of the block refs instead of 1/6): hit ratios no prefix cache can get.
+func TestTraceSuiteTakesIdsByPrefix(t *testing.T) {
+	rep, human := runTraceSuite(t, writeTrace(t, [][]int{{5, 2}, {1, 7}, {1, 2}}), 64)
+	tr := rep.Trace
+	if tr == nil || tr.Chained || len(tr.Capacities) != 1 {
+		t.Fatalf("trace result %+v, want one capacity of a trace reported not chained", tr)
+	}
+	const want = 1.0 / 6
+	c := tr.Capacities[0]
+	for name, got := range c.HitRatio {
+		if got != want {
+			t.Errorf("%s: hit ratio %v, want %v", name, got, want)
+		}
+	}
+	if c.OPTHitRatio != want || c.InfiniteHitRatio != want || tr.InfiniteHitRatio != want {
+		t.Errorf("opt %v, infinite %v (%v), want %v", c.OPTHitRatio, c.InfiniteHitRatio, tr.InfiniteHitRatio, want)
+	}
+	if !strings.Contains(human, "by prefix") {
+		t.Errorf("the table does not say the ids were taken by prefix:\n%s", human)
+	}
+}
