@@ -528,9 +528,22 @@ func parseLine(line int, b []byte, opts Options) (Request, stamp, *ParseError) {
 	}
 	if want := (req.InputLength + blockTokens - 1) / blockTokens; len(req.HashIDs) != want {
 		return Request{}, stamp{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf(
-			"%d ids for input_length %d, want ceil(%d/%d) = %d", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want)}
+			"%d ids for input_length %d, want ceil(%d/%d) = %d%s", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want,
+			blockSizeHint(req.InputLength, len(req.HashIDs)))}
 	}
 	return req, ts, nil
+}
+
+// blockSizeHint suggests, for a line whose id count does not match the
+// block size read with, the power-of-two block size that would match (the
+// trace was likely written with it), or "" if none does.
+func blockSizeHint(inputLength, ids int) string {
+	for b := 1; b <= 1<<16; b *= 2 {
+		if (inputLength+b-1)/b == ids {
+			return fmt.Sprintf(" (%d-token ids would match: is the trace's block size, Options.BlockTokens, %d?)", b, b)
+		}
+	}
+	return ""
 }
 
 // fieldNames are the fields a line holds, as encoding/json matches them

@@ -112,3 +112,17 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockSizeHint: a line whose id count fits another block size says
+// which (a trace of 16-token ids read as Mooncake's 512 named no way out),
+// and one that fits no power of two says nothing more.
+func TestBlockSizeHint(t *testing.T) {
+	_, _, err := Read(strings.NewReader(`{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]}`), Options{})
+	if err == nil || !strings.Contains(err.Error(), "16-token ids would match") {
+		t.Fatalf("error %v, want the hint of a block size of 16", err)
+	}
+	_, _, err = Read(strings.NewReader(`{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41]}`), Options{})
+	if err == nil || strings.Contains(err.Error(), "would match") {
+		t.Fatalf("error %v, want no hint: 41 ids fit no block size for 40 tokens", err)
+	}
+}
