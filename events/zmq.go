@@ -449,6 +449,15 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
+// CloseContext is Close, with ctx bounding the wait for subscribers too:
+// once ctx ends, every connection is closed at once, and a subscriber
+// loses what it had not taken, as after Linger.
+func (s *Server) CloseContext(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	return s.Close()
+}
+
 func (s *Server) close() error {
 	s.mu.Lock()
 	s.closed = true
