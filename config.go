@@ -264,7 +264,8 @@ type EventsConfig struct {
 	// Linger bounds how long Close waits for each subscriber to take the
 	// batches queued for it (default 1 s; events.ServerConfig.Linger): a
 	// subscriber that reads slowly, or not at all, delays Close by up to
-	// this, and loses what it has not taken by then.
+	// this (or until Close's ctx ends, if sooner), and loses what it has
+	// not taken by then.
 	Linger time.Duration
 	// DPRank is the batches' data-parallel rank.
 	DPRank int

@@ -198,7 +198,7 @@ func New(cfg Config) (*Manager, error) {
 		if m.metrics != nil {
 			m.metrics.unregister()
 		}
-		m.release()
+		m.release(context.Background())
 		return nil, err
 	}
 	if m.arena, err = m.device.NewKVArena(layout, c.GPUBlocks); err != nil {
@@ -1290,7 +1290,8 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 }
 
 // Close flushes in-flight writes (bounded by ctx; none after ErrFailed), stops
-// the actors and releases memory. Calls in flight end with ErrClosed or their
+// the actors and releases memory. ctx bounds too the wait for event
+// subscribers to take their batches (EventsConfig.Linger). Calls in flight end with ErrClosed or their
 // result; later calls return ErrClosed. A second Close returns ErrClosed.
 func (m *Manager) Close(ctx context.Context) error {
 	if ctx == nil {
@@ -1326,7 +1327,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		d.Stop()
 	}
 	close(m.stopped) // no actor reads a request any more
-	err := errors.Join(flushErr, m.release())
+	err := errors.Join(flushErr, m.release(ctx))
 	if m.ownSys {
 		m.system.Shutdown()
 	}
@@ -1334,8 +1335,9 @@ func (m *Manager) Close(ctx context.Context) error {
 }
 
 // release frees memory in the reverse order of New; the arena's streams drain
-// first, so no copy touches freed memory.
-func (m *Manager) release() error {
+// first, so no copy touches freed memory. ctx bounds the events server's
+// wait for its subscribers (EventsConfig.Linger).
+func (m *Manager) release(ctx context.Context) error {
 	var errs []error
 	if m.arena != nil {
 		errs = append(errs, m.arena.Free())
@@ -1349,7 +1351,7 @@ func (m *Manager) release() error {
 		errs = append(errs, m.store.Close())
 	}
 	if m.evServer != nil { // after its actor stopped: the batches queued go out first
-		errs = append(errs, m.evServer.Close())
+		errs = append(errs, m.evServer.CloseContext(ctx))
 	}
 	if m.remote != nil && m.remPID == nil { // made, never handed to an actor
 		errs = append(errs, m.remote.Close())

@@ -72,6 +72,12 @@ type RemoteActor struct {
 	// fault, in tests, is called at named points of the handlers and may
 	// panic there, as a defect would.
 	fault func(point string)
+	// taken is false while the LowerWrite or LowerRead being handled has
+	// neither been answered nor handed to a call's goroutine: a panic then
+	// leaves its slots with nobody, and salvage answers it. cur is that
+	// write, once it holds quota.
+	taken bool
+	cur   *remoteWritten
 }
 
 // NewRemoteActor returns the actor's producer (see below: one actor per
@@ -131,8 +137,9 @@ type remoteFound struct {
 
 // Receive implements actor.Actor.
 //
-// A handler that panics (a defect) on a finished call's report would drop
-// the pinned slots the report gives back: salvage answers it first, then
+// A handler that panics (a defect) on a finished call's report, or on a
+// request it has not yet handed to a call, would drop the pinned slots the
+// message gives back: salvage answers it first, then
 // the panic goes on to protoactor, which restarts the actor (the same
 // instance, see NewRemoteActor).
 func (a *RemoteActor) Receive(ctx actor.Context) {
@@ -188,6 +195,7 @@ func (a *RemoteActor) Receive(ctx actor.Context) {
 // are by prefix digest alone (namespace id 0): the digest covers tenant,
 // model, LoRA, layout and the whole prefix.
 func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
+	a.taken, a.cur = false, nil
 	w := &remoteWritten{seq: a.seq, to: ctx.Sender(), slots: make([]int, len(m.Items))}
 	a.seq++
 	var blocks []remote.Block
@@ -204,10 +212,12 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 	}
 	if len(blocks) == 0 {
 		ctx.Send(w.to, &messages.LowerWriteDone{Slots: w.slots, From: messages.Remote})
+		a.taken = true
 		return
 	}
 	a.inFlight += w.bytes
 	a.pending[w.seq] = true
+	a.cur = w
 	self, sys := ctx.Self(), ctx.ActorSystem()
 	a.wg.Add(1)
 	go func() {
@@ -233,6 +243,7 @@ func (a *RemoteActor) write(ctx actor.Context, m *messages.LowerWrite) {
 		cancel()
 		sys.Root.Send(self, w)
 	}()
+	a.taken, a.cur = true, nil
 }
 
 // written returns a finished Put's slots and releases its quota. Every
@@ -288,6 +299,7 @@ func (a *RemoteActor) answerFlushers() {
 // read starts one Get into the pinned slots, under the request's deadline
 // (or ReadTimeout).
 func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
+	a.taken = false
 	items := make([]remote.GetItem, len(m.Items))
 	hashes := make([]uint64, len(m.Items))
 	for i, it := range m.Items {
@@ -325,6 +337,7 @@ func (a *RemoteActor) read(ctx actor.Context, m *messages.LowerRead) {
 		cancel()
 		sys.Root.Send(self, &remoteRead{to: to, id: m.ID, out: out, hashes: hashes, late: late})
 	}()
+	a.taken = true
 }
 
 func (a *RemoteActor) readDone(ctx actor.Context, r *remoteRead) {
@@ -380,7 +393,9 @@ func (a *RemoteActor) at(point string) {
 
 // salvage runs when the handler of m panicked with p: a finished write or
 // read not yet answered is answered with nothing written or read (the
-// call's goroutine is done with the slots). The quota and the flush
+// call's goroutine is done with the slots), and so is a LowerWrite or
+// LowerRead whose handler neither answered it nor started its call (no
+// goroutine has the slots). The quota and the flush
 // barrier are settled as the handler would have. A second panic here is
 // logged and dropped: the first goes on either way.
 func (a *RemoteActor) salvage(ctx actor.Context, m any, p any) {
@@ -392,6 +407,30 @@ func (a *RemoteActor) salvage(ctx actor.Context, m any, p any) {
 		}
 	}()
 	switch m := m.(type) {
+	case *messages.LowerWrite:
+		if a.taken {
+			return // answered, or a call's goroutine has the slots
+		}
+		if w := a.cur; w != nil && a.pending[w.seq] {
+			a.inFlight -= w.bytes
+			delete(a.pending, w.seq)
+		}
+		a.cur = nil
+		a.taken = true
+		slots := make([]int, len(m.Items))
+		for i, it := range m.Items {
+			slots[i] = it.Slot
+		}
+		a.stats.Failed += uint64(len(m.Items))
+		ctx.Send(ctx.Sender(), &messages.LowerWriteDone{Slots: slots, From: messages.Remote})
+		a.answerFlushers()
+	case *messages.LowerRead:
+		if a.taken {
+			return
+		}
+		a.taken = true
+		a.stats.Failed += uint64(len(m.Items))
+		ctx.Send(ctx.Sender(), missedRemote(m.ID, len(m.Items)))
 	case *remoteWritten:
 		if m.done {
 			return
@@ -409,14 +448,18 @@ func (a *RemoteActor) salvage(ctx actor.Context, m any, p any) {
 			return
 		}
 		m.done = true
-		n := len(m.hashes)
-		done := &messages.LowerReadDone{ID: m.id, OK: make([]bool, n), From: messages.Remote, Why: make([]messages.MissReason, n)}
-		for i := range done.Why {
-			done.Why[i] = messages.MissFailed
-		}
-		a.stats.Failed += uint64(n)
-		ctx.Send(m.to, done)
+		a.stats.Failed += uint64(len(m.hashes))
+		ctx.Send(m.to, missedRemote(m.id, len(m.hashes)))
 	}
+}
+
+// missedRemote answers read id of n items with every item failed.
+func missedRemote(id uint64, n int) *messages.LowerReadDone {
+	done := &messages.LowerReadDone{ID: id, OK: make([]bool, n), From: messages.Remote, Why: make([]messages.MissReason, n)}
+	for i := range done.Why {
+		done.Why[i] = messages.MissFailed
+	}
+	return done
 }
 
 // lookup asks how much of each chain the remote tier holds, in one round

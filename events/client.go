@@ -103,7 +103,15 @@ func dialEndpoint(ctx context.Context, ep string) (net.Conn, error) {
 		return nil, fmt.Errorf("%w: want tcp:// or ipc://", ErrBadEndpoint)
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
+	nc, err := d.DialContext(ctx, network, addr)
+	// An address that does not parse (a port out of range or missing) can
+	// never be dialed: refused at once rather than retried. An unknown host
+	// is retried: DNS may name it later (a restarted pod's).
+	var ae *net.AddrError
+	if err != nil && errors.As(err, &ae) {
+		return nil, fmt.Errorf("%w: %w", ErrBadEndpoint, err)
+	}
+	return nc, err
 }
 
 // Subscriber receives a publisher's batches (a SUB socket).

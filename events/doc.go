@@ -95,8 +95,10 @@
 // (DefaultMaxMessage, 1 GiB, or WithMaxMessage's) fails with
 // ErrMessageTooBig before zmq4 allocates it (see client.go).
 //
-// An endpoint that cannot work at all (not tcp:// or ipc://, a bad port,
-// an unknown host) is refused with ErrBadEndpoint, by Listen and the
-// clients alike; a ServerConfig, ClientOption or format name refused is
-// ErrBadConfig. A busy port is neither: the error wraps the system's.
+// An endpoint that cannot work at all (not tcp:// or ipc://, a bad port)
+// is refused with ErrBadEndpoint, by Listen and the clients alike, and so
+// is an unknown host where one is bound (SubscribeListen); Subscribe and
+// the replay clients retry an unknown host, as DNS may name it later. A
+// ServerConfig, ClientOption or format name refused is ErrBadConfig. A
+// busy port is neither: the error wraps the system's.
 package events

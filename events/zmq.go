@@ -32,8 +32,9 @@ var ErrNoReplay = errors.New("kvtier: events: replay not answered")
 // ErrBadEndpoint is wrapped by the error of Listen, Subscribe,
 // SubscribeListen and the replay clients for an endpoint they cannot use at
 // all: not tcp:// or ipc:// (inproc:// included), or an address that does
-// not parse or resolve (a missing or invalid port, an unknown host). An
-// endpoint that is merely busy (the port in use) is an I/O error, not this.
+// not parse (a missing or invalid port) or, to bind, resolve (an unknown
+// host; a client that dials retries one). An endpoint that is merely busy
+// (the port in use) is an I/O error, not this.
 var ErrBadEndpoint = errors.New("kvtier: events: bad endpoint")
 
 // ErrBadConfig is wrapped by the error of Listen for a ServerConfig it
@@ -446,6 +447,15 @@ func (s *Server) answer(src Source, req []byte) []reply {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
+}
+
+// CloseContext is Close, with ctx bounding the wait for subscribers too:
+// once ctx ends, every connection is closed at once, and a subscriber
+// loses what it had not taken, as after Linger.
+func (s *Server) CloseContext(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	return s.Close()
 }
 
 func (s *Server) close() error {

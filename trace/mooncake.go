@@ -12,6 +12,7 @@ import (
 	"math/bits"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -120,7 +121,8 @@ func (e *ParseError) Unwrap() []error { return []error{ErrMalformed, e.Err} }
 const maxKeptErrors = 16
 
 // Read parses a whole trace and returns its requests sorted by timestamp (ties keep
-// file order), rebased so that the earliest is at 0 (Report.Base), converted
+// file order, but in a trace with a fractional stamp requests that fall in
+// one millisecond go by their stamps as written first), rebased so that the earliest is at 0 (Report.Base), converted
 // from opts.TimeUnit to milliseconds and then multiplied by opts.TimeScale.
 //
 // A timestamp may be a JSON integer or, unlike the other fields, a number
@@ -229,12 +231,31 @@ func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
 			break
 		}
 	}
-	reqs, err = rebase(reqs, lines, stamps, opts, &rep)
+	reqs, stamps, err = rebase(reqs, lines, stamps, opts, &rep)
 	if err != nil {
 		return nil, rep, err
 	}
-	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].Timestamp < reqs[j].Timestamp })
-	return reqs, rep, nil
+	// Ties in milliseconds keep file order, as they always have for
+	// integer stamps; in a trace with a fractional stamp they go by the
+	// stamps as written first: stamps in one millisecond still say which
+	// came first.
+	frac := slices.ContainsFunc(stamps, func(s stamp) bool { return s.frac })
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if reqs[a].Timestamp != reqs[b].Timestamp {
+			return reqs[a].Timestamp < reqs[b].Timestamp
+		}
+		return frac && stamps[a].before(stamps[b])
+	})
+	sorted := make([]Request, len(reqs))
+	for i, k := range order {
+		sorted[i] = reqs[k]
+	}
+	return sorted, rep, nil
 }
 
 // lineReader splits its input into lines ending in '\n' (or at the end of
@@ -347,10 +368,11 @@ func offsetMS(ts, base stamp, unit time.Duration) (int64, bool) {
 // rebase subtracts the earliest timestamp from every request's, converts
 // them from opts.TimeUnit to milliseconds, scales them, and rejects (Stop)
 // or drops (Skip) those whose offset overflows a time.Duration, in file
-// order. lines gives each request's line and stamps its timestamp.
-func rebase(reqs []Request, lines []int, stamps []stamp, opts Options, rep *Report) ([]Request, error) {
+// order. lines gives each request's line and stamps its timestamp; the
+// stamps of the requests kept are returned with them.
+func rebase(reqs []Request, lines []int, stamps []stamp, opts Options, rep *Report) ([]Request, []stamp, error) {
 	if len(reqs) == 0 {
-		return reqs, nil
+		return reqs, stamps, nil
 	}
 	base := stamps[0]
 	for _, s := range stamps[1:] {
@@ -364,6 +386,7 @@ func rebase(reqs []Request, lines []int, stamps []stamp, opts Options, rep *Repo
 		scale = 1
 	}
 	kept := reqs[:0]
+	keptStamps := stamps[:0]
 	for i, r := range reqs {
 		off, ok := offsetMS(stamps[i], base, opts.TimeUnit)
 		scaled := float64(off) * scale
@@ -372,7 +395,7 @@ func rebase(reqs []Request, lines []int, stamps []stamp, opts Options, rep *Repo
 				"timestamp %v is %v units of %v after the first request (timestamp %v), times %g: past the longest time a Duration holds (%.0f ms): is TimeUnit %v right?",
 				stamps[i], offUnits(stamps[i], base), opts.TimeUnit, base, scale, durationLimit/float64(time.Millisecond), opts.TimeUnit)}
 			if opts.OnError == Stop {
-				return nil, perr
+				return nil, nil, perr
 			}
 			rep.Skipped++
 			if len(rep.Errors) < maxKeptErrors {
@@ -385,8 +408,9 @@ func rebase(reqs []Request, lines []int, stamps []stamp, opts Options, rep *Repo
 			r.Timestamp = int64(scaled)
 		}
 		kept = append(kept, r)
+		keptStamps = append(keptStamps, stamps[i])
 	}
-	return kept, nil
+	return kept, keptStamps, nil
 }
 
 // offUnits formats ts-base in the file's unit, for an error message.
