@@ -112,6 +112,16 @@ type Config struct {
 	// is built from the hash ids, TraceBlockTokens tokens each
 	// (trace.TokensOf). It is the trace's, not the cache's block size.
 	TraceBlockTokens int
+	// MaxSeqTokens is the most tokens one sequence can hold blocks for: the
+	// GPU cache's capacity in tokens (blocks × tokens a block), or less
+	// (vLLM's max_model_len). 0 means unknown. A request that would need more
+	// — its prompt plus its output tokens but the last, which needs no block —
+	// is rejected when it arrives (Result.Rejected), as vLLM rejects a prompt
+	// longer than max_model_len, and the others are served. With 0 the
+	// scheduler still rejects a request that gets ErrNoBlocks while no other
+	// sequence holds blocks, but only once the sequences ahead of it have
+	// finished: admission is first come, first served.
+	MaxSeqTokens int
 	// Salt, if set, gives request i (trace order) its tenant salt.
 	Salt func(i int, r trace.Request) string
 	// SeriesInterval is the width of one Result.Series bucket on the run's clock.
@@ -179,6 +189,8 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("SeriesInterval %v must be >= 0", c.SeriesInterval)
 	case c.TraceBlockTokens < 0:
 		return bad("TraceBlockTokens %d must be >= 0", c.TraceBlockTokens)
+	case c.MaxSeqTokens < 0:
+		return bad("MaxSeqTokens %d must be >= 0", c.MaxSeqTokens)
 	}
 	if c.MaxNumSeqs == 0 {
 		c.MaxNumSeqs = DefaultMaxNumSeqs
