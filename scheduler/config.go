@@ -133,6 +133,23 @@ type Config struct {
 	Logger *zap.Logger
 }
 
+// Rejects reports whether a run under c rejects r on arrival: r needs blocks
+// for more than MaxSeqTokens tokens, its prompt and its output tokens (capped
+// by MaxOutputTokens, at least one) but the last, which is sampled and never
+// appended. With MaxSeqTokens 0 it is false.
+func (c Config) Rejects(r trace.Request) bool {
+	return c.MaxSeqTokens > 0 && r.InputLength+c.target(r)-1 > c.MaxSeqTokens
+}
+
+// target is the number of output tokens r produces under c.
+func (c Config) target(r trace.Request) int {
+	t := max(r.OutputLength, 1)
+	if c.MaxOutputTokens > 0 {
+		t = min(t, c.MaxOutputTokens)
+	}
+	return t
+}
+
 // ArrivalTime is when a request stamped ts milliseconds arrives on a run's
 // clock at time scale scale (0 means 1): ts × scale ms. It is an error, wrapping
 // ErrBadConfig, for a negative ts or one past what a time.Duration holds

@@ -136,3 +136,24 @@ func TestMaxSeqTokensNegative(t *testing.T) {
 		t.Fatal("MaxSeqTokens -1 accepted")
 	}
 }
+
+// TestConfigRejects: Config.Rejects says in advance which requests a run
+// rejects on arrival.
+func TestConfigRejects(t *testing.T) {
+	c := Config{MaxSeqTokens: 16}
+	for _, tc := range []struct {
+		in, out, maxOut int
+		want            bool
+	}{
+		{14, 3, 0, false}, {14, 4, 0, true}, {17, 0, 0, true}, {16, 0, 0, false},
+		{14, 100, 3, false}, {14, 100, 4, true},
+	} {
+		c.MaxOutputTokens = tc.maxOut
+		if got := c.Rejects(req(0, tc.in, tc.out, 0)); got != tc.want {
+			t.Errorf("%d + %d tokens (max output %d) in 16: Rejects %v, want %v", tc.in, tc.out, tc.maxOut, got, tc.want)
+		}
+	}
+	if (Config{}).Rejects(req(0, 1<<20, 1, 0)) {
+		t.Error("MaxSeqTokens 0 rejects")
+	}
+}

@@ -104,10 +104,7 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 			return nil, fmt.Errorf("%w: request %d arrives at %v, before request %d (%v): sort by timestamp", ErrBadConfig, i, at, i-1, prev)
 		}
 		prev = at
-		target := max(r.OutputLength, 1)
-		if c.MaxOutputTokens > 0 {
-			target = min(target, c.MaxOutputTokens)
-		}
+		target := c.target(r)
 		salt := ""
 		if c.Salt != nil {
 			salt = c.Salt(i, r)
@@ -245,10 +242,8 @@ func (s *Scheduler) release(now time.Duration, rep *StepReport) {
 		q := s.seqs[s.pending]
 		s.pending++
 		s.m.arrival(q.arrival)
-		// Blocks for the prompt and every output token but the last, which
-		// is sampled and never appended.
-		if need := q.prompt + q.target - 1; s.cfg.MaxSeqTokens > 0 && need > s.cfg.MaxSeqTokens {
-			s.reject(q, rep, need)
+		if s.cfg.Rejects(s.reqs[q.idx]) {
+			s.reject(q, rep, q.prompt+q.target-1)
 			continue
 		}
 		q.tokens = trace.TokensOf(s.reqs[q.idx], s.cfg.TraceBlockTokens, s.cfg.Vocab)
