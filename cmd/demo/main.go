@@ -120,6 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	}
 
 	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %d-token blocks\n", name, len(reqs), o.blockTokens)
+	fmt.Fprintln(table, capacityLine(o))
 	fmt.Fprintln(table, work.describe(o.timeScale, o.load, autoScale))
 	if tooLong > 0 {
 		fmt.Fprintln(table, rejectedNote(tooLong, o))
@@ -177,6 +178,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		fmt.Fprintf(table, "plot: %s\n", o.plotPath)
 	}
 	return nil
+}
+
+// blocksAndTokens reads "n blocks (n x -block-tokens tokens)".
+func blocksAndTokens(n int, o options) string {
+	return fmt.Sprintf("%s blocks (%s tokens)", commas(int64(n)), commas(int64(n)*int64(o.blockTokens)))
+}
+
+// capacityLine gives, for the header, every capacity and quota counted in
+// blocks in tokens too: their defaults hold the same tokens at any
+// -block-tokens (scaleBlockDefaults).
+func capacityLine(o options) string {
+	return fmt.Sprintf("capacity: GPU %s, pinned %s, disk %s\n"+
+		"write quotas: GPU -> pinned %s, pinned -> disk %s; offload ahead %s",
+		blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o), blocksAndTokens(o.diskBlocks, o),
+		blocksAndTokens(o.writeQuota, o), blocksAndTokens(o.diskQuota, o), blocksAndTokens(o.offloadAhead, o))
 }
 
 // rejectedNote says, for the header, that n requests can never fit in the
