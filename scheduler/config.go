@@ -172,7 +172,7 @@ const durationLimit = float64(math.MaxInt64)
 
 // Progress is passed to Config.Progress.
 type Progress struct {
-	Finished int           // requests finished
+	Finished int           // requests finished or rejected
 	Total    int           // requests in the run
 	Now      time.Duration // the run's clock
 	Steps    int
