@@ -17,10 +17,23 @@ import (
 // blocks (a Cache that tries them regardless) are freed again (one
 // Cache.Free, counted in Result.Requeued) and stay behind it. After such a
 // failure admission waits until the scheduler has freed blocks (a finish or a
-// preemption): the Cache is assumed to serve this scheduler alone.
+// preemption): the Cache is assumed to serve this scheduler alone. A front
+// candidate that gets ErrNoBlocks while no sequence holds blocks can never
+// fit: it is rejected and admission goes on with the next.
 func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, rep *StepReport) error {
+	for {
+		again, err := s.admitOnce(ctx, now, budget, rep)
+		if err != nil || !again {
+			return err
+		}
+	}
+}
+
+// admitOnce makes one Allocate call for admit. again says that it rejected
+// the front candidate and admitted nothing: admit tries the next.
+func (s *Scheduler) admitOnce(ctx context.Context, now time.Duration, budget *int, rep *StepReport) (again bool, err error) {
 	if s.blocked {
-		return nil
+		return false, nil
 	}
 	charge := *budget
 	s.nw = s.nw[:0]
@@ -30,7 +43,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		charge -= min(len(q.tokens), charge)
 	}
 	if len(s.nw) == 0 {
-		return nil
+		return false, nil
 	}
 	reqs := make([]AllocReq, len(s.nw))
 	for i, q := range s.nw {
@@ -38,17 +51,17 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 	}
 	outs, err := s.cache.Allocate(ctx, reqs)
 	if err != nil {
-		return fmt.Errorf("scheduler: allocate %d sequences: %w", len(reqs), err)
+		return false, fmt.Errorf("scheduler: allocate %d sequences: %w", len(reqs), err)
 	}
 	if len(outs) != len(reqs) {
-		return fmt.Errorf("%w: Allocate answered %d outcomes for %d requests", ErrCacheContract, len(outs), len(reqs))
+		return false, fmt.Errorf("%w: Allocate answered %d outcomes for %d requests", ErrCacheContract, len(outs), len(reqs))
 	}
 	firstFail := -1
 	var undo []SeqID
 	for i, o := range outs {
 		switch {
 		case o.Err != nil && !noBlocks(o.Err):
-			return s.failAllocate(ctx, reqs, outs, fmt.Errorf("scheduler: allocate sequence %d: %w", reqs[i].Seq, o.Err))
+			return false, s.failAllocate(ctx, reqs, outs, fmt.Errorf("scheduler: allocate sequence %d: %w", reqs[i].Seq, o.Err))
 		case o.Err != nil:
 			if firstFail < 0 {
 				firstFail = i
@@ -56,13 +69,13 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		case firstFail >= 0:
 			undo = append(undo, reqs[i].Seq)
 		case o.GPUTokens < 0 || o.PinnedTokens < 0 || o.DiskTokens < 0 || o.RemoteTokens < 0:
-			return s.failAllocate(ctx, reqs, outs, fmt.Errorf("%w: sequence %d: negative prefix %+v", ErrCacheContract, reqs[i].Seq, o))
+			return false, s.failAllocate(ctx, reqs, outs, fmt.Errorf("%w: sequence %d: negative prefix %+v", ErrCacheContract, reqs[i].Seq, o))
 		}
 	}
 	if len(undo) > 0 {
 		s.m.res.Requeued += len(undo)
 		if err := s.cache.Free(ctx, undo); err != nil {
-			return fmt.Errorf("scheduler: free %d sequences admitted out of order: %w", len(undo), err)
+			return false, fmt.Errorf("scheduler: free %d sequences admitted out of order: %w", len(undo), err)
 		}
 	}
 	n := len(outs)
@@ -70,8 +83,11 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		n = firstFail
 		s.blocked = true
 		if n == 0 && len(s.running) == 0 {
-			q := s.nw[0]
-			return fmt.Errorf("%w: sequence %d (%d tokens): %w", ErrUnschedulable, q.id, len(q.tokens), outs[0].Err)
+			// Nothing else holds blocks: it can never fit.
+			q := s.waiting.popFront()
+			s.reject(q, rep, len(q.tokens))
+			s.blocked = false
+			return true, nil
 		}
 	}
 	for i := range n {
@@ -92,7 +108,7 @@ func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, r
 		s.batch = append(s.batch, planned{q, t})
 		*budget -= t
 	}
-	return nil
+	return false, nil
 }
 
 // failAllocate ends an Allocate call that fails with err: it frees every

@@ -112,6 +112,16 @@ type Config struct {
 	// is built from the hash ids, TraceBlockTokens tokens each
 	// (trace.TokensOf). It is the trace's, not the cache's block size.
 	TraceBlockTokens int
+	// MaxSeqTokens is the most tokens one sequence can hold blocks for: the
+	// GPU cache's capacity in tokens (blocks × tokens a block), or less
+	// (vLLM's max_model_len). 0 means unknown. A request that would need more
+	// — its prompt plus its output tokens but the last, which needs no block —
+	// is rejected when it arrives (Result.Rejected), as vLLM rejects a prompt
+	// longer than max_model_len, and the others are served. With 0 the
+	// scheduler still rejects a request that gets ErrNoBlocks while no other
+	// sequence holds blocks, but only once the sequences ahead of it have
+	// finished: admission is first come, first served.
+	MaxSeqTokens int
 	// Salt, if set, gives request i (trace order) its tenant salt.
 	Salt func(i int, r trace.Request) string
 	// SeriesInterval is the width of one Result.Series bucket on the run's clock.
@@ -121,6 +131,23 @@ type Config struct {
 	Progress func(Progress)
 	// Logger receives debug events (preemptions, timeouts). nil: no logging.
 	Logger *zap.Logger
+}
+
+// Rejects reports whether a run under c rejects r on arrival: r needs blocks
+// for more than MaxSeqTokens tokens, its prompt and its output tokens (capped
+// by MaxOutputTokens, at least one) but the last, which is sampled and never
+// appended. With MaxSeqTokens 0 it is false.
+func (c Config) Rejects(r trace.Request) bool {
+	return c.MaxSeqTokens > 0 && r.InputLength+c.target(r)-1 > c.MaxSeqTokens
+}
+
+// target is the number of output tokens r produces under c.
+func (c Config) target(r trace.Request) int {
+	t := max(r.OutputLength, 1)
+	if c.MaxOutputTokens > 0 {
+		t = min(t, c.MaxOutputTokens)
+	}
+	return t
 }
 
 // ArrivalTime is when a request stamped ts milliseconds arrives on a run's
@@ -145,7 +172,7 @@ const durationLimit = float64(math.MaxInt64)
 
 // Progress is passed to Config.Progress.
 type Progress struct {
-	Finished int           // requests finished
+	Finished int           // requests finished or rejected
 	Total    int           // requests in the run
 	Now      time.Duration // the run's clock
 	Steps    int
@@ -179,6 +206,8 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("SeriesInterval %v must be >= 0", c.SeriesInterval)
 	case c.TraceBlockTokens < 0:
 		return bad("TraceBlockTokens %d must be >= 0", c.TraceBlockTokens)
+	case c.MaxSeqTokens < 0:
+		return bad("MaxSeqTokens %d must be >= 0", c.MaxSeqTokens)
 	}
 	if c.MaxNumSeqs == 0 {
 		c.MaxNumSeqs = DefaultMaxNumSeqs

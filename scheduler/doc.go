@@ -17,7 +17,8 @@
 //
 // A Scheduler is a plain single-goroutine state machine; Step runs one step:
 //
-//  1. Requests whose arrival time has come join the back of the waiting queue.
+//  1. Requests whose arrival time has come join the back of the waiting queue,
+//     except those that need more than Config.MaxSeqTokens, which are rejected.
 //  2. Admitted sequences whose load is complete (or, under Timeout, late) have
 //     their prefix resolved and start computing.
 //  3. Running sequences are scheduled in admission order within the step's
@@ -33,6 +34,12 @@
 //  5. The step costs CostModel.StepTime of its batch; at its end each sequence
 //     that computed its last token samples one output token; sequences with
 //     their output length are freed.
+//
+// A request that can never fit in the GPU cache ends unserved, as vLLM
+// rejects a request longer than its max_model_len, and the run goes on: it is
+// rejected on arrival when it needs more than Config.MaxSeqTokens, or when it
+// gets ErrNoBlocks at the front of the queue while no other sequence holds
+// blocks. Result.Rejected counts it; it is in no served figure.
 //
 // A prefix hit is never recomputed, except that the last prompt token always is,
 // to sample the first output token. A sequence whose prefix loads from a lower

@@ -15,8 +15,14 @@ var (
 	// ErrCacheContract is wrapped when a Cache answers with the wrong number of
 	// outcomes or a malformed outcome.
 	ErrCacheContract = errors.New("kvtier: scheduler: cache broke its contract")
-	// ErrUnschedulable is wrapped when the request at the head of the waiting
-	// queue cannot get blocks although nothing else holds any: it can never run.
+	// ErrUnschedulable was wrapped when the request at the head of the
+	// waiting queue could not get blocks although nothing else held any,
+	// and that ended the run.
+	//
+	// Deprecated: no longer returned. Such a request is rejected, as vLLM
+	// rejects a request longer than its max_model_len, and the run goes on
+	// (Result.Rejected, StepReport.Rejected; Config.MaxSeqTokens rejects it
+	// on arrival). A caller that wants the old stop checks those.
 	ErrUnschedulable = errors.New("kvtier: scheduler: request can never fit in the GPU cache")
 	// ErrDone is returned by Step after every request has finished.
 	ErrDone = errors.New("kvtier: scheduler: all requests finished")

@@ -16,17 +16,25 @@ import (
 // Readmissions are what requests found at their first admission, the prefix
 // reuse between requests that a trace simulation (package cachesim) counts.
 type Result struct {
-	Requests       int   // requests finished
-	PromptTokens   int64 // prompt tokens of the finished requests' trace entries
-	AdmittedTokens int64 // tokens presented to Cache.Allocate, over all admissions that resolved
-	GPUTokens      int64 // of those, served from the GPU tier
-	PinnedTokens   int64 // loaded from pinned memory
-	DiskTokens     int64 // loaded from disk
-	RemoteTokens   int64 // loaded from the shared remote tier
-	HitRatio       float64
-	PrefillTokens  int64 // tokens computed in prefill (chunked prompts and recomputation)
-	CommitRefused  int64 // per-sequence commits the cache refused (blocks left uncached)
-	OutputTokens   int64 // output tokens sampled
+	Requests     int   // requests finished (served); rejected ones are not
+	PromptTokens int64 // prompt tokens of the finished requests' trace entries
+	// Rejected counts requests that could never fit in the GPU cache and
+	// ended without being served (see Config.MaxSeqTokens), and
+	// RejectedPromptTokens their prompt tokens. They are in no other count,
+	// except that one rejected after a preemption (its prompt fitted, its
+	// output did not: only with MaxSeqTokens 0) keeps what its earlier
+	// admissions and output tokens counted.
+	Rejected             int
+	RejectedPromptTokens int64
+	AdmittedTokens       int64 // tokens presented to Cache.Allocate, over all admissions that resolved
+	GPUTokens            int64 // of those, served from the GPU tier
+	PinnedTokens         int64 // loaded from pinned memory
+	DiskTokens           int64 // loaded from disk
+	RemoteTokens         int64 // loaded from the shared remote tier
+	HitRatio             float64
+	PrefillTokens        int64 // tokens computed in prefill (chunked prompts and recomputation)
+	CommitRefused        int64 // per-sequence commits the cache refused (blocks left uncached)
+	OutputTokens         int64 // output tokens sampled
 	// PrefillSaved is the prefill compute the GPUTokens, PinnedTokens and
 	// DiskTokens avoided, by tier, as the cost model's WorkCoster prices it
 	// (zero for a cost model without one).

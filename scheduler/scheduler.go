@@ -57,6 +57,9 @@ type StepReport struct {
 	Scheduled  []Scheduled   // sequences computed this step, in batch order
 	Preempted  []SeqID       // victims, in the order chosen (most recent first)
 	Finished   []SeqID
+	// Rejected are the requests ended unserved this step: they can never fit
+	// in the GPU cache (Result.Rejected).
+	Rejected []SeqID
 }
 
 // Scheduled is one sequence's share of a step.
@@ -101,10 +104,7 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 			return nil, fmt.Errorf("%w: request %d arrives at %v, before request %d (%v): sort by timestamp", ErrBadConfig, i, at, i-1, prev)
 		}
 		prev = at
-		target := max(r.OutputLength, 1)
-		if c.MaxOutputTokens > 0 {
-			target = min(target, c.MaxOutputTokens)
-		}
+		target := c.target(r)
 		salt := ""
 		if c.Salt != nil {
 			salt = c.Salt(i, r)
@@ -114,8 +114,9 @@ func New(cache Cache, reqs []trace.Request, cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-// Run replays reqs against cache until every request has finished, flushes the
-// cache and returns the summary. On error it returns the summary so far.
+// Run replays reqs against cache until every request has finished or been
+// rejected (Result.Rejected), flushes the cache and returns the summary. On
+// error it returns the summary so far.
 func Run(ctx context.Context, cache Cache, reqs []trace.Request, cfg Config) (Result, error) {
 	s, err := New(cache, reqs, cfg)
 	if err != nil {
@@ -132,7 +133,7 @@ func Run(ctx context.Context, cache Cache, reqs []trace.Request, cfg Config) (Re
 	return s.Result(), nil
 }
 
-// Done reports whether every request has finished.
+// Done reports whether every request has finished or been rejected.
 func (s *Scheduler) Done() bool { return s.done == len(s.seqs) }
 
 // Now is the run's clock.
@@ -175,7 +176,10 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	}
 	now := s.clock.now()
 	rep := StepReport{Start: now, End: now}
-	s.release(now)
+	s.release(now, &rep)
+	if s.Done() {
+		return rep, nil // the last arrivals were all rejected
+	}
 	s.resolveLoads(now)
 
 	budget := s.cfg.MaxNumBatchedTokens
@@ -200,8 +204,10 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 			return rep, err
 		}
 	}
-	if len(s.batch) == 0 && preempted {
-		return rep, nil // every runnable sequence was preempted: admit next step
+	if len(s.batch) == 0 && (preempted || s.Done()) {
+		// every runnable sequence was preempted: admit next step; or
+		// admission rejected the last requests
+		return rep, nil
 	}
 	if len(s.batch) == 0 {
 		rep.Idle = true
@@ -229,16 +235,34 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	return rep, nil
 }
 
-// release moves every request that has arrived by now to the waiting queue.
-func (s *Scheduler) release(now time.Duration) {
+// release moves every request that has arrived by now to the waiting queue,
+// or rejects it if it needs more than Config.MaxSeqTokens.
+func (s *Scheduler) release(now time.Duration, rep *StepReport) {
 	for s.pending < len(s.seqs) && s.seqs[s.pending].arrival <= now {
 		q := s.seqs[s.pending]
+		s.pending++
+		s.m.arrival(q.arrival)
+		if s.cfg.Rejects(s.reqs[q.idx]) {
+			s.reject(q, rep, q.prompt+q.target-1)
+			continue
+		}
 		q.tokens = trace.TokensOf(s.reqs[q.idx], s.cfg.TraceBlockTokens, s.cfg.Vocab)
 		q.phase = phaseWaiting
 		s.waiting.pushBack(q)
-		s.m.arrival(q.arrival)
-		s.pending++
 	}
+}
+
+// reject ends q, which needs blocks for need tokens and can never get them,
+// without serving it.
+func (s *Scheduler) reject(q *sequence, rep *StepReport, need int) {
+	s.log.Debug("scheduler: rejected", zap.Uint64("seq", uint64(q.id)), zap.Int("prompt", q.prompt),
+		zap.Int("tokens", need), zap.Int("max_seq_tokens", s.cfg.MaxSeqTokens))
+	q.phase = phaseRejected
+	q.tokens = nil
+	s.done++
+	s.m.res.Rejected++
+	s.m.res.RejectedPromptTokens += int64(q.prompt)
+	rep.Rejected = append(rep.Rejected, q.id)
 }
 
 // finishStep applies a computed step that ended at end: sample tokens, record
@@ -353,10 +377,6 @@ func (s *Scheduler) idle(ctx context.Context, now time.Duration) error {
 		}
 	}
 	if !has && len(chans) == 0 {
-		if s.waiting.len() > 0 && len(s.running) == 0 {
-			q := s.waiting.at(0)
-			return fmt.Errorf("%w: sequence %d (%d tokens)", ErrUnschedulable, q.id, len(q.tokens))
-		}
 		return fmt.Errorf("%w: %d waiting, %d admitted, nothing pending", ErrStalled, s.waiting.len(), len(s.running))
 	}
 	if has && until <= now && len(chans) == 0 {

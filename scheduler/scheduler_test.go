@@ -227,14 +227,6 @@ func TestAllocateFailureKeepsFCFS(t *testing.T) {
 	}
 }
 
-func TestUnschedulable(t *testing.T) {
-	f := newFakeCache(fakeConfig{gpuBlocks: 4, blockSize: 4})
-	_, err := Run(context.Background(), f, []trace.Request{req(0, 100, 1, 0)}, Config{})
-	if !errors.Is(err, ErrUnschedulable) || !errors.Is(err, ErrNoBlocks) {
-		t.Fatalf("got %v, want ErrUnschedulable wrapping ErrNoBlocks", err)
-	}
-}
-
 func TestIdleJumpsToArrival(t *testing.T) {
 	f := newFakeCache(fakeConfig{gpuBlocks: 100, blockSize: 16})
 	s := mustNew(t, f, []trace.Request{req(3_600_000, 10, 1, 0)}, Config{CostModel: simpleCost()})

@@ -10,6 +10,7 @@ const (
 	phaseOnboarding                  // admitted, prefix still loading from a lower tier
 	phaseRunning                     // admitted, computing
 	phaseFinished
+	phaseRejected // can never fit in the GPU cache: ended without being served
 )
 
 // sequence is one request's state. It is owned by the Scheduler.

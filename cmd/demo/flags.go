@@ -16,17 +16,67 @@ import (
 	"github.com/kvtier/kvtier/trace"
 )
 
-// Default capacities, in blocks of -block-tokens tokens. At Llama-3-8B's
-// 128 KiB a token a 512-token block is 64 MiB, so the GPU's 1,024 blocks are
-// the 64 GiB an 80 GB H100 has left for KV after the model's 16 GB, pinned
-// 4,096 blocks are 256 GiB of host memory and the disk 16,384 blocks 1 TiB of
-// NVMe. The embedded sample references 13,712 distinct blocks, so the GPU
-// evicts, pinned memory keeps about a third of them and the disk all.
+// Default capacities, in blocks of defaultBlockTokens (512) tokens. At
+// Llama-3-8B's 128 KiB a token a 512-token block is 64 MiB, so the GPU's
+// 1,024 blocks are the 64 GiB an 80 GB H100 has left for KV after the
+// model's 16 GB, pinned 4,096 blocks are 256 GiB of host memory and the disk
+// 16,384 blocks 1 TiB of NVMe. The embedded sample references 13,712
+// distinct blocks, so the GPU evicts, pinned memory keeps about a third of
+// them and the disk all.
+//
+// These and the other defaults counted in blocks (the write quotas and
+// -offload-ahead) hold the same tokens at any -block-tokens: with
+// -block-tokens 16 the GPU's default is 32,768 blocks, still 524,288 tokens
+// (scaleBlockDefaults). Before, a smaller block shrank every tier and quota
+// with it: at 16 tokens the GPU held 16,384 tokens, and a run denied 398,136
+// writes with pinned memory serving nothing.
 const (
+	defaultBlockTokens  = trace.BlockTokens
 	defaultGPUBlocks    = 1024
 	defaultPinnedBlocks = 4096
 	defaultDiskBlocks   = 16384
+	defaultWriteQuota   = 256
+	defaultDiskQuota    = 4096
+	defaultOffloadAhead = 64
 )
+
+// blockDefaults are the flags counted in blocks whose defaults, set for
+// defaultBlockTokens, scaleBlockDefaults keeps in tokens.
+func blockDefaults(o *options) []struct {
+	name string
+	v    *int
+	def  int
+} {
+	return []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"gpu-blocks", &o.gpuBlocks, defaultGPUBlocks}, {"pinned-blocks", &o.pinnedBlocks, defaultPinnedBlocks},
+		{"disk-blocks", &o.diskBlocks, defaultDiskBlocks}, {"write-quota", &o.writeQuota, defaultWriteQuota},
+		{"disk-write-quota", &o.diskQuota, defaultDiskQuota}, {"offload-ahead", &o.offloadAhead, defaultOffloadAhead},
+	}
+}
+
+// scaleBlockDefaults sets every flag of blockDefaults not given on the
+// command line (set) to its default's tokens in blocks of o.blockTokens,
+// rounded down, at least 1: the same tokens whatever the block size.
+func scaleBlockDefaults(o *options, set map[string]bool) {
+	if o.blockTokens <= 0 || o.blockTokens == defaultBlockTokens {
+		return
+	}
+	for _, f := range blockDefaults(o) {
+		if !set[f.name] {
+			*f.v = max(1, int(int64(f.def)*defaultBlockTokens/int64(o.blockTokens)))
+		}
+	}
+}
+
+// inTokens is the help's note on a flag of blockDefaults.
+func inTokens(def int) string {
+	return fmt.Sprintf("; unless given, %s tokens' worth whatever -block-tokens (the default is for %d-token blocks)",
+		commas(int64(def)*defaultBlockTokens), defaultBlockTokens)
+}
 
 // options is the parsed command line.
 type options struct {
@@ -176,11 +226,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.load, "load", defaultLoad, "with -time-scale 0: the share of the modelled GPU's time the trace's prefill and decode compute fills at the chosen arrival rate, with no cache")
 
 	fs.StringVar(&configs, "configs", "gpu,pinned,disk", "configurations to run side by side: gpu (GPU only), pinned (GPU + pinned), disk (GPU + pinned + disk)")
-	fs.IntVar(&o.gpuBlocks, "gpu-blocks", defaultGPUBlocks, "GPU capacity in blocks")
-	fs.IntVar(&o.pinnedBlocks, "pinned-blocks", defaultPinnedBlocks, "pinned host memory capacity in blocks")
-	fs.IntVar(&o.diskBlocks, "disk-blocks", defaultDiskBlocks, "disk capacity in blocks")
+	fs.IntVar(&o.gpuBlocks, "gpu-blocks", defaultGPUBlocks, "GPU capacity in blocks"+inTokens(defaultGPUBlocks))
+	fs.IntVar(&o.pinnedBlocks, "pinned-blocks", defaultPinnedBlocks, "pinned host memory capacity in blocks"+inTokens(defaultPinnedBlocks))
+	fs.IntVar(&o.diskBlocks, "disk-blocks", defaultDiskBlocks, "disk capacity in blocks"+inTokens(defaultDiskBlocks))
 	fs.StringVar(&o.diskDir, "disk-dir", "", "put the disk tier's files in a fresh subdirectory of this existing directory, removed at exit (default: the system temporary directory)")
-	fs.IntVar(&o.blockTokens, "block-tokens", trace.BlockTokens, "tokens per block")
+	fs.IntVar(&o.blockTokens, "block-tokens", defaultBlockTokens, "tokens per block of the cache (the trace's own is -trace-block-tokens); capacities and quotas not given keep their default tokens")
 	fs.IntVar(&o.traceBlockTokens, "trace-block-tokens", trace.BlockTokens, "with -trace: tokens one of the file's hash ids stands for (Mooncake's traces: 512)")
 	fs.DurationVar(&o.traceTimeUnit, "time-unit", time.Millisecond, "with -trace: the time one unit of the file's timestamps stands for (Mooncake's: 1ms; float seconds: 1s; nanoseconds: 1ns)")
 
@@ -190,10 +240,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&diskIngest, "disk-ingestion", "evict", "when pinned blocks are written to disk: evict, all, hot")
 	fs.DurationVar(&o.readDeadline, "read-deadline", 0, "the Manager's wall-clock deadline for a load from pinned memory or disk (0: none, for repeatable runs)")
 	fs.IntVar(&o.hotHits, "hot-hits", 2, "-ingestion hot and -disk-ingestion hot: hits before a block is written down")
-	fs.IntVar(&o.writeQuota, "write-quota", 256, "GPU -> pinned writes in flight before more are denied")
+	fs.IntVar(&o.writeQuota, "write-quota", defaultWriteQuota, "GPU -> pinned writes (blocks) in flight before more are denied"+inTokens(defaultWriteQuota))
 	fs.BoolVar(&o.serialOffloads, "serial-offloads", false, "one GPU -> pinned offload in flight at a time (kvtier.Config.SerialOffloads): with -sync, runs whose pinned tier is ARC repeat exactly on full traces too")
-	fs.IntVar(&o.offloadAhead, "offload-ahead", 64, "free GPU blocks, next to be evicted, written to pinned memory ahead of need (kvtier.Config.OffloadAhead)")
-	fs.IntVar(&o.diskQuota, "disk-write-quota", 4096, fmt.Sprintf("pinned -> disk writes in flight before more are denied (the Manager's default, kvtier.Config.DiskWriteQuota, is %d; a quota the demo never reaches keeps runs repeatable)", kvtier.DefaultDiskWriteQuota))
+	fs.IntVar(&o.offloadAhead, "offload-ahead", defaultOffloadAhead, "free GPU blocks, next to be evicted, written to pinned memory ahead of need (kvtier.Config.OffloadAhead)"+inTokens(defaultOffloadAhead))
+	fs.IntVar(&o.diskQuota, "disk-write-quota", defaultDiskQuota, fmt.Sprintf("pinned -> disk writes (blocks) in flight before more are denied (the Manager's default, kvtier.Config.DiskWriteQuota, is %d; a quota the demo never reaches keeps runs repeatable)", kvtier.DefaultDiskWriteQuota)+inTokens(defaultDiskQuota))
 	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so that runs repeat: exactly on the embedded sample, within a few tenths of a point on full traces, where copies inside one call still race (package schedcache, Determinism)")
 
 	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")
@@ -227,6 +277,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	bad := func(flag string, err error) { errs = append(errs, fmt.Errorf("-%s: %w", flag, err)) }
 	set := map[string]bool{} // the flags given on the command line
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	scaleBlockDefaults(&o, set)
 	if o.nodes > 0 {
 		// The multi-node mode prints its own table and nothing else: a flag
 		// it does not read is an error, not silently dropped. An empty value

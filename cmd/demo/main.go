@@ -78,7 +78,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	if len(reqs) == 0 {
 		return errors.New("the trace has no requests")
 	}
-	work := offeredWork(reqs, scheduler.DefaultCostModel(), o.maxOutput) // the scheduler's cost model
+	// Requests that can never fit in the GPU are rejected on arrival: the
+	// offered work is that of the others, which the GPU serves.
+	served, tooLong := servable(reqs, schedulerConfig(o, nil))
+	work := offeredWork(served, scheduler.DefaultCostModel(), o.maxOutput) // the scheduler's cost model
 	autoScale := o.timeScale == 0
 	if autoScale {
 		o.timeScale = timeScaleFor(work, o.load)
@@ -104,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		if autoScale {
 			o.timeScale /= float64(o.nodes) // N replicas: N times the traffic
 		}
-		return runFleet(ctx, o, reqs, name, table, autoScale)
+		return runFleet(ctx, o, reqs, name, table, work, autoScale, tooLong)
 	}
 	diskRoot := ""
 	if slices.Contains(o.configs, withDisk) {
@@ -117,7 +120,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	}
 
 	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %d-token blocks\n", name, len(reqs), o.blockTokens)
+	fmt.Fprintln(table, capacityLine(o))
 	fmt.Fprintln(table, work.describe(o.timeScale, o.load, autoScale))
+	if tooLong > 0 {
+		fmt.Fprintln(table, rejectedNote(tooLong, o))
+	}
 	fmt.Fprintf(table, "policies: pinned %s, disk %s; ingestion %s, to disk %s; onboard %s, preempt %s; max %d seqs, %d tokens a step\n",
 		o.pinnedPolicy, o.diskPolicy, o.ingestion, o.diskIngestion, o.onboard, o.preempt, o.maxSeqs, o.maxBatched)
 	fmt.Fprintf(table, "times: logical clock, H100-SXM + Llama-3-8B cost model (128 KiB KV a token); blocks hold %d real bytes (gpu.TinySpec)\n\n",
@@ -152,6 +159,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT, over the ids by prefix as chained hashes tell blocks apart), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (OPT maximises blocks, not tokens, so the ratio can pass 1 by a little).")
 	fmt.Fprintf(table, "link bytes: blocks moved x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))
+	if rep.rejected() {
+		fmt.Fprintf(table, "rejected requests: their prompt and output need more KV than the GPU holds (%s tokens), so they can never run; they end unserved, as vLLM rejects a request past its max_model_len. They are in no other row: prompt tokens, hit ratio, OPT and prefill compute saved are over the served requests.\n",
+			commas(int64(o.gpuBlocks*o.blockTokens)))
+	}
 	if o.preempt == scheduler.Swap {
 		fmt.Fprintln(table, "preempt swap: preempted sequences' full blocks go to pinned memory; with no pinned tier (the gpu column) they are recomputed (swap fallbacks).")
 	}
@@ -167,6 +178,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		fmt.Fprintf(table, "plot: %s\n", o.plotPath)
 	}
 	return nil
+}
+
+// blocksAndTokens reads "n blocks (n x -block-tokens tokens)".
+func blocksAndTokens(n int, o options) string {
+	return fmt.Sprintf("%s blocks (%s tokens)", commas(int64(n)), commas(int64(n)*int64(o.blockTokens)))
+}
+
+// capacityLine gives, for the header, every capacity and quota counted in
+// blocks in tokens too: their defaults hold the same tokens at any
+// -block-tokens (scaleBlockDefaults).
+func capacityLine(o options) string {
+	return fmt.Sprintf("capacity: GPU %s, pinned %s, disk %s\n"+
+		"write quotas: GPU -> pinned %s, pinned -> disk %s; offload ahead %s",
+		blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o), blocksAndTokens(o.diskBlocks, o),
+		blocksAndTokens(o.writeQuota, o), blocksAndTokens(o.diskQuota, o), blocksAndTokens(o.offloadAhead, o))
+}
+
+// rejectedNote says, for the header, that n requests can never fit in the
+// GPU and what becomes of them.
+func rejectedNote(n int, o options) string {
+	what := fmt.Sprintf("%d requests", n)
+	if n == 1 {
+		what = "1 request"
+	}
+	return fmt.Sprintf("%s can never fit in the GPU (prompt + output past its %s tokens): rejected on arrival, not in the offered work above nor in any served figure",
+		what, commas(int64(o.gpuBlocks*o.blockTokens)))
 }
 
 // loadTrace returns the requests to replay and a name for them.

@@ -213,6 +213,8 @@ func flushThenFreeze(ctx context.Context, caches []flusher, fz freezer) error {
 func addResult(a *scheduler.Result, b scheduler.Result) {
 	a.Requests += b.Requests
 	a.PromptTokens += b.PromptTokens
+	a.Rejected += b.Rejected
+	a.RejectedPromptTokens += b.RejectedPromptTokens
 	a.AdmittedTokens += b.AdmittedTokens
 	a.GPUTokens += b.GPUTokens
 	a.PinnedTokens += b.PinnedTokens
@@ -239,9 +241,11 @@ func ttftOf(xs []time.Duration) scheduler.TTFT {
 }
 
 // runFleet is the multi-node mode: every routing, without and (with -redis)
-// with the shared tier. autoScale says that run chose o.timeScale for -load
-// and divided it by the number of replicas.
-func runFleet(ctx context.Context, o options, reqs []trace.Request, name string, table io.Writer, autoScale bool) error {
+// with the shared tier. w is the trace's offered work (its requests less
+// the tooLong ones, which the replicas reject on arrival); autoScale says
+// that run chose o.timeScale for -load and divided it by the number of
+// replicas.
+func runFleet(ctx context.Context, o options, reqs []trace.Request, name string, table io.Writer, w offered, autoScale bool, tooLong int) error {
 	runID := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	var outs []fleetOutcome
 	for _, r := range o.routes {
@@ -259,12 +263,16 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	if len(outs) == 0 {
 		return errors.New("-nodes: no configuration to run")
 	}
-	fmt.Fprintf(table, "kvtier demo, %d replicas: %s: %d requests, %d-token blocks; each replica GPU %d + pinned %d blocks",
-		o.nodes, name, len(reqs), o.blockTokens, o.gpuBlocks, o.pinnedBlocks)
+	fmt.Fprintf(table, "kvtier demo, %d replicas: %s: %d requests, %d-token blocks; each replica GPU %s + pinned %s",
+		o.nodes, name, len(reqs), o.blockTokens, blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o))
 	if len(o.redis) > 0 {
 		fmt.Fprintf(table, "; shared tier: Redis at %s", strings.Join(o.redis, ","))
 	}
-	fmt.Fprintf(table, "\n%s\n\n", fleetArrivals(o.timeScale, o.nodes, o.load, autoScale))
+	fmt.Fprintf(table, "\n%s\n", fleetArrivals(w, o.timeScale, o.nodes, o.load, autoScale))
+	if tooLong > 0 {
+		fmt.Fprintln(table, rejectedNote(tooLong, o))
+	}
+	fmt.Fprintln(table)
 	tw := tabwriter.NewWriter(table, 0, 0, 2, ' ', tabwriter.AlignRight)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 	p("\t")
@@ -290,6 +298,10 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 		return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(d))
 	}
 	row("requests per replica", func(x fleetOutcome) string { return fmt.Sprint(x.perReq) })
+	if tooLong > 0 || slices.ContainsFunc(outs, func(x fleetOutcome) bool { return x.res.Rejected > 0 }) {
+		// The rows below count the served requests only.
+		row("rejected requests (never fit)", func(x fleetOutcome) string { return fmt.Sprint(x.res.Rejected) })
+	}
 	// Hits at each request's first admission, over its prompt tokens: a
 	// readmission after a preemption mostly finds its own KV.
 	row("served from GPU", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.GPU, f.Tokens) })
@@ -319,8 +331,15 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 // fleetArrivals describes the fleet's arrival rate: with the scale chosen
 // for -load (and divided by the n replicas, as run does), n times the
 // traffic the single-node run gives one GPU; with -time-scale, the traffic a
-// single-node run at that scale gives one GPU, split across the replicas.
-func fleetArrivals(scale float64, n int, load float64, autoScale bool) string {
+// single-node run at that scale gives one GPU, split across the replicas. A
+// trace whose requests all arrive at once (w has no span) has no rate to
+// scale, and says so, as offered.describe does for the single-node run.
+func fleetArrivals(w offered, scale float64, n int, load float64, autoScale bool) string {
+	if w.Span <= 0 {
+		return fmt.Sprintf("every request arrives at once: the trace has no arrival rate for -load or -time-scale to scale\n"+
+			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched), all at time 0, split across %d replicas",
+			w.Prefill.Seconds(), w.Decode.Seconds(), n)
+	}
 	if autoScale {
 		return fmt.Sprintf("arrivals x%.3g (chosen for -load %g, divided by %d): the fleet gets %d times the traffic one GPU gets in the single-node run",
 			scale, load, n, n)

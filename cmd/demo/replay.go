@@ -26,8 +26,12 @@ type outcome struct {
 	ttfts  []time.Duration // per finished request, in trace order
 	busy   time.Duration   // modelled time the GPU spent in steps
 	wall   time.Duration
+	// rejected are the requests the scheduler rejected (they can never fit
+	// in the GPU cache), by trace index in the order rejected.
+	rejected []int
 	// opt is the clairvoyant reference: Belady's MIN over the same requests
-	// with every tier's blocks as one cache (optBound).
+	// (those served: not the rejected ones) with every tier's blocks as one
+	// cache (optBound).
 	opt cachesim.Result
 }
 
@@ -44,12 +48,48 @@ type outcome struct {
 // smaller than the trace's ids can keep part of an id and hit it (the
 // other way round; OPT over the ids, with the capacity floored to whole ids,
 // fell below what such a cache can get).
+//
+// The requests out rejected are left out: the hit ratio is over the served
+// requests, and OPT over the same ones.
 func optBound(o options, out outcome, reqs []trace.Request) cachesim.Result {
+	reqs = withoutIndices(reqs, out.rejected)
 	blocks := out.gpu + out.pinned + out.disk
 	unit := gcd(o.blockTokens, o.traceBlockTokens)
 	units := splitIDs(cachesim.PrefixIDs(reqs), o.traceBlockTokens, unit)
 	return cachesim.OPT(cachesim.PrefixBlocks(units, o.blockTokens/unit), blocks,
 		cachesim.Options{BlockTokens: o.blockTokens})
+}
+
+// withoutIndices returns reqs less the requests at the indices drop (reqs
+// itself when drop is empty).
+func withoutIndices(reqs []trace.Request, drop []int) []trace.Request {
+	if len(drop) == 0 {
+		return reqs
+	}
+	gone := make(map[int]bool, len(drop))
+	for _, i := range drop {
+		gone[i] = true
+	}
+	out := make([]trace.Request, 0, len(reqs)-len(gone))
+	for i, r := range reqs {
+		if !gone[i] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// servable splits reqs into those a run under cfg serves and the number it
+// rejects on arrival (scheduler.Config.Rejects): requests that need more
+// tokens than the GPU holds.
+func servable(reqs []trace.Request, cfg scheduler.Config) ([]trace.Request, int) {
+	var drop []int
+	for i, r := range reqs {
+		if cfg.Rejects(r) {
+			drop = append(drop, i)
+		}
+	}
+	return withoutIndices(reqs, drop), len(drop)
 }
 
 func gcd(a, b int) int {
@@ -102,7 +142,10 @@ func managerConfig(o options, t tierSet, diskDir string) (kvtier.Config, error) 
 		c.ReadDeadlineBase, c.ReadDeadlinePerToken = o.readDeadline, 0
 	}
 	if t >= withPinned {
-		c.PinnedBytes = int64(o.pinnedBlocks) * int64(layout.BlockBytes())
+		// Pinned slots are page aligned: a block smaller than a page (the
+		// demo's 1 KiB at -block-tokens 16) takes a whole one, and
+		// pinnedBlocks x BlockBytes held a quarter of the blocks asked for.
+		c.PinnedBytes = int64(o.pinnedBlocks) * pinnedSlotBytes(layout.BlockBytes())
 		c.PinnedPolicy = o.pinnedPolicy
 	}
 	if t == withDisk {
@@ -115,12 +158,23 @@ func managerConfig(o options, t tierSet, diskDir string) (kvtier.Config, error) 
 	return c, nil
 }
 
+// pinnedSlotBytes is the pinned memory one block of blockBytes takes: its
+// size rounded up to whole pages, as package pinned lays out its slots.
+func pinnedSlotBytes(blockBytes int) int64 {
+	page := int64(os.Getpagesize())
+	return (int64(blockBytes) + page - 1) / page * page
+}
+
 // schedulerConfig returns the scheduler configuration shared by every tier set.
 // Its cost model is the default H100 / Llama-3-8B one: transfer times are for
-// Llama-3-8B's 128 KiB a token, whatever the Manager's blocks really hold.
+// Llama-3-8B's 128 KiB a token, whatever the Manager's blocks really hold. A
+// sequence can hold at most the GPU's blocks: a request that needs more is
+// rejected on arrival (MaxSeqTokens), as vLLM rejects one past its
+// max_model_len, and the others are served.
 func schedulerConfig(o options, onProgress func(scheduler.Progress)) scheduler.Config {
 	return scheduler.Config{
-		MaxNumSeqs: o.maxSeqs, MaxNumBatchedTokens: o.maxBatched, MaxOutputTokens: o.maxOutput,
+		MaxSeqTokens: o.gpuBlocks * o.blockTokens,
+		MaxNumSeqs:   o.maxSeqs, MaxNumBatchedTokens: o.maxBatched, MaxOutputTokens: o.maxOutput,
 		Preempt: o.preempt, Onboard: o.onboard,
 		OnboardTimeout: o.onboardTimeout, OnboardTimeoutPer1K: o.onboardPer1K,
 		TimeScale: o.timeScale, Vocab: o.vocab, SeriesInterval: o.seriesInterval,
@@ -177,6 +231,9 @@ func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, dis
 			return out, fmt.Errorf("%s: step at %v: %w", t, s.Now(), err)
 		}
 		tr.step(rep)
+		for _, id := range rep.Rejected {
+			out.rejected = append(out.rejected, int(id)-1)
+		}
 		if !rep.Idle {
 			out.busy += rep.End - rep.Start
 		}

@@ -81,8 +81,13 @@ type jsonConfig struct {
 	GPUBlocks    int    `json:"gpu_blocks"`
 	PinnedBlocks int    `json:"pinned_blocks"`
 	DiskBlocks   int    `json:"disk_blocks"`
-	Requests     int    `json:"requests"`
-	PromptTokens int64  `json:"prompt_tokens"`
+	// Requests and PromptTokens are the served requests'; the rejected ones
+	// (they can never fit in the GPU: scheduler.Result.Rejected) are in
+	// RejectedRequests and RejectedPromptTokens and in no other figure.
+	Requests             int   `json:"requests"`
+	PromptTokens         int64 `json:"prompt_tokens"`
+	RejectedRequests     int   `json:"rejected_requests"`
+	RejectedPromptTokens int64 `json:"rejected_prompt_tokens"`
 	// AdmittedTokens counts every admission: a preempted request is
 	// admitted again with its prompt and the output so far.
 	AdmittedTokens int64 `json:"admitted_tokens"`
@@ -100,7 +105,8 @@ type jsonConfig struct {
 	ReadmittedHitTokens int64   `json:"readmitted_hit_tokens"`
 	// OPTHitRatio is the clairvoyant reference at the configuration's total
 	// capacity (every tier's blocks as one cache): hit tokens over prompt
-	// tokens under Belady's MIN (cachesim.OPT), which maximises block hits.
+	// tokens under Belady's MIN (cachesim.OPT), which maximises block hits,
+	// over the served requests, as HitRatio.
 	OPTHitRatio       float64            `json:"opt_hit_ratio"`
 	PrefillTokens     int64              `json:"prefill_tokens"`
 	PrefillSavedS     jsonTierSeconds    `json:"prefill_saved_s"`
@@ -174,6 +180,7 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 		c := jsonConfig{
 			Name: out.tiers.String(), GPUBlocks: out.gpu, PinnedBlocks: out.pinned, DiskBlocks: out.disk,
 			Requests: res.Requests, PromptTokens: res.PromptTokens, AdmittedTokens: res.AdmittedTokens,
+			RejectedRequests: res.Rejected, RejectedPromptTokens: res.RejectedPromptTokens,
 			GPUTokens: first.GPU, PinnedTokens: first.Pinned, DiskTokens: first.Disk, HitRatio: ratio(first.Hits(), first.Tokens),
 			ReadmittedTokens: res.Readmissions.Tokens, ReadmittedHitTokens: res.Readmissions.Hits(),
 			OPTHitRatio:   out.opt.TokenHitRatio,
@@ -198,6 +205,16 @@ func newJSONReport(o options, traceName string, nreqs int, w offered, outs []out
 		r.Configs = append(r.Configs, c)
 	}
 	return r
+}
+
+// rejected reports whether any configuration rejected a request.
+func (r jsonReport) rejected() bool {
+	for _, c := range r.Configs {
+		if c.RejectedRequests > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func writeJSON(w io.Writer, r jsonReport) error {
@@ -226,8 +243,16 @@ func printTable(w io.Writer, r jsonReport) {
 	row("capacity (blocks) gpu/pin/disk", func(c jsonConfig) string {
 		return fmt.Sprintf("%d/%d/%d", c.GPUBlocks, c.PinnedBlocks, c.DiskBlocks)
 	})
-	row("requests", func(c jsonConfig) string { return commas(int64(c.Requests)) })
-	row("prompt tokens", func(c jsonConfig) string { return commas(c.PromptTokens) })
+	if r.rejected() {
+		// Say which requests every figure below counts: the served ones.
+		row("requests served", func(c jsonConfig) string { return commas(int64(c.Requests)) })
+		row("rejected requests (never fit)", func(c jsonConfig) string { return commas(int64(c.RejectedRequests)) })
+		row("  their prompt tokens", func(c jsonConfig) string { return commas(c.RejectedPromptTokens) })
+		row("prompt tokens (served requests)", func(c jsonConfig) string { return commas(c.PromptTokens) })
+	} else {
+		row("requests", func(c jsonConfig) string { return commas(int64(c.Requests)) })
+		row("prompt tokens", func(c jsonConfig) string { return commas(c.PromptTokens) })
+	}
 	row("  served from GPU", func(c jsonConfig) string { return share(c.GPUTokens, c.PromptTokens) })
 	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.PromptTokens) })
 	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.PromptTokens) })

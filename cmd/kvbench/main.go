@@ -13,7 +13,7 @@
 //     then the reload path end to end through a Manager (Allocate until Ready
 //     of a chain only pinned memory, or only the disk, holds), against those
 //     H2D and disk-read rates.
-//   - trace: a Mooncake-format trace (any block size, -block-tokens; timestamps
+//   - trace: a Mooncake-format trace (any block size, -trace-block-tokens; timestamps
 //     relative or absolute, in any unit, -time-unit) replayed at several tier capacities through LRU,
 //     FIFO, S3-FIFO, ARC and the default Adaptive policy, next to the
 //     clairvoyant optimum (cachesim.OPT) and an unbounded cache
@@ -90,17 +90,20 @@ var allSuites = []string{suiteAlloc, suiteCopy, suiteTrace, suiteReplay}
 
 // options is the parsed command line. It is read-only once parsed.
 type options struct {
-	json        bool
-	quick       bool
-	suites      map[string]bool
-	tracePath   string        // "" means the embedded sample
-	capacities  []int         // trace suite tier capacities, in blocks
-	blockTokens int           // tokens per hash id in the -trace file
-	timeUnit    time.Duration // the time one timestamp unit of the -trace file stands for
-	dir         string        // parent of the disk suite's temp dir; "" means os.TempDir
-	redis       []string
-	cluster     bool
-	metricsAddr string // -metrics-addr: serve the Managers' Prometheus metrics here
+	json       bool
+	quick      bool
+	suites     map[string]bool
+	tracePath  string // "" means the embedded sample
+	capacities []int  // trace suite tier capacities, in blocks
+	// traceBlockTokens is how many tokens one hash id of the -trace file
+	// stands for: the trace's block size (the demo's -trace-block-tokens),
+	// not a cache's (the demo's -block-tokens).
+	traceBlockTokens int
+	timeUnit         time.Duration // the time one timestamp unit of the -trace file stands for
+	dir              string        // parent of the disk suite's temp dir; "" means os.TempDir
+	redis            []string
+	cluster          bool
+	metricsAddr      string // -metrics-addr: serve the Managers' Prometheus metrics here
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -113,7 +116,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&suites, "suite", "all", "comma-separated suites to run: alloc, copy, trace, replay, remote (needs -redis), or all")
 	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace for the trace and replay suites (default: the embedded sample)")
 	fs.StringVar(&caps, "capacity", "256,1024,4096,16384,65536", "comma-separated tier capacities in blocks for the trace suite: by default every 4x from 256 to 64k")
-	fs.IntVar(&o.blockTokens, "block-tokens", 512, "tokens per hash id in the -trace file (Mooncake: 512); tells which last blocks are partial")
+	fs.IntVar(&o.traceBlockTokens, "trace-block-tokens", 512, "with -trace: tokens one of the file's hash ids stands for (Mooncake: 512), as the demo's -trace-block-tokens; tells which last blocks are partial")
+	// -block-tokens was this flag's name; the demo's -block-tokens is the
+	// cache's block size, so the old name said two things.
+	var oldBlockTokens int
+	fs.IntVar(&oldBlockTokens, "block-tokens", 512, "deprecated: the old name of -trace-block-tokens, which it sets (the demo's -block-tokens is the cache's block size, not the trace's)")
 	fs.DurationVar(&o.timeUnit, "time-unit", time.Millisecond, "the time one unit of the -trace file's timestamps stands for (Mooncake: 1ms; float seconds: 1s; nanoseconds: 1ns)")
 	var redisAddrs string
 	fs.StringVar(&redisAddrs, "redis", "", "Redis address(es), comma-separated, for the remote suite (several: a cluster)")
@@ -154,8 +161,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.capacities = append(o.capacities, n)
 	}
-	if o.blockTokens <= 0 {
-		return o, fmt.Errorf("-block-tokens: %d must be > 0", o.blockTokens)
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["block-tokens"] {
+		if given["trace-block-tokens"] && oldBlockTokens != o.traceBlockTokens {
+			return o, fmt.Errorf("-block-tokens %d and -trace-block-tokens %d: the first is the deprecated name of the second: give one", oldBlockTokens, o.traceBlockTokens)
+		}
+		fmt.Fprintln(stderr, "kvbench: -block-tokens is deprecated: it is the trace's tokens per hash id, now -trace-block-tokens")
+		o.traceBlockTokens = oldBlockTokens
+	}
+	if o.traceBlockTokens <= 0 {
+		return o, fmt.Errorf("%s: %d must be > 0", traceBlockFlag(given), o.traceBlockTokens)
 	}
 	if o.timeUnit <= 0 {
 		return o, fmt.Errorf("-time-unit: %v must be > 0", o.timeUnit)
@@ -172,6 +188,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
+// traceBlockFlag is the name the trace's block size was given under: the
+// deprecated -block-tokens or -trace-block-tokens.
+func traceBlockFlag(given map[string]bool) string {
+	if given["block-tokens"] && !given["trace-block-tokens"] {
+		return "-block-tokens"
+	}
+	return "-trace-block-tokens"
+}
+
 // checkUnused refuses a flag given on the command line that nothing of this
 // run would read, rather than ignoring it in silence.
 func checkUnused(fs *flag.FlagSet, o options) error {
@@ -180,8 +205,8 @@ func checkUnused(fs *flag.FlagSet, o options) error {
 	switch {
 	case given["redis-cluster"] && o.redis == nil:
 		return errors.New("-redis-cluster needs -redis ADDR: it says what kind of server that address is")
-	case given["block-tokens"] && o.tracePath == "":
-		return errors.New("-block-tokens needs -trace FILE: it gives that file's block size, and the embedded sample has its own")
+	case (given["trace-block-tokens"] || given["block-tokens"]) && o.tracePath == "":
+		return fmt.Errorf("%s needs -trace FILE: it gives that file's block size, and the embedded sample has its own", traceBlockFlag(given))
 	case given["time-unit"] && o.tracePath == "":
 		return errors.New("-time-unit needs -trace FILE: it gives that file's timestamp unit, and the embedded sample has its own")
 	case given["trace"] && !o.suites[suiteTrace] && !o.suites[suiteReplay]:
@@ -263,14 +288,14 @@ func runSuites(o options, mx metricsSink) (*Report, error) {
 		rep.Copy = c
 	}
 	if o.suites[suiteTrace] {
-		t, err := runTrace(traceFile{o.tracePath, o.blockTokens, o.timeUnit}, o.capacities)
+		t, err := runTrace(traceFile{o.tracePath, o.traceBlockTokens, o.timeUnit}, o.capacities)
 		if err != nil {
 			return nil, fmt.Errorf("trace suite: %w", err)
 		}
 		rep.Trace = t
 	}
 	if o.suites[suiteReplay] {
-		r, err := runReplay(traceFile{o.tracePath, o.blockTokens, o.timeUnit}, o.quick, mx)
+		r, err := runReplay(traceFile{o.tracePath, o.traceBlockTokens, o.timeUnit}, o.quick, mx)
 		if err != nil {
 			return nil, fmt.Errorf("replay suite: %w", err)
 		}

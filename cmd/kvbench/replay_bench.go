@@ -12,7 +12,7 @@ import (
 )
 
 // The replay suite allocates and frees every request of a Mooncake trace at
-// its own block size (-block-tokens, 512 tokens a hash id for Mooncake's
+// its own block size (-trace-block-tokens, 512 tokens a hash id for Mooncake's
 // traces and the embedded sample), hashing included, through the direct core
 // (one blockpool.Pool on one goroutine) and through the Manager, one request
 // a call and in batches. Token t of hash id h is splitmix64(h*B+t) mod
@@ -245,7 +245,7 @@ func replayManager(reqs []trace.Request, n, blockTokens, batch int, mx metricsSi
 }
 
 // runReplay runs the replay suite on the trace f (read as loadTrace does:
-// its blockTokens is the -block-tokens flag), or on the embedded sample (path
+// its blockTokens is the -trace-block-tokens flag), or on the embedded sample (path
 // "", blockTokens ignored: the sample has Mooncake's 512). The pools' blocks
 // have the trace's size. The Managers' metrics go to mx, as configurations
 // "replay/<path>/pool<blocks>".

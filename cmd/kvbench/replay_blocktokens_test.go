@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// TestReplayBlockTokens: -block-tokens reaches the replay suite. A 16-token
+// TestReplayBlockTokens: -trace-block-tokens reaches the replay suite. A 16-token
 // trace is read at 16 tokens a hash id, each id stands for 16 tokens of the
 // prompt, and the pools' blocks hold 16 tokens, so a request sharing its first
 // two ids with an earlier one hits two blocks and one sharing only its first id
@@ -26,7 +26,7 @@ func TestReplayBlockTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-block-tokens", "16"}, &out, io.Discard); err != nil {
+	if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-trace-block-tokens", "16"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	var rep Report
@@ -94,7 +94,7 @@ func TestReplayPoolTooSmallIsSkipped(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out bytes.Buffer
-			if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-block-tokens", "16"}, &out, io.Discard); err != nil {
+			if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-trace-block-tokens", "16"}, &out, io.Discard); err != nil {
 				t.Fatal(err)
 			}
 			var rep Report

@@ -88,7 +88,7 @@ func (c *TraceCapacity) adaptiveOverBest() float64 {
 	}
 }
 
-// traceFile is the -trace file and how to read it: the -block-tokens and
+// traceFile is the -trace file and how to read it: the -trace-block-tokens and
 // -time-unit flags.
 type traceFile struct {
 	path        string // "" means the embedded sample

@@ -36,7 +36,7 @@ func writeTrace(t *testing.T, chains [][]int) string {
 func runTraceSuite(t *testing.T, path string, capacity int) (*Report, string) {
 	t.Helper()
 	var out bytes.Buffer
-	args := []string{"-json", "-suite", "trace", "-capacity", fmt.Sprint(capacity), "-trace", path, "-block-tokens", "16"}
+	args := []string{"-json", "-suite", "trace", "-capacity", fmt.Sprint(capacity), "-trace", path, "-trace-block-tokens", "16"}
 	if err := run(context.Background(), args, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
