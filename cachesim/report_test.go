@@ -213,3 +213,47 @@ func TestReportAdaptiveCandidates(t *testing.T) {
 // unhinted hides a policy's Hinted methods, so that SimulatePolicy calls
 // only Add and Access, as the tiers do.
 type unhinted struct{ policy.Policy }
+
+// TestReportClassReuse prints, per request class (policy.OutputClass of the
+// output length), how many blocks requests of that class saw first and
+// what share of them a later request used again: the signal Adaptive's
+// class candidate learns online. It runs only with KVTIER_CACHESIM_REPORT=1:
+//
+//	KVTIER_CACHESIM_REPORT=1 go test -run TestReportClassReuse -v ./cachesim
+func TestReportClassReuse(t *testing.T) {
+	if os.Getenv("KVTIER_CACHESIM_REPORT") != "1" {
+		t.Skip("set KVTIER_CACHESIM_REPORT=1 to print the per-class reuse table")
+	}
+	for _, name := range []string{"conversation_trace.jsonl", "synthetic_trace.jsonl"} {
+		reqs := readShared(t, name)
+		born := map[int64]uint8{} // id -> class of the request that saw it first
+		again := map[int64]bool{}
+		for _, r := range reqs {
+			c := policy.OutputClass(r.OutputLength)
+			for _, id := range r.HashIDs {
+				if _, ok := born[id]; ok {
+					again[id] = true
+				} else {
+					born[id] = c
+				}
+			}
+		}
+		var n, reused [256]int
+		for id, c := range born {
+			n[c]++
+			if again[id] {
+				reused[c]++
+			}
+		}
+		t.Logf("%s: | class (output tokens) | blocks first seen | used again |", name)
+		for c := range n {
+			if n[c] > 0 {
+				lo, hi := 0, 0
+				if c > 1 {
+					lo, hi = 1<<(c-2), 1<<(c-1)-1
+				}
+				t.Logf("| %d (%d–%d) | %d | %.1f%% |", c, lo, hi, n[c], 100*float64(reused[c])/float64(n[c]))
+			}
+		}
+	}
+}

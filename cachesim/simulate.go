@@ -30,8 +30,9 @@ type Options struct {
 //  1. hits = the leading run of its ids resident before the request;
 //  2. every id is touched, in request order (or reversed, see Options):
 //     Access if resident, Add if not; a policy.Hinted policy gets AccessHint
-//     and AddHint with the id's position in the request and whether it is
-//     the partial last block;
+//     and AddHint with the id's position in the request, whether it is
+//     the partial last block, and the request's class (policy.OutputClass
+//     of its output length);
 //  3. victims are evicted, with no filter, until at most capacity ids are
 //     resident.
 //
@@ -62,10 +63,11 @@ func SimulatePolicy(reqs []trace.Request, capacity int, p policy.Policy, opts Op
 	resident := func(id int64) bool { return p.Contains(policy.Key(id)) }
 	hinted, _ := p.(policy.Hinted)
 	var r trace.Request // the request being replayed
+	var class uint8     // its class, for hinted policies
 	touch := func(j int) {
 		k := policy.Key(r.HashIDs[j])
 		if hinted != nil {
-			h := policy.Hint{Depth: j, Partial: j == len(r.HashIDs)-1 && r.InputLength%blockTokens != 0}
+			h := policy.Hint{Depth: j, Partial: j == len(r.HashIDs)-1 && r.InputLength%blockTokens != 0, Class: class}
 			if p.Contains(k) {
 				hinted.AccessHint(k, h)
 			} else {
@@ -81,6 +83,7 @@ func SimulatePolicy(reqs []trace.Request, capacity int, p policy.Policy, opts Op
 	}
 	var res Result
 	for _, r = range reqs {
+		class = policy.OutputClass(r.OutputLength)
 		res.count(&r, leadingRun(r.HashIDs, resident), blockTokens)
 		if opts.ReverseTouch {
 			for j := len(r.HashIDs) - 1; j >= 0; j-- {

@@ -54,7 +54,7 @@ func checkAdaptive(t *testing.T, p *adaptive) {
 	if p.voters != nil && inVotes != len(p.real.heap) {
 		t.Fatalf("%d keys in vote lanes, %d in the real cache", inVotes, len(p.real.heap))
 	}
-	if p.voters != nil && (p.votes[0].rank != p.real.rank || p.votes[0].window != p.real.window) {
+	if p.voters != nil && (p.votes[0].rank != p.real.rank || p.votes[0].window != p.real.window || p.votes[0].class != p.real.class) {
 		t.Fatalf("vote lanes ranked by %v/%d, the real cache by %v/%d", p.votes[0].rank, p.votes[0].window, p.real.rank, p.real.window)
 	}
 	if got := len(p.index) + len(p.free); got != len(p.entries) {
@@ -87,6 +87,11 @@ type refAdaptive struct {
 	lastDepth int
 	hist      map[Key]*refEntry
 	res       map[Key]bool
+	// The classes, learned every period touches: keys first seen in each
+	// and those seen again (decayed), and the classes found low.
+	period, next int64
+	born, again  map[uint8]float64
+	low          map[uint8]bool
 }
 
 type refEntry struct {
@@ -95,11 +100,14 @@ type refEntry struct {
 	depth   int
 	partial bool
 	awaited bool
+	class   uint8
 }
 
 func newRefAdaptive(c Candidate, capacity int) *refAdaptive {
+	period := max(int64(minPeriod), int64(capacity)) // Period 1
 	return &refAdaptive{cand: c, window: windowTouches(c.Window, capacity), lastDepth: -1,
-		hist: map[Key]*refEntry{}, res: map[Key]bool{}}
+		hist: map[Key]*refEntry{}, res: map[Key]bool{},
+		period: period, next: period, born: map[uint8]float64{}, again: map[uint8]float64{}, low: map[uint8]bool{}}
 }
 
 func (m *refAdaptive) touch(k Key, h Hint) {
@@ -116,8 +124,40 @@ func (m *refAdaptive) touch(k Key, h Hint) {
 	if e.t1 != m.epoch {
 		e.t2, e.t1 = e.t1, m.epoch
 		e.count++
+		switch e.count {
+		case 1:
+			e.class = h.Class
+			m.born[e.class]++
+		case 2:
+			m.again[e.class]++
+		}
 	}
 	e.depth, e.partial = h.Depth, h.Partial
+	if m.clock >= m.next {
+		m.next = m.clock + m.period
+		m.relearn()
+	}
+}
+
+// relearn is the classes' rule, written directly: a class of at least
+// classMinBirths keys is low when its share of keys seen again is below
+// classOddsRatio times the share over all classes; then every count decays.
+func (m *refAdaptive) relearn() {
+	var born, again float64
+	for c := range 256 {
+		born += m.born[uint8(c)]
+		again += m.again[uint8(c)]
+	}
+	for c := 1; c < 256; c++ {
+		b, a := m.born[uint8(c)], m.again[uint8(c)]
+		m.low[uint8(c)] = b >= classMinBirths && a/b < classOddsRatio*again/born
+	}
+	for c := range m.born {
+		m.born[c] *= classDecay
+	}
+	for c := range m.again {
+		m.again[c] *= classDecay
+	}
 }
 
 func (m *refAdaptive) add(k Key, h Hint) {
@@ -156,7 +196,7 @@ func (m *refAdaptive) rank(k Key) (int, float64) {
 	}
 	seenOnce := e.t2 == never
 	switch {
-	case e.partial && seenOnce:
+	case e.partial && seenOnce, seenOnce && m.cand.Class && m.low[e.class]:
 		return 0, t1
 	case m.cand.Rank == RankSecondUse:
 		if seenOnce {
@@ -208,13 +248,21 @@ func randomHint(rng *rand.Rand) Hint {
 // TestAdaptiveModel drives a single-ranking Adaptive policy and the
 // reference with the same random hinted operations: victims must be among
 // the reference's, Len and Contains must agree after every step.
+//
+// The candidates with Class also see a stream of new keys of class 2, a
+// few of them touched again, beside the usual keys of class 1: class 2 is
+// found low (its keys seen once go first) and, as the stream's reuse
+// varies, found low again or not at later periods.
 func TestAdaptiveModel(t *testing.T) {
 	const keySpace, steps = 40, 2000
 	cands := []Candidate{
-		{RankSecondUse, 0}, {RankSecondUse, 0.5}, {RankSecondUse, math.Inf(1)},
-		{RankFrequency, 1}, {RankFrequency, math.Inf(1)}, {RankFrequencyNewFirst, 2},
-		{RankFrequencyNewFirst, math.Inf(1)},
+		{Rank: RankSecondUse, Window: 0}, {Rank: RankSecondUse, Window: 0.5}, {Rank: RankSecondUse, Window: math.Inf(1)},
+		{Rank: RankFrequency, Window: 1}, {Rank: RankFrequency, Window: math.Inf(1)}, {Rank: RankFrequencyNewFirst, Window: 2},
+		{Rank: RankFrequencyNewFirst, Window: math.Inf(1)},
+		{Rank: RankSecondUse, Window: 1, Class: true}, {Rank: RankFrequency, Window: 1, Class: true},
+		{Rank: RankFrequencyNewFirst, Window: 0, Class: true},
 	}
+	lowSeen, relearned := false, false
 	for ci, c := range cands {
 		for seed := range uint64(3) {
 			rng := rand.New(rand.NewPCG(seed, uint64(ci)))
@@ -225,15 +273,31 @@ func TestAdaptiveModel(t *testing.T) {
 			}
 			p := hp.(*adaptive)
 			ref := newRefAdaptive(c, capacity)
-			for step := range steps {
-				k := Key(rng.IntN(keySpace))
+			fresh := Key(keySpace) // the class-2 stream: keys from keySpace up
+			key := func() (Key, uint8) {
+				if !c.Class {
+					return Key(rng.IntN(keySpace)), 0
+				}
+				switch r := rng.IntN(10); {
+				case r < 3:
+					fresh++
+					return fresh, 2
+				case r < 3+(phase(fresh)%4)/2: // the stream's reuse comes and goes
+					return fresh - Key(rng.IntN(3)), 2
+				}
+				return Key(rng.IntN(keySpace)), 1
+			}
+			for step := range steps * (1 + b2i(c.Class)) {
+				k, class := key()
 				switch op := rng.IntN(10); {
 				case op < 4:
 					h := randomHint(rng)
+					h.Class = class
 					p.AddHint(k, h)
 					ref.add(k, h)
 				case op < 6:
 					h := randomHint(rng)
+					h.Class = class
 					p.AccessHint(k, h)
 					ref.access(k, h)
 				case op < 7:
@@ -258,6 +322,13 @@ func TestAdaptiveModel(t *testing.T) {
 					}
 				}
 				checkAdaptive(t, p)
+				if p.low != [256]bool(refLow(ref)) {
+					t.Fatalf("%+v seed %d step %d: low classes differ from the reference's", c, seed, step)
+				}
+				if lowSeen && !p.low[2] {
+					relearned = true // low, then not: the rule follows the stream
+				}
+				lowSeen = lowSeen || p.low[2]
 				if p.Len() != len(ref.res) {
 					t.Fatalf("%+v seed %d step %d: Len %d, reference %d", c, seed, step, p.Len(), len(ref.res))
 				}
@@ -269,13 +340,34 @@ func TestAdaptiveModel(t *testing.T) {
 			}
 		}
 	}
+	if !lowSeen || !relearned {
+		t.Fatalf("class 2 found low %v, then not %v: the class rule went unexercised", lowSeen, relearned)
+	}
+}
+
+// phase turns the class-2 stream's length into a phase, so that its reuse
+// changes as it grows.
+func phase(fresh Key) int { return int(fresh) / 200 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func refLow(m *refAdaptive) (low [256]bool) {
+	for c, l := range m.low {
+		low[c] = l
+	}
+	return low
 }
 
 // TestAdaptiveMissCountsOneUse: a key Miss counted and then Add admitted
 // was used once, not twice, so LRU-2 evicts it before a key used twice;
 // a key missed twice before it arrives was used twice.
 func TestAdaptiveMissCountsOneUse(t *testing.T) {
-	hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{RankSecondUse, math.Inf(1)}}})
+	hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{Rank: RankSecondUse, Window: math.Inf(1)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +612,7 @@ func TestAdaptiveVote(t *testing.T) {
 // leader holds minEvidence hits; then both shadows vote, from each
 // adaptation step at which the leader holds them to the next.
 func TestAdaptiveVoteGates(t *testing.T) {
-	same := Candidate{RankSecondUse, 1}
+	same := Candidate{Rank: RankSecondUse, Window: 1}
 	hp, err := NewAdaptive(16, AdaptiveConfig{Candidates: []Candidate{same, same}})
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +689,7 @@ func TestAdaptiveWaitsForEvidence(t *testing.T) {
 // first, then the deeper blocks before their ancestors; a block seen in an
 // earlier request (remembered after its eviction) outlives them all.
 func TestAdaptiveChainOrder(t *testing.T) {
-	hp, err := NewAdaptive(16, AdaptiveConfig{Candidates: []Candidate{{RankSecondUse, math.Inf(1)}}})
+	hp, err := NewAdaptive(16, AdaptiveConfig{Candidates: []Candidate{{Rank: RankSecondUse, Window: math.Inf(1)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +783,7 @@ func TestAdaptiveHistorySweepsAmortized(t *testing.T) {
 // the last to go.
 func TestAdaptiveCountSaturates(t *testing.T) {
 	for _, r := range []Ranking{RankFrequency, RankFrequencyNewFirst} {
-		hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{r, math.Inf(1)}}})
+		hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{Rank: r, Window: math.Inf(1)}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -716,7 +808,7 @@ func TestAdaptiveCountSaturates(t *testing.T) {
 // infinite window is RankFrequency's count-first order for keys seen again.
 func TestAdaptiveNewFirstInfiniteCountsFirst(t *testing.T) {
 	for _, r := range []Ranking{RankFrequency, RankFrequencyNewFirst} {
-		hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{r, math.Inf(1)}}})
+		hp, err := NewAdaptive(4, AdaptiveConfig{Candidates: []Candidate{{Rank: r, Window: math.Inf(1)}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -748,7 +840,7 @@ func TestAdaptiveHugePeriod(t *testing.T) {
 func TestNewAdaptiveValidates(t *testing.T) {
 	bad := []AdaptiveConfig{
 		{Candidates: []Candidate{{Rank: 0}}},
-		{Candidates: []Candidate{{RankSecondUse, -1}}},
+		{Candidates: []Candidate{{Rank: RankSecondUse, Window: -1}}},
 		{Candidates: make([]Candidate, maxLanes)},
 		{Period: -1},
 		{History: 0.5},
@@ -763,7 +855,7 @@ func TestNewAdaptiveValidates(t *testing.T) {
 	if _, err := NewAdaptive(0, AdaptiveConfig{}); !errors.Is(err, ErrBadCapacity) {
 		t.Errorf("NewAdaptive(0): %v, want ErrBadCapacity", err)
 	}
-	c := AdaptiveConfig{Candidates: []Candidate{{RankFrequency, 2}}}
+	c := AdaptiveConfig{Candidates: []Candidate{{Rank: RankFrequency, Window: 2}}}
 	if _, err := NewAdaptive(10, c); err != nil || c.Period != 0 {
 		t.Fatalf("NewAdaptive: %v; caller's Period now %v", err, c.Period)
 	}
@@ -773,7 +865,7 @@ func TestNewAdaptiveValidates(t *testing.T) {
 // heap slots, so later choices among equal ranks do not depend on what was
 // rejected; the victim is still the lowest-ranked evictable key.
 func TestAdaptiveEvictFilterKeepsSlots(t *testing.T) {
-	hp, err := NewAdaptive(64, AdaptiveConfig{Candidates: []Candidate{{RankFrequency, 1}}})
+	hp, err := NewAdaptive(64, AdaptiveConfig{Candidates: []Candidate{{Rank: RankFrequency, Window: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -812,4 +904,17 @@ func TestAdaptiveEvictFilterKeepsSlots(t *testing.T) {
 		t.Fatalf("evicted %d, want %d (the lowest-ranked key not rejected)", k, want)
 	}
 	checkAdaptive(t, p)
+}
+
+// TestOutputClass: one class per power of two of the output length, 1 for
+// none (or a negative length), and every length maps below 256.
+func TestOutputClass(t *testing.T) {
+	for _, c := range []struct {
+		tokens int
+		want   uint8
+	}{{-5, 1}, {0, 1}, {1, 2}, {2, 3}, {3, 3}, {4, 4}, {64, 8}, {65, 8}, {127, 8}, {128, 9}, {math.MaxInt, 64}} {
+		if got := OutputClass(c.tokens); got != c.want {
+			t.Errorf("OutputClass(%d) = %d, want %d", c.tokens, got, c.want)
+		}
+	}
 }

@@ -28,10 +28,12 @@
 //     it is the last tier (over a disk it drains to, kvtier.Config
 //     defaults the host tier to LRU; see Config.PinnedPolicy). It remembers ids
 //     after eviction (LRU-2 needs a block's previous use however long ago),
-//     uses Hints (chain depth, partial last block) when its caller gives
-//     them (cachesim's replay does; the tiers below the GPU call Add and
-//     Access, since a block there is always full and its depth does not
-//     travel with it), and picks among a few rankings (AdaptiveConfig.Candidates) the one
+//     uses Hints (chain depth, partial last block, request class) when its
+//     caller gives them (cachesim's replay does; the tiers below the GPU
+//     call Add and Access, since a block there is always full and its
+//     depth and request do not travel with it), learns per request class
+//     how often a block first seen there comes back, and picks among a
+//     few rankings (AdaptiveConfig.Candidates) the one
 //     whose shadow cache of the tier's size got the most prefix hits
 //     lately: LRU-2-like at small sizes, close to LRU at large ones. Once
 //     its choice has switched, the shadows close to the chosen one vote:
@@ -53,7 +55,7 @@
 // ARC up to 2x capacity per ghost list, S3-FIFO up to capacity. Nodes live
 // in one slice with a free list, so steady-state churn does not allocate.
 // Adaptive costs more: O(log capacity) per operation in the real cache and
-// in each of its eight shadows, and one entry per remembered id (at most
+// in each of its nine shadows, and one entry per remembered id (at most
 // max(64 × capacity, 2^20) ids); see kvbench's trace suite for the measured
 // time per operation and bytes per id.
 //
