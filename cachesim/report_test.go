@@ -178,6 +178,9 @@ func TestReportAdaptiveCandidates(t *testing.T) {
 	}
 	for i, c := range cands {
 		names[i] = fmt.Sprintf("%s W=%v", rank[c.Rank], c.Window)
+		if c.Class {
+			names[i] += " + classes"
+		}
 	}
 	t.Logf("| trace | capacity | best classic | adaptive | adaptive, no hints | %s |", strings.Join(names, " | "))
 	for _, file := range []string{"conversation_trace.jsonl", "synthetic_trace.jsonl"} {
