@@ -248,7 +248,15 @@ type lane struct {
 	rank   Ranking
 	window int64
 	class  bool    // Candidate.Class
-	heap   []int32 // entry indices, a min-heap by rank
+	// twin, for a shadow with Class, is the shadow of the same ranking
+	// without it (-1: none). While no class is low the two hold the same
+	// keys, so the one with Class sleeps (dormant: it takes no touches,
+	// counts no hits, neither leads nor votes) and, when a class is first
+	// found low, wakes as a copy of its twin: a tier that gives no classes
+	// (kvtier's tiers) pays nothing for it.
+	twin    int
+	dormant bool
+	heap    []int32 // entry indices, a min-heap by rank
 	hits   float64 // decayed prefix hits, shadows only
 	broken bool    // a shadow missed earlier in the current epoch's chain
 }
@@ -321,7 +329,17 @@ func newAdaptive(capacity int, cfg AdaptiveConfig) *adaptive {
 	p.forgetAt = p.histLimit
 	for i, c := range cfg.Candidates {
 		if len(cfg.Candidates) > 1 {
-			p.shadows = append(p.shadows, lane{id: i + 1, slot: i + 1, rank: c.Rank, window: windowTouches(c.Window, capacity), class: c.Class})
+			l := lane{id: i + 1, slot: i + 1, rank: c.Rank, window: windowTouches(c.Window, capacity), class: c.Class, twin: -1}
+			if c.Class {
+				l.twin = slices.IndexFunc(cfg.Candidates, func(d Candidate) bool {
+					return !d.Class && d.Rank == c.Rank && windowTouches(d.Window, capacity) == l.window
+				})
+				// The real cache starts with the first candidate: a
+				// twin that is the first candidate with Class must be
+				// awake from the start.
+				l.dormant = l.twin >= 0 && i > 0
+			}
+			p.shadows = append(p.shadows, l)
 		}
 	}
 	// Start with the first candidate.
@@ -400,6 +418,9 @@ func (p *adaptive) arrive(i int32, h Hint) {
 	e.depth, e.partial = int32(min(h.Depth, math.MaxInt32)), h.Partial
 	for s := range p.shadows {
 		l := &p.shadows[s]
+		if l.dormant {
+			continue
+		}
 		if e.pos[l.slot] >= 0 {
 			p.fix(l, i) // its times changed
 		} else {
@@ -457,6 +478,9 @@ func (p *adaptive) touch(k Key, h Hint, admit bool) int32 {
 	e.depth, e.partial = depth, h.Partial
 	for s := range p.shadows {
 		l := &p.shadows[s]
+		if l.dormant {
+			continue
+		}
 		if newChain {
 			l.broken = false
 		}
@@ -538,6 +562,9 @@ func (p *adaptive) adapt() {
 	p.nextAdapt = p.clock + p.period
 	best, top := p.choice, 0.0
 	for s := range p.shadows {
+		if p.shadows[s].dormant {
+			continue
+		}
 		if p.shadows[s].hits > p.shadows[best].hits && p.shadows[s].hits > switchMargin*p.shadows[p.choice].hits {
 			best = s
 		}
@@ -559,12 +586,28 @@ func (p *adaptive) adapt() {
 	}
 	if relearned {
 		for s := range p.shadows {
-			if p.shadows[s].class {
-				p.heapify(&p.shadows[s])
+			l := &p.shadows[s]
+			if !l.class {
+				continue
 			}
+			if l.dormant {
+				p.wake(l)
+			}
+			p.heapify(l)
 		}
 	}
 	p.revote(top >= minEvidence, relearned && p.real.class)
+}
+
+// wake makes dormant shadow l a copy of its twin (keys, hits, chain
+// state); the caller reorders it by its own ranking.
+func (p *adaptive) wake(l *lane) {
+	t := &p.shadows[l.twin]
+	l.heap = append(l.heap[:0], t.heap...)
+	for j, i := range l.heap {
+		p.entries[i].pos[l.slot] = int32(j)
+	}
+	l.hits, l.broken, l.dormant = t.hits, t.broken, false
 }
 
 // relearn finds the low classes from the counts, decays the counts, and
@@ -598,7 +641,7 @@ func (p *adaptive) revote(evidence, reorder bool) {
 	if p.switched && evidence {
 		lead := p.shadows[p.choice].hits
 		for s := range p.shadows {
-			if p.shadows[s].hits >= voteBand*lead {
+			if !p.shadows[s].dormant && p.shadows[s].hits >= voteBand*lead {
 				voters = append(voters, p.shadows[s].id)
 			}
 		}

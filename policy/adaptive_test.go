@@ -396,6 +396,9 @@ func TestAdaptiveMissScoresShadows(t *testing.T) {
 	}
 	before := make([]float64, len(p.shadows))
 	for s := range p.shadows {
+		if p.shadows[s].dormant {
+			continue // the class candidate, with no class given: see TestAdaptiveDormantClassShadow
+		}
 		if p.entries[p.index[1]].pos[p.shadows[s].id] < 0 {
 			t.Fatalf("shadow %d lost key 1 under its capacity", s)
 		}
@@ -404,6 +407,9 @@ func TestAdaptiveMissScoresShadows(t *testing.T) {
 	p.Miss(1)
 	p.Miss(7)
 	for s := range p.shadows {
+		if p.shadows[s].dormant {
+			continue
+		}
 		if got := p.shadows[s].hits; got != before[s]+1 {
 			t.Fatalf("shadow %d: %v hits after missing a key it holds, want %v", s, got, before[s]+1)
 		}
@@ -416,6 +422,9 @@ func TestAdaptiveMissScoresShadows(t *testing.T) {
 	}
 	p.Add(7)
 	for s := range p.shadows {
+		if p.shadows[s].dormant {
+			continue
+		}
 		if p.entries[p.index[7]].pos[p.shadows[s].id] < 0 {
 			t.Fatalf("shadow %d did not take in key 7 on its arrival", s)
 		}
@@ -673,12 +682,18 @@ func TestAdaptiveWaitsForEvidence(t *testing.T) {
 	}
 	touch(3 * minPeriod) // three adaptation steps, 766 hits
 	for s, l := range p.shadows {
+		if l.dormant {
+			continue // the class candidate, with no class given: see TestAdaptiveDormantClassShadow
+		}
 		if l.hits != float64(touches-2) {
 			t.Fatalf("after %d touches shadow %d holds %v hits, want %d undecayed", touches, s, l.hits, touches-2)
 		}
 	}
 	touch(3 * minPeriod) // past minEvidence: the counts decay
 	for s, l := range p.shadows {
+		if l.dormant {
+			continue
+		}
 		if l.hits >= float64(touches-2) {
 			t.Fatalf("after %d touches shadow %d holds %v hits, want them decayed", touches, s, l.hits)
 		}
@@ -917,4 +932,69 @@ func TestOutputClass(t *testing.T) {
 			t.Errorf("OutputClass(%d) = %d, want %d", c.tokens, got, c.want)
 		}
 	}
+}
+
+// TestAdaptiveDormantClassShadow: the default policy's class candidate
+// sleeps while no class is low (a tier that gives no classes never pays for
+// it) and, once one is found low, wakes holding exactly what its twin (the
+// same ranking without classes) holds, with its hits, and from then on
+// takes every touch. Driven with and without classes, it must behave as if
+// it had been awake throughout: a copy run with the class candidate's twin
+// check disabled (always awake) keeps the same keys in that lane.
+func TestAdaptiveDormantClassShadow(t *testing.T) {
+	const capacity = 64
+	p := mustNew(t, Adaptive, capacity).(*adaptive)
+	cls := -1
+	for s := range p.shadows {
+		if p.shadows[s].class {
+			cls = s
+		}
+	}
+	if cls < 0 || !p.shadows[cls].dormant || p.shadows[cls].twin < 0 {
+		t.Fatalf("the default config has no dormant class shadow with a twin")
+	}
+	// Awake throughout: the same policy with the class shadow woken at once.
+	q := mustNew(t, Adaptive, capacity).(*adaptive)
+	q.wake(&q.shadows[cls])
+	rng := rand.New(rand.NewPCG(5, 6))
+	fresh := Key(1 << 20)
+	for step := range 40 * minPeriod {
+		var k Key
+		h := Hint{Class: 1}
+		if rng.IntN(3) == 0 {
+			fresh++ // class 2: new keys never seen again
+			k, h.Class = fresh, 2
+		} else {
+			k = Key(rng.IntN(4 * capacity))
+		}
+		for _, x := range []*adaptive{p, q} {
+			if x.Contains(k) {
+				x.AccessHint(k, h)
+			} else {
+				x.AddHint(k, h)
+			}
+			for x.Len() > capacity {
+				x.Evict(nil)
+			}
+		}
+		if p.shadows[cls].dormant {
+			if p.low[2] {
+				t.Fatalf("step %d: class 2 is low and the class shadow still sleeps", step)
+			}
+			continue
+		}
+		a, b := p.shadows[cls], q.shadows[cls]
+		if a.hits != b.hits || len(a.heap) != len(b.heap) {
+			t.Fatalf("step %d: woken shadow: %v hits, %d keys; awake throughout: %v hits, %d keys", step, a.hits, len(a.heap), b.hits, len(b.heap))
+		}
+		for _, i := range a.heap {
+			if q.entries[q.index[p.entries[i].key]].pos[b.slot] < 0 {
+				t.Fatalf("step %d: the woken shadow holds key %d, the one awake throughout does not", step, p.entries[i].key)
+			}
+		}
+	}
+	if p.shadows[cls].dormant {
+		t.Fatal("class 2 was never found low: the shadow never woke")
+	}
+	checkAdaptive(t, p)
 }
