@@ -247,7 +247,7 @@ type lane struct {
 	slot   int // the lane's index into entry.pos
 	rank   Ranking
 	window int64
-	class  bool    // Candidate.Class
+	class  bool // Candidate.Class
 	// twin, for a shadow with Class, is the shadow of the same ranking
 	// without it (-1: none). While no class is low the two hold the same
 	// keys, so the one with Class sleeps (dormant: it takes no touches,
@@ -257,8 +257,8 @@ type lane struct {
 	twin    int
 	dormant bool
 	heap    []int32 // entry indices, a min-heap by rank
-	hits   float64 // decayed prefix hits, shadows only
-	broken bool    // a shadow missed earlier in the current epoch's chain
+	hits    float64 // decayed prefix hits, shadows only
+	broken  bool    // a shadow missed earlier in the current epoch's chain
 }
 
 // adaptive is the Adaptive policy. Every key ever touched (up to the history
