@@ -3,6 +3,7 @@ package policy
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -243,4 +244,35 @@ func TestAdaptiveNoClassesAsEightCandidates(t *testing.T) {
 		}
 	}
 
+}
+
+// TestAdaptiveRelearnEdges checks the class rule where its arithmetic could
+// go wrong: no births at all (0/0), counts decayed to denormals and to
+// zero, huge counts, a class just below classMinBirths, and class 0, which
+// is never low however rarely it comes back.
+func TestAdaptiveRelearnEdges(t *testing.T) {
+	p := mustNew(t, Adaptive, 8).(*adaptive)
+	if p.relearn() || slices.Contains(p.low[:], true) {
+		t.Fatal("no births: a class was found low")
+	}
+	p.born[0], p.born[1], p.again[1] = 1e6, 1e6, 1e6 // class 0 never seen again
+	p.born[2], p.again[2] = classMinBirths-1e-9, 0   // too few births to judge
+	p.born[3], p.again[3] = math.MaxFloat64/4, 0     // huge: the totals stay finite
+	p.relearn()
+	if p.low[0] || !p.low[3] || p.low[2] || p.low[1] {
+		t.Fatalf("low classes %v %v %v %v; want class 3 only", p.low[0], p.low[1], p.low[2], p.low[3])
+	}
+	for step := 0; step < 20000; step++ { // decay through denormals to zero
+		p.relearn()
+		for c := range p.born {
+			if math.IsNaN(p.born[c]) || math.IsNaN(p.again[c]) || math.IsInf(p.born[c], 0) {
+				t.Fatalf("step %d: class %d counts %v, %v", step, c, p.born[c], p.again[c])
+			}
+		}
+	}
+	// ×0.9 rounds a count of a few denormal units back to itself, so the
+	// counts stop short of zero; they must still judge nothing.
+	if p.born[3] > 1e-300 || slices.Contains(p.low[:], true) {
+		t.Fatalf("after the counts decayed to %v, low classes remain: %v", p.born[3], p.low[:4])
+	}
 }
