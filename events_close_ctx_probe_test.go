@@ -12,15 +12,7 @@ import (
 // minute (a shutdown under a grace period would be killed first).
 func TestCloseContextBoundsLinger(t *testing.T) {
 	const linger = 30 * time.Second
-	m, err := New(Config{GPUBlocks: 2 * subqBlocks, BlockTokens: subqBlockTokens, ReadDeadlineBase: time.Minute,
-		Events: &EventsConfig{Endpoint: "tcp://*:0", Topic: "kv", SubscriberQueue: 1, Linger: linger}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	stuck := stuckSubscriber(t, ctx, m)
-	defer stuck.Close()
+	m, _ := withStuckSubscriber(t, linger)
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), time.Second)
 	defer cancelClose()
 	start := time.Now()

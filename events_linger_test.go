@@ -21,15 +21,7 @@ func TestEventsLinger(t *testing.T) {
 	}
 
 	const linger = 2 * time.Second
-	m, err := New(Config{GPUBlocks: 2 * subqBlocks, BlockTokens: subqBlockTokens, ReadDeadlineBase: time.Minute,
-		Events: &EventsConfig{Endpoint: "tcp://*:0", Topic: "kv", SubscriberQueue: 1, Linger: linger}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	stuck := stuckSubscriber(t, ctx, m)
-	defer stuck.Close()
+	m, ctx := withStuckSubscriber(t, linger)
 	start := time.Now()
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -37,4 +29,21 @@ func TestEventsLinger(t *testing.T) {
 	if took := time.Since(start); took < linger || took > linger+time.Minute {
 		t.Fatalf("Close with a stuck subscriber took %v, want at least the Linger of %v (and no hang)", took, linger)
 	}
+}
+
+// withStuckSubscriber returns a Manager publishing KV events with the given
+// Linger and one subscriber whose writer is stuck on a full connection,
+// and a context of two minutes for the test; both end with the test.
+func withStuckSubscriber(t *testing.T, linger time.Duration) (*Manager, context.Context) {
+	t.Helper()
+	m, err := New(Config{GPUBlocks: 2 * subqBlocks, BlockTokens: subqBlockTokens, ReadDeadlineBase: time.Minute,
+		Events: &EventsConfig{Endpoint: "tcp://*:0", Topic: "kv", SubscriberQueue: 1, Linger: linger}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	stuck := stuckSubscriber(t, ctx, m)
+	t.Cleanup(func() { stuck.Close() })
+	return m, ctx
 }

@@ -50,20 +50,7 @@ func TestReportClassTiming(t *testing.T) {
 	if os.Getenv("KVTIER_CACHESIM_REPORT") != "1" {
 		t.Skip("set KVTIER_CACHESIM_REPORT=1 to print the class-timing table")
 	}
-	type workload struct {
-		name string
-		reqs []trace.Request
-	}
-	var ws []workload
-	for _, f := range []string{"conversation", "synthetic"} {
-		r := readShared(t, f+"_trace.jsonl")
-		ws = append(ws, workload{f, r}, workload{f + " first half", r[:len(r)/2]}, workload{f + " second half", r[len(r)/2:]})
-	}
-	for seed := uint64(1); seed <= 3; seed++ {
-		ws = append(ws, workload{fmt.Sprintf("generated, seed %d", seed), synthetic(t, func(c *trace.SyntheticConfig) {
-			c.Seed, c.Sessions = seed, 1500
-		})})
-	}
+	ws := heldOutWorkloads(t)
 	variants := []string{"arrival", "none", "previous", "shuffled"}
 	relabel := func(reqs []trace.Request, v string) []trace.Request {
 		out := make([]trace.Request, len(reqs))

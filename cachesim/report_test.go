@@ -127,20 +127,7 @@ func TestReportAdaptiveHeldOut(t *testing.T) {
 	if os.Getenv("KVTIER_CACHESIM_REPORT") != "1" {
 		t.Skip("set KVTIER_CACHESIM_REPORT=1 to print the held-out table")
 	}
-	type workload struct {
-		name string
-		reqs []trace.Request
-	}
-	var ws []workload
-	for _, f := range []string{"conversation", "synthetic"} {
-		r := readShared(t, f+"_trace.jsonl")
-		ws = append(ws, workload{f, r}, workload{f + " first half", r[:len(r)/2]}, workload{f + " second half", r[len(r)/2:]})
-	}
-	for seed := uint64(1); seed <= 3; seed++ {
-		ws = append(ws, workload{fmt.Sprintf("generated, seed %d", seed), synthetic(t, func(c *trace.SyntheticConfig) {
-			c.Seed, c.Sessions = seed, 1500
-		})})
-	}
+	ws := heldOutWorkloads(t)
 	var below []string
 	t.Logf("| workload | capacity | best classic | adaptive | adaptive/best |")
 	for _, w := range ws {
@@ -259,4 +246,27 @@ func TestReportClassReuse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// workload is a named request sequence of the held-out reports.
+type workload struct {
+	name string
+	reqs []trace.Request
+}
+
+// heldOutWorkloads are the workloads of TestReportAdaptiveHeldOut: both
+// shared traces, each one's first and second half, and three generated
+// workloads (1,500 sessions, seeds 1-3).
+func heldOutWorkloads(t *testing.T) []workload {
+	var ws []workload
+	for _, f := range []string{"conversation", "synthetic"} {
+		r := readShared(t, f+"_trace.jsonl")
+		ws = append(ws, workload{f, r}, workload{f + " first half", r[:len(r)/2]}, workload{f + " second half", r[len(r)/2:]})
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		ws = append(ws, workload{fmt.Sprintf("generated, seed %d", seed), synthetic(t, func(c *trace.SyntheticConfig) {
+			c.Seed, c.Sessions = seed, 1500
+		})})
+	}
+	return ws
 }
