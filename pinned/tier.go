@@ -352,7 +352,7 @@ func (t *Tier) OffloadDone(m *messages.OffloadDone) {
 			continue
 		}
 		if m.Err == nil {
-			t.pool.Commit(s)
+			t.pool.CommitClass(s, t.slotClass(s)) // granted by Offer: its chain is this block's
 			added = append(added, m.Hashes[i])
 		} else {
 			t.pool.Abort(s)
