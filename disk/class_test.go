@@ -45,6 +45,9 @@ func TestWriteClassReachesPolicy(t *testing.T) {
 	if _, ok := log.hints[2]; ok || !log.plain[2] {
 		t.Fatalf("block 2, of no class, reached the policy with hint %+v, want a plain Add", log.hints[2])
 	}
+	if n := s.Stats().ClassHints; n != 1 {
+		t.Fatalf("%d class hints counted, want 1", n)
+	}
 	mustClose(t, s)
 
 	s, _ = mustOpen(t, cfg)

@@ -301,6 +301,7 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 	sl.payloadLen = op.n
 	if c := sl.meta.Class; c != 0 && s.hinted != nil {
 		s.hinted.AddHint(sl.meta.Hash, policy.Hint{Class: c})
+		s.stats.ClassHints++
 	} else {
 		s.pol.Add(sl.meta.Hash)
 	}

@@ -80,8 +80,8 @@ func TestPoolCommitClass(t *testing.T) {
 	}
 	p.CommitClass(s, 3)
 	mustCheck(t, p)
-	if log.hints[9] != (policy.Hint{Class: 3}) {
-		t.Fatalf("hint %+v, want Class 3", log.hints[9])
+	if log.hints[9] != (policy.Hint{Class: 3}) || p.Stats().ClassHints != 1 {
+		t.Fatalf("hint %+v, %d class hints counted, want Class 3 and 1", log.hints[9], p.Stats().ClassHints)
 	}
 
 	plain := newPool(t, 2, 64, policy.LRU) // LRU reads no hints
@@ -91,7 +91,7 @@ func TestPoolCommitClass(t *testing.T) {
 	}
 	plain.CommitClass(s, 3)
 	mustCheck(t, plain)
-	if _, ok := plain.Lookup(9); !ok {
-		t.Fatal("committed block not resident")
+	if _, ok := plain.Lookup(9); !ok || plain.Stats().ClassHints != 0 {
+		t.Fatalf("committed block resident: %v, %d class hints counted, want none", ok, plain.Stats().ClassHints)
 	}
 }

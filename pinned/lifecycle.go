@@ -49,6 +49,7 @@ func (p *Pool) CommitClass(slot int, class uint8) {
 	p.setState(int32(slot), StateResident)
 	if p.hinted != nil && class != 0 {
 		p.hinted.AddHint(s.key, policy.Hint{Class: class})
+		p.classHints++
 	} else {
 		p.pol.Add(s.key)
 	}

@@ -39,7 +39,7 @@ type Pool struct {
 
 	evictable func(Key) bool // bound once so Evict does not allocate
 
-	hits, misses, evictions uint64
+	hits, misses, evictions, classHints uint64
 }
 
 // New validates cfg, allocates the pool's memory and returns a pool with
