@@ -31,8 +31,15 @@ func diskConfig(t *testing.T, dir string) Config {
 // until a is only on disk.
 func pushDown(t *testing.T, m *Manager, a []int64) {
 	t.Helper()
+	pushDownReq(t, m, AllocRequest{Seq: 1, Tokens: a})
+}
+
+// pushDownReq is pushDown of req (sequence 1, its Tokens a).
+func pushDownReq(t *testing.T, m *Manager, req AllocRequest) {
+	t.Helper()
 	ctx := context.Background()
-	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	a := req.Tokens
+	r, err := m.Allocate(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}

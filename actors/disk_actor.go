@@ -460,6 +460,7 @@ func (a *DiskActor) snapshot() messages.TierStats {
 			"verify_mismatch": float64(st.VerifyMismatch),
 			"displaced":       float64(st.Displaced),
 			"misses_observed": float64(st.MissesObserved),
+			"class_hints":     float64(st.ClassHints),
 			"read_errors":     float64(st.ReadErrors.Total()),
 			"write_errors":    float64(st.WriteErrors.Total()),
 			"write_enospc":    float64(st.WriteErrors.ENOSPC),

@@ -124,6 +124,7 @@ type diskEnv struct {
 	index   *actor.PID
 	updates chan *messages.IndexUpdate
 	pid     *actor.PID
+	store   *disk.Store      // the actor's, read only once it stopped
 	clock   func() time.Time // the actor's Clock (nil: time.Now)
 	// writeFault is the actor's DiskConfig.writeFault, read at start.
 	writeFault func(hash uint64)
@@ -186,6 +187,7 @@ func (e *diskEnv) start() {
 	if err != nil {
 		e.t.Fatalf("disk.Open: %v", err)
 	}
+	e.store = st
 	updates := make(chan *messages.IndexUpdate, 1024)
 	e.updates = updates
 	e.index = e.sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {

@@ -81,7 +81,7 @@ func (a *DiskActor) write(ctx actor.Context, m *messages.LowerWrite) {
 			continue
 		}
 		op, err := a.store.PlanWrite(disk.Meta{
-			Hash: it.Hash, Parent: it.Parent, Namespace: it.Namespace, Tokens: it.Tokens, Digest: it.Digest, Chain: chainOf(&it),
+			Hash: it.Hash, Parent: it.Parent, Namespace: it.Namespace, Tokens: it.Tokens, Digest: it.Digest, Chain: chainOf(&it), Class: it.Class,
 		})
 		switch {
 		case errors.Is(err, disk.ErrExists):

@@ -74,6 +74,11 @@ type Meta struct {
 	// for a record with none (written by older code, or a LoRA name too
 	// long to fit) or a corrupt one (OpenReport.BadChains).
 	Chain *Chain
+	// Class is the class of the request whose commit first published the
+	// block (policy.Hint.Class, 0 unknown), which a policy that reads hints
+	// (policy.Adaptive) learns from when the write lands. It is not
+	// recorded on disk: a record Open found has Class 0.
+	Class uint8
 }
 
 // Chain is what KV events say of a block besides its hash: whether it has

@@ -85,6 +85,9 @@ type Stats struct {
 	BytesWritten, BytesRead int64
 	// MissesObserved counts the misses Miss passed to the eviction policy.
 	MissesObserved int64
+	// ClassHints counts the writes that landed with a class
+	// (Meta.Class) the eviction policy read (policy.Hinted).
+	ClassHints int64
 	// NextGeneration is the generation the next planned write gets.
 	NextGeneration uint64
 }

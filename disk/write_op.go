@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/kvtier/kvtier/policy"
+
 	"go.uber.org/zap"
 )
 
@@ -297,7 +299,12 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 	sl.meta.Chain = nil
 	sl.state = slotLive
 	sl.payloadLen = op.n
-	s.pol.Add(sl.meta.Hash)
+	if c := sl.meta.Class; c != 0 && s.hinted != nil {
+		s.hinted.AddHint(sl.meta.Hash, policy.Hint{Class: c})
+		s.stats.ClassHints++
+	} else {
+		s.pol.Add(sl.meta.Hash)
+	}
 	s.stats.Writes++
 	s.stats.BytesWritten += op.n
 	if invariants {

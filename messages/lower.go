@@ -35,6 +35,11 @@ type LowerWriteItem struct {
 	HasParent bool
 	TokenIDs  []int64
 	LoRA      string
+	// Class is the chain's Class (messages.BlockChain.Class: the class of
+	// the request whose commit first published the block, 0 unknown), for
+	// the tier's eviction policy (policy.Hint.Class); metadata, never
+	// stored with the block.
+	Class uint8
 	// Digest is the block's prefix digest (SHA-256 chain over the
 	// namespace and every token of the prefix), stored with the block; a
 	// later LowerReadItem must name the same digest to be served it. Zero

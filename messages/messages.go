@@ -152,6 +152,17 @@ type AllocRequest struct {
 	// kvtier_tier_hit_blocks_total and _miss_blocks_total) keep what the
 	// first allocation found: a request's lookup counts once.
 	Again bool
+	// Class is the request's class for the lower tiers' eviction policies
+	// (policy.Hint.Class), 0 unknown: something the engine knows when it
+	// admits the request and that is the request's own, such as
+	// policy.OutputClass of its max_tokens, or an application or endpoint
+	// tag it maps to 1..255. The blocks this sequence's commits publish
+	// first carry it down the tiers (pinned memory, disk), whose policies
+	// learn per class how often such blocks are used again
+	// (policy.Adaptive); a block published first by another sequence keeps
+	// that one's class. An allocation of the same sequence again sets it
+	// anew. The GPU's own eviction order ignores it.
+	Class uint8
 }
 
 // AllocResult answers one AllocRequest.
@@ -557,6 +568,10 @@ type BlockChain struct {
 	HasParent bool
 	Tokens    []int64
 	LoRA      string // "" for the base model
+	// Class is the class (AllocRequest.Class) of the sequence whose commit
+	// first published the block, 0 unknown: metadata for the lower tiers'
+	// eviction policies (policy.Hint.Class), never used to serve.
+	Class uint8
 }
 
 // OffloadItem is one GPU block to write down, with the digest that identifies

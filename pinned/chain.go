@@ -42,11 +42,20 @@ func (t *Tier) lowerWriteItem(h uint64, slot int) messages.LowerWriteItem {
 	it := messages.LowerWriteItem{Hash: h, Slot: slot, Bytes: t.pool.Bytes(slot), Digest: t.digests[slot]}
 	if slot < len(t.chains) {
 		if c := &t.chains[slot]; c.set && c.digest == it.Digest {
-			it.Namespace, it.Tokens = c.namespace, c.tokens
+			it.Namespace, it.Tokens, it.Class = c.namespace, c.tokens, c.chain.Class
 			if c.chain.Tokens != nil {
 				it.Parent, it.HasParent, it.TokenIDs, it.LoRA = c.chain.Parent, c.chain.HasParent, c.chain.Tokens, c.chain.LoRA
 			}
 		}
 	}
 	return it
+}
+
+// slotClass is the class (messages.BlockChain.Class) the GPU gave the block
+// it was granted slot for, 0 when it gave none.
+func (t *Tier) slotClass(slot int) uint8 {
+	if slot < len(t.chains) && t.chains[slot].set {
+		return t.chains[slot].chain.Class
+	}
+	return 0
 }

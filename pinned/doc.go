@@ -21,7 +21,10 @@
 //     hit (or a miss); Release drops it. A slot with readers is never evicted;
 //     removing it dooms it until the last reader leaves.
 //   - Eviction: the pool orders Resident slots with a policy.Policy (Adaptive by
-//     default, or LRU, FIFO, S3-FIFO, ARC). Evict moves victims to Draining so the caller
+//     default, or LRU, FIFO, S3-FIFO, ARC); CommitClass tells one that reads
+//     hints (policy.Hinted) the class of the request that brought the block
+//     in, which the Tier takes from the GPU's offload (BlockChain.Class) and
+//     passes down with the block. Evict moves victims to Draining so the caller
 //     can copy their bytes to a lower tier before calling Free; EvictOne frees
 //     at once for a tier with nowhere to move them.
 //   - Checks: CheckInvariants walks all state. Building with -tags invariants

@@ -1,6 +1,10 @@
 package pinned
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/policy"
+)
 
 // Victim is a slot chosen by Evict: Key left the pool's index and policy,
 // and Slot is Draining until the caller frees it.
@@ -34,11 +38,21 @@ func (p *Pool) Reserve(k Key) (slot int, err error) {
 
 // Commit makes a Filling slot Resident: readable, findable by its key and
 // ordered by the policy. The writer must be done with the bytes. It panics
-// if slot is not Filling.
-func (p *Pool) Commit(slot int) {
+// if slot is not Filling. It is CommitClass with class 0 (unknown).
+func (p *Pool) Commit(slot int) { p.CommitClass(slot, 0) }
+
+// CommitClass is Commit of a block whose class (policy.Hint.Class: that of
+// the request that brought it in, 0 unknown) the policy learns from, when
+// it reads hints (policy.Hinted, as policy.Adaptive does).
+func (p *Pool) CommitClass(slot int, class uint8) {
 	s := p.inState(slot, StateFilling, "Commit")
 	p.setState(int32(slot), StateResident)
-	p.pol.Add(s.key)
+	if p.hinted != nil && class != 0 {
+		p.hinted.AddHint(s.key, policy.Hint{Class: class})
+		p.classHints++
+	} else {
+		p.pol.Add(s.key)
+	}
 	p.checkAfter("Commit")
 }
 

@@ -18,6 +18,9 @@ type Stats struct {
 	Hits      uint64 // Acquire calls that found a Resident key
 	Misses    uint64 // Acquire calls that did not
 	Evictions uint64 // victims chosen by Evict and EvictOne
+	// ClassHints counts the blocks CommitClass gave the policy with a
+	// class (policy.Hint.Class), when the policy reads hints.
+	ClassHints uint64
 
 	Locked bool // memory is locked in RAM
 }
@@ -40,6 +43,7 @@ func (p *Pool) Stats() Stats {
 		Hits:        p.hits,
 		Misses:      p.misses,
 		Evictions:   p.evictions,
+		ClassHints:  p.classHints,
 		Locked:      p.locked,
 	}
 }

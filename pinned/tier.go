@@ -352,7 +352,7 @@ func (t *Tier) OffloadDone(m *messages.OffloadDone) {
 			continue
 		}
 		if m.Err == nil {
-			t.pool.Commit(s)
+			t.pool.CommitClass(s, t.slotClass(s)) // granted by Offer: its chain is this block's
 			added = append(added, m.Hashes[i])
 		} else {
 			t.pool.Abort(s)
@@ -693,7 +693,7 @@ func (t *Tier) Stats() messages.TierStats {
 	s.BytesUsed = ps.BytesUsed
 	s.InFlight = t.inFlight
 	s.Extra = map[string]float64{"locked": b2f(ps.Locked), "resident": float64(ps.Resident),
-		"draining": float64(ps.Draining), "queued_offloads": float64(len(t.queue))}
+		"draining": float64(ps.Draining), "queued_offloads": float64(len(t.queue)), "class_hints": float64(ps.ClassHints)}
 	return s
 }
 

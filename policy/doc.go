@@ -29,9 +29,11 @@
 //     defaults the host tier to LRU; see Config.PinnedPolicy). It remembers ids
 //     after eviction (LRU-2 needs a block's previous use however long ago),
 //     uses Hints (chain depth, partial last block, request class) when its
-//     caller gives them (cachesim's replay does; the tiers below the GPU
-//     call Add and Access, since a block there is always full and its
-//     depth and request do not travel with it), learns per request class
+//     caller gives them (cachesim's replay gives all three; the tiers below
+//     the GPU give the class of the request whose commit first published a
+//     block, kvtier.AllocRequest.Class, with AddHint as the block lands, and
+//     no depth: a block there is always full and its depth does not travel
+//     with it), learns per request class
 //     how often a block first seen there comes back, and picks among a
 //     few rankings (AdaptiveConfig.Candidates) the one
 //     whose shadow cache of the tier's size got the most prefix hits

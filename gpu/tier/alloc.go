@@ -264,8 +264,9 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	out.Ready = &w.c
 	evictOp := t.offloadEvicted(w) // before the reused blocks' flags are reset
 	for _, id := range alloc.Blocks[alloc.HitBlocks:] {
-		t.flags[id], t.hits[id] = 0, 0
+		t.flags[id], t.hits[id], t.class[id] = 0, 0, 0
 	}
+	t.setSeqClass(blockpool.SeqID(r.Seq), r.Class)
 	// Hits are committed blocks only (the pool finds nothing else), so hot
 	// ones hold computed KV and may be written down.
 	if t.cfg.Ingestion == IngestHot {
@@ -677,8 +678,18 @@ func repeatedErr(seq uint64) error {
 // contents' flags to skip what is written down already.
 func (t *Tier) resetBlocks(ids []blockpool.BlockID) {
 	for _, id := range ids {
-		t.flags[id], t.hits[id] = 0, 0
+		t.flags[id], t.hits[id], t.class[id] = 0, 0, 0
 	}
+}
+
+// setSeqClass records seq's class (AllocRequest.Class), which its commits
+// give the blocks they publish first.
+func (t *Tier) setSeqClass(seq blockpool.SeqID, c uint8) {
+	if c == 0 {
+		delete(t.seqClass, seq)
+		return
+	}
+	t.seqClass[seq] = c
 }
 
 // appendOne appends it, parking it (w waits) while offloads ahead of need pin
@@ -718,7 +729,16 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 			continue
 		}
 		var was, now int
+		from := len(published)
 		published, was, now, res.Errs[i] = t.pool.CommitSpan(seq, it.Tokens, published)
+		if c := t.seqClass[seq]; c != 0 {
+			// The blocks this commit published first are the
+			// sequence's: a duplicate of a block published already
+			// is not among them and keeps its publisher's class.
+			for _, id := range published[from:] {
+				t.class[id] = c
+			}
+		}
 		if res.Errs[i] == nil {
 			t.sendDemand(seq, it.Tokens)
 			t.fenceWritten(seq, was, now, it.After)
@@ -878,6 +898,7 @@ func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatch
 		res.Errs[i] = t.pool.Deallocate(blockpool.SeqID(s))
 		if res.Errs[i] == nil {
 			delete(t.notReady, blockpool.SeqID(s)) // its loads end as the old sequence's
+			delete(t.seqClass, blockpool.SeqID(s))
 			t.demandFreed(blockpool.SeqID(s))
 		}
 	}

@@ -47,6 +47,7 @@ func (t *Tier) offloadEvicted(w *waiter) *offloadOp {
 		op.blocks = append(op.blocks, e.Block)
 		it := messages.OffloadItem{Hash: uint64(e.Hash), Digest: e.Digest, Tokens: t.bs}
 		ch.fill(&it, e.Parent, e.HasParent, e.NS, e.Tokens, nil)
+		it.Chain.Class = t.class[e.Block] // reset only after this offload (resetBlocks)
 		op.items = append(op.items, it)
 	}
 	if len(op.blocks) == 0 {
@@ -93,6 +94,7 @@ func (t *Tier) offloadResident(ids []blockpool.BlockID) {
 		if parent, hasParent, ns, ok := t.pool.BlockChain(id); ok {
 			ch.fill(&it, parent, hasParent, ns, nil, t.pool.BlockTokens(id))
 		}
+		it.Chain.Class = t.class[id]
 		op.items = append(op.items, it)
 	}
 	if len(op.blocks) > 0 {

@@ -102,6 +102,15 @@ type Tier struct {
 	spareReplies []Reply
 	flags        []uint8
 	hits         []uint16
+	// class holds, per block, the class (AllocRequest.Class) of the
+	// sequence whose commit first published the block's contents, for the
+	// tiers below to hand their eviction policies (BlockChain.Class); 0
+	// when unknown (loaded from below, or of a sequence with no class).
+	// Reset with flags when a block is taken for new contents.
+	class []uint8
+	// seqClass is, per sequence allocated with a class, that class: a
+	// reallocation of the same sequence sets it again, a free drops it.
+	seqClass map[blockpool.SeqID]uint8
 	// fence holds, per block, the fence of the last commit that covered
 	// tokens of it (fenceWritten): every copy that reads the block down,
 	// and every copy up into it after it was freed and taken again, waits
@@ -180,9 +189,9 @@ func New(cfg Config) *Tier {
 	}
 	return &Tier{
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
-		flags: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
+		flags: make([]uint8, n), class: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, orphans: map[*waiter]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
-		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
+		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, seqClass: map[blockpool.SeqID]uint8{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
 }
