@@ -432,7 +432,7 @@ func TestAdaptiveMissScoresShadows(t *testing.T) {
 	checkAdaptive(t, p)
 }
 
-// TestAdaptiveWithShadows runs the default policy (eight shadows, switching)
+// TestAdaptiveWithShadows runs the default policy (nine shadows, switching)
 // against a plain set: whatever ranking it uses, residency follows Add,
 // Remove and Evict (Miss admits nothing), victims pass the filter, and
 // every heap stays valid after every step. Few keys, so that missed keys
