@@ -157,3 +157,23 @@ func TestConfigRejects(t *testing.T) {
 		t.Error("MaxSeqTokens 0 rejects")
 	}
 }
+
+// TestRejectAfterPreemptionDropsTTFT: a request whose prompt fits but whose
+// output does not (MaxSeqTokens 0) samples its first token, preempts itself
+// and is rejected; Result.TTFT is over the served requests only, so it must
+// not keep the rejected one's time to first token.
+func TestRejectAfterPreemptionDropsTTFT(t *testing.T) {
+	f := newFakeCache(fakeConfig{gpuBlocks: 4, blockSize: 4})
+	reqs := []trace.Request{req(0, 14, 10, 0), req(1000, 8, 1, 100)}
+	res, err := Run(context.Background(), f, reqs, Config{CostModel: simpleCost()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests != 1 || res.Rejected != 1 {
+		t.Fatalf("served %d, rejected %d; want 1, 1", res.Requests, res.Rejected)
+	}
+	// One served request: every percentile is its TTFT.
+	if tt := res.TTFT; tt.P50 != tt.Max || tt.Mean != tt.Max {
+		t.Fatalf("TTFT %+v over one served request: percentiles differ, the rejected request's TTFT is in it", tt)
+	}
+}
