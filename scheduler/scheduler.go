@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -262,6 +263,13 @@ func (s *Scheduler) reject(q *sequence, rep *StepReport, need int) {
 	s.done++
 	s.m.res.Rejected++
 	s.m.res.RejectedPromptTokens += int64(q.prompt)
+	if q.firstOut {
+		// Rejected after a preemption: TTFT is over served requests only.
+		// Any entry equal to q's is as good as q's own.
+		if i := slices.Index(s.m.ttfts, q.ttft); i >= 0 {
+			s.m.ttfts = slices.Delete(s.m.ttfts, i, i+1)
+		}
+	}
 	rep.Rejected = append(rep.Rejected, q.id)
 }
 
@@ -285,8 +293,8 @@ func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *Step
 			continue // a prefill chunk that does not reach the end
 		}
 		if !q.firstOut {
-			q.firstOut = true
-			s.m.ttfts = append(s.m.ttfts, end-q.arrival)
+			q.firstOut, q.ttft = true, end-q.arrival
+			s.m.ttfts = append(s.m.ttfts, q.ttft)
 		}
 		q.generated++
 		s.m.sampled(end, 1)
