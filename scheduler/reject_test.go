@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -175,5 +176,55 @@ func TestRejectAfterPreemptionDropsTTFT(t *testing.T) {
 	// One served request: every percentile is its TTFT.
 	if tt := res.TTFT; tt.P50 != tt.Max || tt.Mean != tt.Max {
 		t.Fatalf("TTFT %+v over one served request: percentiles differ, the rejected request's TTFT is in it", tt)
+	}
+}
+
+// flushHeldCache holds the blocks a Free releases until the next Flush, as
+// a cache does whose tier writes of them are still in flight (schedcache
+// with Sync false): Allocate answers ErrNoBlocks meanwhile.
+type flushHeldCache struct {
+	*fakeCache
+	held    bool
+	flushes int
+}
+
+func (c *flushHeldCache) Allocate(ctx context.Context, reqs []AllocReq) ([]AllocOutcome, error) {
+	if !c.held {
+		return c.fakeCache.Allocate(ctx, reqs)
+	}
+	outs := make([]AllocOutcome, len(reqs))
+	for i := range outs {
+		outs[i].Err = fmt.Errorf("held: %w", ErrNoBlocks)
+	}
+	return outs, nil
+}
+
+func (c *flushHeldCache) Free(ctx context.Context, seqs []SeqID) error {
+	c.held = true
+	return c.fakeCache.Free(ctx, seqs)
+}
+
+func (c *flushHeldCache) Flush(ctx context.Context) error {
+	c.held = false
+	c.flushes++
+	return c.fakeCache.Flush(ctx)
+}
+
+// TestNoRejectWhileWritesInFlight: a request that fits, arriving when no
+// sequence runs but the cache still holds blocks for writes in flight, is
+// not rejected: nothing holds blocks only once the cache has flushed. The
+// demo with -sync=false rejected most of a trace whose requests all fit.
+func TestNoRejectWhileWritesInFlight(t *testing.T) {
+	for _, max := range []int{0, 16} {
+		c := &flushHeldCache{fakeCache: newFakeCache(fakeConfig{gpuBlocks: 4, blockSize: 4})}
+		reqs := []trace.Request{req(0, 8, 1, 0), req(1000, 8, 1, 100), req(2000, 100, 1, 200)}
+		res, err := Run(context.Background(), c, reqs, Config{CostModel: simpleCost(), MaxSeqTokens: max})
+		if err != nil {
+			t.Fatalf("MaxSeqTokens %d: %v", max, err)
+		}
+		want := 1 // the 100-token request never fits
+		if res.Requests != 2 || res.Rejected != want {
+			t.Fatalf("MaxSeqTokens %d: served %d, rejected %d; want 2, %d", max, res.Requests, res.Rejected, want)
+		}
 	}
 }
