@@ -31,6 +31,10 @@ type Scheduler struct {
 	// blocked is set when an admission got ErrNoBlocks and cleared when blocks
 	// are freed: until then admitting again would fail the same way.
 	blocked bool
+	// flushed is set when admission flushed the cache because its front
+	// candidate got ErrNoBlocks with no sequence admitted, and cleared by
+	// the next admission's outcome.
+	flushed bool
 	m       metrics
 
 	// per-step scratch
