@@ -228,3 +228,21 @@ func TestNoRejectWhileWritesInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectLastProgress: when the last requests are rejected, the last
+// Progress still says every request is finished or rejected, as it does
+// when the last one finishes (a progress bar ends full).
+func TestRejectLastProgress(t *testing.T) {
+	for _, max := range []int{0, 16} {
+		var last Progress
+		f := newFakeCache(fakeConfig{gpuBlocks: 4, blockSize: 4})
+		reqs := []trace.Request{req(0, 8, 1, 0), req(1000, 100, 1, 100)}
+		cfg := Config{CostModel: simpleCost(), MaxSeqTokens: max, Progress: func(p Progress) { last = p }}
+		if _, err := Run(context.Background(), f, reqs, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if last.Finished != 2 || last.Total != 2 {
+			t.Errorf("MaxSeqTokens %d: last progress %d/%d, want 2/2", max, last.Finished, last.Total)
+		}
+	}
+}
