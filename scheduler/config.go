@@ -126,8 +126,9 @@ type Config struct {
 	Salt func(i int, r trace.Request) string
 	// SeriesInterval is the width of one Result.Series bucket on the run's clock.
 	SeriesInterval time.Duration
-	// Progress, if set, is called after every step with the run's progress. It
-	// runs on the scheduler's goroutine and must not call the Scheduler.
+	// Progress, if set, is called after every step that computed or rejected
+	// requests, with the run's progress. It runs on the scheduler's goroutine
+	// and must not call the Scheduler.
 	Progress func(Progress)
 	// Logger receives debug events (preemptions, timeouts). nil: no logging.
 	Logger *zap.Logger

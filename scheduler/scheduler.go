@@ -183,6 +183,7 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	rep := StepReport{Start: now, End: now}
 	s.release(now, &rep)
 	if s.Done() {
+		s.progress(now)
 		return rep, nil // the last arrivals were all rejected
 	}
 	s.resolveLoads(now)
@@ -212,9 +213,15 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	if len(s.batch) == 0 && (preempted || s.Done()) {
 		// every runnable sequence was preempted: admit next step; or
 		// admission rejected the last requests
+		if len(rep.Rejected) > 0 {
+			s.progress(now)
+		}
 		return rep, nil
 	}
 	if len(s.batch) == 0 {
+		if len(rep.Rejected) > 0 {
+			s.progress(now)
+		}
 		rep.Idle = true
 		err := s.idle(ctx, now)
 		rep.End = s.clock.now()
@@ -234,10 +241,16 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	if err := s.finishStep(ctx, end, &rep); err != nil {
 		return rep, err
 	}
-	if s.cfg.Progress != nil {
-		s.cfg.Progress(Progress{Finished: s.done, Total: len(s.seqs), Now: end, Steps: s.m.res.Steps})
-	}
+	s.progress(end)
 	return rep, nil
+}
+
+// progress reports to Config.Progress, if set: after every computed step,
+// and after a step that only rejected requests.
+func (s *Scheduler) progress(now time.Duration) {
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(Progress{Finished: s.done, Total: len(s.seqs), Now: now, Steps: s.m.res.Steps})
+	}
 }
 
 // release moves every request that has arrived by now to the waiting queue,
