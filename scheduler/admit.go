@@ -18,8 +18,10 @@ import (
 // Cache.Free, counted in Result.Requeued) and stay behind it. After such a
 // failure admission waits until the scheduler has freed blocks (a finish or a
 // preemption): the Cache is assumed to serve this scheduler alone. A front
-// candidate that gets ErrNoBlocks while no sequence holds blocks can never
-// fit: it is rejected and admission goes on with the next.
+// candidate that gets ErrNoBlocks while no sequence holds blocks is tried
+// again after a Cache.Flush (tier writes in flight may still hold blocks
+// freed a moment ago); if it fails again it can never fit: it is rejected
+// and admission goes on with the next.
 func (s *Scheduler) admit(ctx context.Context, now time.Duration, budget *int, rep *StepReport) error {
 	for {
 		again, err := s.admitOnce(ctx, now, budget, rep)
@@ -83,13 +85,24 @@ func (s *Scheduler) admitOnce(ctx context.Context, now time.Duration, budget *in
 		n = firstFail
 		s.blocked = true
 		if n == 0 && len(s.running) == 0 {
+			if !s.flushed {
+				// Blocks freed a moment ago may still be held by tier
+				// writes in flight: let them land, then try again.
+				if err := s.cache.Flush(ctx); err != nil {
+					return false, fmt.Errorf("scheduler: flush before rejecting sequence %d: %w", s.nw[0].id, err)
+				}
+				s.flushed, s.blocked = true, false
+				return true, nil
+			}
 			// Nothing else holds blocks: it can never fit.
+			s.flushed = false
 			q := s.waiting.popFront()
 			s.reject(q, rep, len(q.tokens))
 			s.blocked = false
 			return true, nil
 		}
 	}
+	s.flushed = false
 	for i := range n {
 		q := s.waiting.popFront()
 		o := outs[i]

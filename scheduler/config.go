@@ -119,15 +119,17 @@ type Config struct {
 	// is rejected when it arrives (Result.Rejected), as vLLM rejects a prompt
 	// longer than max_model_len, and the others are served. With 0 the
 	// scheduler still rejects a request that gets ErrNoBlocks while no other
-	// sequence holds blocks, but only once the sequences ahead of it have
-	// finished: admission is first come, first served.
+	// sequence holds blocks, even after a Cache.Flush, but only once the
+	// sequences ahead of it have finished: admission is first come, first
+	// served.
 	MaxSeqTokens int
 	// Salt, if set, gives request i (trace order) its tenant salt.
 	Salt func(i int, r trace.Request) string
 	// SeriesInterval is the width of one Result.Series bucket on the run's clock.
 	SeriesInterval time.Duration
-	// Progress, if set, is called after every step with the run's progress. It
-	// runs on the scheduler's goroutine and must not call the Scheduler.
+	// Progress, if set, is called after every step that computed or rejected
+	// requests, with the run's progress. It runs on the scheduler's goroutine
+	// and must not call the Scheduler.
 	Progress func(Progress)
 	// Logger receives debug events (preemptions, timeouts). nil: no logging.
 	Logger *zap.Logger

@@ -39,7 +39,9 @@
 // rejects a request longer than its max_model_len, and the run goes on: it is
 // rejected on arrival when it needs more than Config.MaxSeqTokens, or when it
 // gets ErrNoBlocks at the front of the queue while no other sequence holds
-// blocks. Result.Rejected counts it; it is in no served figure.
+// blocks, and again after a Cache.Flush has let the tier writes in flight
+// release theirs. Result.Rejected counts it; it is in no served figure, nor
+// in Result.TTFT if it was rejected after a preemption.
 //
 // A prefix hit is never recomputed, except that the last prompt token always is,
 // to sample the first output token. A sequence whose prefix loads from a lower

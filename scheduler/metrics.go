@@ -23,7 +23,7 @@ type Result struct {
 	// RejectedPromptTokens their prompt tokens. They are in no other count,
 	// except that one rejected after a preemption (its prompt fitted, its
 	// output did not: only with MaxSeqTokens 0) keeps what its earlier
-	// admissions and output tokens counted.
+	// admissions and output tokens counted, but not its TTFT.
 	Rejected             int
 	RejectedPromptTokens int64
 	AdmittedTokens       int64 // tokens presented to Cache.Allocate, over all admissions that resolved

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -155,5 +156,93 @@ func TestConfigRejects(t *testing.T) {
 	}
 	if (Config{}).Rejects(req(0, 1<<20, 1, 0)) {
 		t.Error("MaxSeqTokens 0 rejects")
+	}
+}
+
+// TestRejectAfterPreemptionDropsTTFT: a request whose prompt fits but whose
+// output does not (MaxSeqTokens 0) samples its first token, preempts itself
+// and is rejected; Result.TTFT is over the served requests only, so it must
+// not keep the rejected one's time to first token.
+func TestRejectAfterPreemptionDropsTTFT(t *testing.T) {
+	f := newFakeCache(fakeConfig{gpuBlocks: 4, blockSize: 4})
+	reqs := []trace.Request{req(0, 14, 10, 0), req(1000, 8, 1, 100)}
+	res, err := Run(context.Background(), f, reqs, Config{CostModel: simpleCost()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests != 1 || res.Rejected != 1 {
+		t.Fatalf("served %d, rejected %d; want 1, 1", res.Requests, res.Rejected)
+	}
+	// One served request: every percentile is its TTFT.
+	if tt := res.TTFT; tt.P50 != tt.Max || tt.Mean != tt.Max {
+		t.Fatalf("TTFT %+v over one served request: percentiles differ, the rejected request's TTFT is in it", tt)
+	}
+}
+
+// flushHeldCache holds the blocks a Free releases until the next Flush, as
+// a cache does whose tier writes of them are still in flight (schedcache
+// with Sync false): Allocate answers ErrNoBlocks meanwhile.
+type flushHeldCache struct {
+	*fakeCache
+	held    bool
+	flushes int
+}
+
+func (c *flushHeldCache) Allocate(ctx context.Context, reqs []AllocReq) ([]AllocOutcome, error) {
+	if !c.held {
+		return c.fakeCache.Allocate(ctx, reqs)
+	}
+	outs := make([]AllocOutcome, len(reqs))
+	for i := range outs {
+		outs[i].Err = fmt.Errorf("held: %w", ErrNoBlocks)
+	}
+	return outs, nil
+}
+
+func (c *flushHeldCache) Free(ctx context.Context, seqs []SeqID) error {
+	c.held = true
+	return c.fakeCache.Free(ctx, seqs)
+}
+
+func (c *flushHeldCache) Flush(ctx context.Context) error {
+	c.held = false
+	c.flushes++
+	return c.fakeCache.Flush(ctx)
+}
+
+// TestNoRejectWhileWritesInFlight: a request that fits, arriving when no
+// sequence runs but the cache still holds blocks for writes in flight, is
+// not rejected: nothing holds blocks only once the cache has flushed. The
+// demo with -sync=false rejected most of a trace whose requests all fit.
+func TestNoRejectWhileWritesInFlight(t *testing.T) {
+	for _, max := range []int{0, 16} {
+		c := &flushHeldCache{fakeCache: newFakeCache(fakeConfig{gpuBlocks: 4, blockSize: 4})}
+		reqs := []trace.Request{req(0, 8, 1, 0), req(1000, 8, 1, 100), req(2000, 100, 1, 200)}
+		res, err := Run(context.Background(), c, reqs, Config{CostModel: simpleCost(), MaxSeqTokens: max})
+		if err != nil {
+			t.Fatalf("MaxSeqTokens %d: %v", max, err)
+		}
+		want := 1 // the 100-token request never fits
+		if res.Requests != 2 || res.Rejected != want {
+			t.Fatalf("MaxSeqTokens %d: served %d, rejected %d; want 2, %d", max, res.Requests, res.Rejected, want)
+		}
+	}
+}
+
+// TestRejectLastProgress: when the last requests are rejected, the last
+// Progress still says every request is finished or rejected, as it does
+// when the last one finishes (a progress bar ends full).
+func TestRejectLastProgress(t *testing.T) {
+	for _, max := range []int{0, 16} {
+		var last Progress
+		f := newFakeCache(fakeConfig{gpuBlocks: 4, blockSize: 4})
+		reqs := []trace.Request{req(0, 8, 1, 0), req(1000, 100, 1, 100)}
+		cfg := Config{CostModel: simpleCost(), MaxSeqTokens: max, Progress: func(p Progress) { last = p }}
+		if _, err := Run(context.Background(), f, reqs, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if last.Finished != 2 || last.Total != 2 {
+			t.Errorf("MaxSeqTokens %d: last progress %d/%d, want 2/2", max, last.Finished, last.Total)
+		}
 	}
 }

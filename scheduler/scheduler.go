@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,6 +31,10 @@ type Scheduler struct {
 	// blocked is set when an admission got ErrNoBlocks and cleared when blocks
 	// are freed: until then admitting again would fail the same way.
 	blocked bool
+	// flushed is set when admission flushed the cache because its front
+	// candidate got ErrNoBlocks with no sequence admitted, and cleared by
+	// the next admission's outcome.
+	flushed bool
 	m       metrics
 
 	// per-step scratch
@@ -178,6 +183,7 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	rep := StepReport{Start: now, End: now}
 	s.release(now, &rep)
 	if s.Done() {
+		s.progress(now)
 		return rep, nil // the last arrivals were all rejected
 	}
 	s.resolveLoads(now)
@@ -207,9 +213,15 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	if len(s.batch) == 0 && (preempted || s.Done()) {
 		// every runnable sequence was preempted: admit next step; or
 		// admission rejected the last requests
+		if len(rep.Rejected) > 0 {
+			s.progress(now)
+		}
 		return rep, nil
 	}
 	if len(s.batch) == 0 {
+		if len(rep.Rejected) > 0 {
+			s.progress(now)
+		}
 		rep.Idle = true
 		err := s.idle(ctx, now)
 		rep.End = s.clock.now()
@@ -229,10 +241,16 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 	if err := s.finishStep(ctx, end, &rep); err != nil {
 		return rep, err
 	}
-	if s.cfg.Progress != nil {
-		s.cfg.Progress(Progress{Finished: s.done, Total: len(s.seqs), Now: end, Steps: s.m.res.Steps})
-	}
+	s.progress(end)
 	return rep, nil
+}
+
+// progress reports to Config.Progress, if set: after every computed step,
+// and after a step that only rejected requests.
+func (s *Scheduler) progress(now time.Duration) {
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(Progress{Finished: s.done, Total: len(s.seqs), Now: now, Steps: s.m.res.Steps})
+	}
 }
 
 // release moves every request that has arrived by now to the waiting queue,
@@ -262,6 +280,13 @@ func (s *Scheduler) reject(q *sequence, rep *StepReport, need int) {
 	s.done++
 	s.m.res.Rejected++
 	s.m.res.RejectedPromptTokens += int64(q.prompt)
+	if q.firstOut {
+		// Rejected after a preemption: TTFT is over served requests only.
+		// Any entry equal to q's is as good as q's own.
+		if i := slices.Index(s.m.ttfts, q.ttft); i >= 0 {
+			s.m.ttfts = slices.Delete(s.m.ttfts, i, i+1)
+		}
+	}
 	rep.Rejected = append(rep.Rejected, q.id)
 }
 
@@ -285,8 +310,8 @@ func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *Step
 			continue // a prefill chunk that does not reach the end
 		}
 		if !q.firstOut {
-			q.firstOut = true
-			s.m.ttfts = append(s.m.ttfts, end-q.arrival)
+			q.firstOut, q.ttft = true, end-q.arrival
+			s.m.ttfts = append(s.m.ttfts, q.ttft)
 		}
 		q.generated++
 		s.m.sampled(end, 1)

@@ -24,12 +24,13 @@ type sequence struct {
 	target  int     // output tokens to produce
 	phase   phase
 
-	generated int  // output tokens sampled
-	computed  int  // leading tokens whose KV is computed or loaded
-	allocated int  // leading tokens the cache holds blocks for
-	fill      int  // len(tokens) at the last admission: computing up to it is prefill
-	firstOut  bool // the first output token has been sampled
-	resolved  bool // an admission's prefix was counted: each one counted since is a readmission's
+	generated int           // output tokens sampled
+	computed  int           // leading tokens whose KV is computed or loaded
+	allocated int           // leading tokens the cache holds blocks for
+	fill      int           // len(tokens) at the last admission: computing up to it is prefill
+	firstOut  bool          // the first output token has been sampled
+	ttft      time.Duration // arrival to the first output token, once firstOut
+	resolved  bool          // an admission's prefix was counted: each one counted since is a readmission's
 
 	admitted time.Duration
 	order    uint64 // admission counter: higher is more recent

@@ -47,7 +47,8 @@ type outcome struct {
 // (-block-tokens a multiple of -trace-block-tokens), and a cache of blocks
 // smaller than the trace's ids can keep part of an id and hit it (the
 // other way round; OPT over the ids, with the capacity floored to whole ids,
-// fell below what such a cache can get).
+// fell below what such a cache can get). A prompt's partly filled last block
+// is no hit either: the Manager caches full blocks only.
 //
 // The requests out rejected are left out: the hit ratio is over the served
 // requests, and OPT over the same ones.
@@ -56,8 +57,16 @@ func optBound(o options, out outcome, reqs []trace.Request) cachesim.Result {
 	blocks := out.gpu + out.pinned + out.disk
 	unit := gcd(o.blockTokens, o.traceBlockTokens)
 	units := splitIDs(cachesim.PrefixIDs(reqs), o.traceBlockTokens, unit)
-	return cachesim.OPT(cachesim.PrefixBlocks(units, o.blockTokens/unit), blocks,
-		cachesim.Options{BlockTokens: o.blockTokens})
+	cache := cachesim.PrefixBlocks(units, o.blockTokens/unit)
+	for i, r := range reqs {
+		// A partly filled last block is never cached: give it an id of
+		// its own (PrefixIDs' are >= 0), so that OPT never counts it a hit.
+		tokens := min(r.InputLength, len(r.HashIDs)*o.traceBlockTokens)
+		if ids := cache[i].HashIDs; tokens%o.blockTokens != 0 && len(ids) > 0 {
+			ids[len(ids)-1] = -int64(i) - 1
+		}
+	}
+	return cachesim.OPT(cache, blocks, cachesim.Options{BlockTokens: o.blockTokens})
 }
 
 // withoutIndices returns reqs less the requests at the indices drop (reqs
