@@ -67,3 +67,14 @@ func TestCapacityHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestBlocksAndTokensSingular: a count of one reads "1 block", not "1
+// blocks" (the header of a run with -write-quota 1; review of 2026-11-27).
+func TestBlocksAndTokensSingular(t *testing.T) {
+	o := options{blockTokens: 1}
+	for n, want := range map[int]string{0: "0 blocks (0 tokens)", 1: "1 block (1 token)", 2: "2 blocks (2 tokens)"} {
+		if got := blocksAndTokens(n, o); got != want {
+			t.Errorf("blocksAndTokens(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

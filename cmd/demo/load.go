@@ -95,7 +95,7 @@ func timeScaleFor(w offered, load float64) float64 {
 // load it offers.
 func (w offered) describe(timeScale, load float64, auto bool) string {
 	if w.Span <= 0 {
-		return fmt.Sprintf("every request arrives at once: the trace has no arrival rate for -load or -time-scale to scale\n"+
+		return fmt.Sprintf("every request that can run arrives at once, or there is one at most: no arrival rate for -load or -time-scale to scale\n"+
 			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched, cost model below), all at time 0",
 			w.Prefill.Seconds(), w.Decode.Seconds())
 	}

@@ -180,9 +180,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	return nil
 }
 
-// blocksAndTokens reads "n blocks (n x -block-tokens tokens)".
+// blocksAndTokens reads "n blocks (n x -block-tokens tokens)", singular
+// where a count is one.
 func blocksAndTokens(n int, o options) string {
-	return fmt.Sprintf("%s blocks (%s tokens)", commas(int64(n)), commas(int64(n)*int64(o.blockTokens)))
+	t := int64(n) * int64(o.blockTokens)
+	return fmt.Sprintf("%s %s (%s %s)", commas(int64(n)), plural(int64(n), "block"), commas(t), plural(t, "token"))
+}
+
+// plural returns word, with an s unless n is one.
+func plural(n int64, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // capacityLine gives, for the header, every capacity and quota counted in

@@ -336,7 +336,7 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 // scale, and says so, as offered.describe does for the single-node run.
 func fleetArrivals(w offered, scale float64, n int, load float64, autoScale bool) string {
 	if w.Span <= 0 {
-		return fmt.Sprintf("every request arrives at once: the trace has no arrival rate for -load or -time-scale to scale\n"+
+		return fmt.Sprintf("every request that can run arrives at once, or there is one at most: no arrival rate for -load or -time-scale to scale\n"+
 			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched), all at time 0, split across %d replicas",
 			w.Prefill.Seconds(), w.Decode.Seconds(), n)
 	}

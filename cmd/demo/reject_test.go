@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/trace"
 )
@@ -108,7 +109,7 @@ func TestFleetAtOnceAndRejected(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	s := out.String()
-	for _, want := range []string{"every request arrives at once", "1 request can never fit in the GPU", "rejected requests (never fit)"} {
+	for _, want := range []string{"every request that can run arrives at once", "1 request can never fit in the GPU", "rejected requests (never fit)"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
@@ -151,5 +152,16 @@ func TestNoRejectWithoutSync(t *testing.T) {
 				t.Errorf("-onboard %s, %s: served %d, rejected %d; every request fits", onboard, c.Name, c.Requests, c.RejectedRequests)
 			}
 		}
+	}
+}
+
+// TestHeaderAllButOneRejected: when every request but one can never fit,
+// the offered work covers the one that can run, which has no span; the
+// header must not say that every request of the trace arrives at once
+// (they arrive 100 ms apart; review of 2026-11-27).
+func TestHeaderAllButOneRejected(t *testing.T) {
+	got := offered{Prefill: time.Second}.describe(1, 0.8, true)
+	if strings.Contains(got, "every request arrives at once") || !strings.Contains(got, "every request that can run arrives at once, or there is one at most") {
+		t.Errorf("header %q: want it to speak of the requests that can run", got)
 	}
 }
