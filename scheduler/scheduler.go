@@ -210,17 +210,14 @@ func (s *Scheduler) Step(ctx context.Context) (StepReport, error) {
 			return rep, err
 		}
 	}
-	if len(s.batch) == 0 && (preempted || s.Done()) {
-		// every runnable sequence was preempted: admit next step; or
-		// admission rejected the last requests
-		if len(rep.Rejected) > 0 {
-			s.progress(now)
-		}
-		return rep, nil
-	}
 	if len(s.batch) == 0 {
 		if len(rep.Rejected) > 0 {
 			s.progress(now)
+		}
+		if preempted || s.Done() {
+			// every runnable sequence was preempted: admit next step; or
+			// admission rejected the last requests
+			return rep, nil
 		}
 		rep.Idle = true
 		err := s.idle(ctx, now)
