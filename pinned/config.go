@@ -70,7 +70,7 @@ func (c *Config) validate(pageSize int) (layout, error) {
 	if c.SlotBytes > math.MaxInt-pageSize {
 		return layout{}, &ConfigError{"SlotBytes", c.SlotBytes, "too large"}
 	}
-	stride := (c.SlotBytes + pageSize - 1) / pageSize * pageSize
+	stride := strideOf(c.SlotBytes, pageSize)
 	slots := c.CapacityBytes / int64(stride)
 	if slots < 1 {
 		return layout{}, &ConfigError{"CapacityBytes", c.CapacityBytes,
@@ -84,3 +84,11 @@ func (c *Config) validate(pageSize int) (layout, error) {
 
 // pageSize is the host page size, a variable so tests can see it.
 var pageSize = os.Getpagesize()
+
+// SlotStride is the pinned memory one slot of slotBytes takes: slotBytes
+// rounded up to whole pages, since slots are page aligned. A pool that must
+// hold n blocks of slotBytes needs CapacityBytes = n × SlotStride(slotBytes).
+func SlotStride(slotBytes int) int64 { return int64(strideOf(slotBytes, pageSize)) }
+
+// strideOf rounds slotBytes up to a multiple of page.
+func strideOf(slotBytes, page int) int { return (slotBytes + page - 1) / page * page }

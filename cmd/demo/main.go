@@ -208,12 +208,8 @@ func capacityLine(o options) string {
 // rejectedNote says, for the header, that n requests can never fit in the
 // GPU and what becomes of them.
 func rejectedNote(n int, o options) string {
-	what := fmt.Sprintf("%d requests", n)
-	if n == 1 {
-		what = "1 request"
-	}
-	return fmt.Sprintf("%s can never fit in the GPU (prompt + output past its %s tokens): rejected on arrival, not in the offered work above nor in any served figure",
-		what, commas(int64(o.gpuBlocks*o.blockTokens)))
+	return fmt.Sprintf("%d %s can never fit in the GPU (prompt + output past its %s tokens): rejected on arrival, not in the offered work above nor in any served figure",
+		n, plural(int64(n), "request"), commas(int64(o.gpuBlocks*o.blockTokens)))
 }
 
 // loadTrace returns the requests to replay and a name for them.

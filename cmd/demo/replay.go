@@ -10,6 +10,7 @@ import (
 	"github.com/kvtier/kvtier/cachesim"
 	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/pinned"
 	"github.com/kvtier/kvtier/schedcache"
 	"github.com/kvtier/kvtier/scheduler"
 	"github.com/kvtier/kvtier/trace"
@@ -154,7 +155,7 @@ func managerConfig(o options, t tierSet, diskDir string) (kvtier.Config, error) 
 		// Pinned slots are page aligned: a block smaller than a page (the
 		// demo's 1 KiB at -block-tokens 16) takes a whole one, and
 		// pinnedBlocks x BlockBytes held a quarter of the blocks asked for.
-		c.PinnedBytes = int64(o.pinnedBlocks) * pinnedSlotBytes(layout.BlockBytes())
+		c.PinnedBytes = int64(o.pinnedBlocks) * pinned.SlotStride(layout.BlockBytes())
 		c.PinnedPolicy = o.pinnedPolicy
 	}
 	if t == withDisk {
@@ -165,13 +166,6 @@ func managerConfig(o options, t tierSet, diskDir string) (kvtier.Config, error) 
 		c.DiskWriteQuota = o.diskQuota
 	}
 	return c, nil
-}
-
-// pinnedSlotBytes is the pinned memory one block of blockBytes takes: its
-// size rounded up to whole pages, as package pinned lays out its slots.
-func pinnedSlotBytes(blockBytes int) int64 {
-	page := int64(os.Getpagesize())
-	return (int64(blockBytes) + page - 1) / page * page
 }
 
 // schedulerConfig returns the scheduler configuration shared by every tier set.
