@@ -263,9 +263,7 @@ func (t *Tier) allocate(r *messages.AllocRequest, k *blockpool.Keys, out *messag
 	w.out.ValidTokens = alloc.CachedTokens
 	out.Ready = &w.c
 	evictOp := t.offloadEvicted(w) // before the reused blocks' flags are reset
-	for _, id := range alloc.Blocks[alloc.HitBlocks:] {
-		t.flags[id], t.hits[id], t.class[id] = 0, 0, 0
-	}
+	t.resetBlocks(alloc.Blocks[alloc.HitBlocks:])
 	t.setSeqClass(blockpool.SeqID(r.Seq), r.Class)
 	// Hits are committed blocks only (the pool finds nothing else), so hot
 	// ones hold computed KV and may be written down.
@@ -807,13 +805,17 @@ func (t *Tier) freedReaders(seq blockpool.SeqID) {
 		}
 		// Swept of done fences when touched, so a list holds no more than
 		// the passes in flight (and those seen done since its last touch).
-		fs = pending(fs)
-		if !slices.ContainsFunc(fs, func(x gpu.Fence) bool { return sameFence(x, f) }) {
-			fs = append(fs, f)
-		}
-		t.readFences[id] = fs
+		t.readFences[id] = addFence(pending(fs), f)
 	}
 	t.scratchIDs = ids[:0]
+}
+
+// addFence appends f to fs unless fs holds it already.
+func addFence(fs []gpu.Fence, f gpu.Fence) []gpu.Fence {
+	if slices.ContainsFunc(fs, func(x gpu.Fence) bool { return sameFence(x, f) }) {
+		return fs
+	}
+	return append(fs, f)
 }
 
 // pending drops the fences seen done from fs, in place.

@@ -372,9 +372,7 @@ func (t *Tier) pendingFences(blocks []blockpool.BlockID) []gpu.Fence {
 			t.fence[id] = nil
 			continue
 		}
-		if !slices.ContainsFunc(waited, func(w gpu.Fence) bool { return sameFence(w, f) }) {
-			waited = append(waited, f)
-		}
+		waited = addFence(waited, f)
 	}
 	return waited
 }
@@ -386,9 +384,7 @@ func (t *Tier) readersToo(fences []gpu.Fence, blocks []blockpool.BlockID) []gpu.
 		fs := pending(t.readFences[id])
 		t.readFences[id] = fs
 		for _, f := range fs {
-			if !slices.ContainsFunc(fences, func(w gpu.Fence) bool { return sameFence(w, f) }) {
-				fences = append(fences, f)
-			}
+			fences = addFence(fences, f)
 		}
 	}
 	return fences
