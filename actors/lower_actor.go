@@ -365,7 +365,7 @@ func (a *LowerActor) salvage(ctx actor.Context, m any, p any) {
 		r, ok := a.reads[a.nextID]
 		if !ok || r.req != m {
 			// Not recorded: no tier has it.
-			a.reply(ctx, ctx.Sender(), missedAll(m))
+			a.reply(ctx, ctx.Sender(), readFailed(m.ID, len(m.Items), both))
 			return
 		}
 		if r.at == 0 {
@@ -393,13 +393,16 @@ func (a *LowerActor) finishWrite(ctx actor.Context, w *lowerWrite) {
 // failRead answers r, which no tier holds any more, as missed.
 func (a *LowerActor) failRead(ctx actor.Context, id uint64, r *lowerRead) {
 	delete(a.reads, id)
-	a.reply(ctx, r.to, missedAll(r.req))
+	a.reply(ctx, r.to, readFailed(r.req.ID, len(r.req.Items), both))
 }
 
-// missedAll answers req with every item failed.
-func missedAll(req *messages.LowerRead) *messages.LowerReadDone {
-	n := len(req.Items)
-	done := &messages.LowerReadDone{ID: req.ID, OK: make([]bool, n), From: both, Kept: make([]bool, n), Why: make([]messages.MissReason, n)}
+// readFailed is the LowerReadDone of tier from for read id of n items,
+// every one failed; the fan-out's (from both) also says none is kept.
+func readFailed(id uint64, n int, from messages.Tier) *messages.LowerReadDone {
+	done := &messages.LowerReadDone{ID: id, OK: make([]bool, n), From: from, Why: make([]messages.MissReason, n)}
+	if from == both {
+		done.Kept = make([]bool, n)
+	}
 	for i := range done.Why {
 		done.Why[i] = messages.MissFailed
 	}

@@ -430,7 +430,7 @@ func (a *RemoteActor) salvage(ctx actor.Context, m any, p any) {
 		}
 		a.taken = true
 		a.stats.Failed += uint64(len(m.Items))
-		ctx.Send(ctx.Sender(), missedRemote(m.ID, len(m.Items)))
+		ctx.Send(ctx.Sender(), readFailed(m.ID, len(m.Items), messages.Remote))
 	case *remoteWritten:
 		if m.done {
 			return
@@ -449,17 +449,8 @@ func (a *RemoteActor) salvage(ctx actor.Context, m any, p any) {
 		}
 		m.done = true
 		a.stats.Failed += uint64(len(m.hashes))
-		ctx.Send(m.to, missedRemote(m.id, len(m.hashes)))
+		ctx.Send(m.to, readFailed(m.id, len(m.hashes), messages.Remote))
 	}
-}
-
-// missedRemote answers read id of n items with every item failed.
-func missedRemote(id uint64, n int) *messages.LowerReadDone {
-	done := &messages.LowerReadDone{ID: id, OK: make([]bool, n), From: messages.Remote, Why: make([]messages.MissReason, n)}
-	for i := range done.Why {
-		done.Why[i] = messages.MissFailed
-	}
-	return done
 }
 
 // lookup asks how much of each chain the remote tier holds, in one round
