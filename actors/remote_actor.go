@@ -417,12 +417,8 @@ func (a *RemoteActor) salvage(ctx actor.Context, m any, p any) {
 		}
 		a.cur = nil
 		a.taken = true
-		slots := make([]int, len(m.Items))
-		for i, it := range m.Items {
-			slots[i] = it.Slot
-		}
 		a.stats.Failed += uint64(len(m.Items))
-		ctx.Send(ctx.Sender(), &messages.LowerWriteDone{Slots: slots, From: messages.Remote})
+		ctx.Send(ctx.Sender(), &messages.LowerWriteDone{Slots: writeSlots(m), From: messages.Remote})
 		a.answerFlushers()
 	case *messages.LowerRead:
 		if a.taken {
