@@ -22,18 +22,7 @@ func TestReplayBlockTokens(t *testing.T) {
 {"timestamp": 5, "input_length": 40, "output_length": 1, "hash_ids": [0, 1, 3]}
 {"timestamp": 9, "input_length": 40, "output_length": 1, "hash_ids": [0, 4, 5]}
 `
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-trace-block-tokens", "16"}, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
-	rp := rep.Replay
+	rp := replay16(t, path, []byte(body)).Replay
 	if rp == nil || rp.BlockTokens != 16 || rp.Requests != 3 || rp.Blocks != 9 || len(rp.Pools) == 0 {
 		t.Fatalf("replay result %+v, want 3 requests, 9 blocks of 16 tokens", rp)
 	}
@@ -90,17 +79,7 @@ func TestReplayPoolTooSmallIsSkipped(t *testing.T) {
 				}
 				body.Write(append(line, '\n'))
 			}
-			if err := os.WriteFile(path, body.Bytes(), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-trace-block-tokens", "16"}, &out, io.Discard); err != nil {
-				t.Fatal(err)
-			}
-			var rep Report
-			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-				t.Fatal(err)
-			}
+			rep := replay16(t, path, body.Bytes())
 			rp := rep.Replay
 			if rp == nil || len(rp.Pools) != len(replayPools) {
 				t.Fatalf("replay result %+v, want %d pools", rp, len(replayPools))
@@ -118,7 +97,7 @@ func TestReplayPoolTooSmallIsSkipped(t *testing.T) {
 				}
 			}
 			var human bytes.Buffer
-			if err := writeHuman(&human, &rep); err != nil {
+			if err := writeHuman(&human, rep); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(human.String(), "skipped") {
@@ -126,4 +105,22 @@ func TestReplayPoolTooSmallIsSkipped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replay16 writes body to path, runs kvbench's quick replay suite on it as
+// a trace of 16-token ids and returns the JSON report.
+func replay16(t *testing.T, path string, body []byte) *Report {
+	t.Helper()
+	if err := os.WriteFile(path, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-json", "-quick", "-suite", "replay", "-trace", path, "-trace-block-tokens", "16"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	return &rep
 }
