@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/kvtier/kvtier/policy"
@@ -20,8 +21,8 @@ func (l *hintLog) AccessHint(k uint64, _ policy.Hint) { l.Policy.Access(k) }
 
 // TestWriteClassReachesPolicy: a write that lands tells a policy that
 // reads hints the block's class (Meta.Class); a block of no class is
-// added plainly. The class is not recorded: a reopened store's records
-// have none.
+// added plainly. The class is not recorded: the block reads back, and a
+// reopened store's records have none.
 func TestWriteClassReachesPolicy(t *testing.T) {
 	cfg := testConfig(t, 4)
 	s, _ := mustOpen(t, cfg)
@@ -39,6 +40,12 @@ func TestWriteClassReachesPolicy(t *testing.T) {
 	}
 	mustWrite(t, s, 2)
 	checkInv(t, s)
+	// The class is not in the record: the read's check of the header
+	// against the index leaves it out (it failed every classed read).
+	buf := AlignedBuffer(testPayload)
+	if _, n, err := s.ReadSyncDigest(1, digestFor(1), buf); err != nil || !bytes.Equal(buf[:n], payloadFor(1, testPayload)) {
+		t.Fatalf("read of the classed block 1: %d bytes, %v", n, err)
+	}
 	if h, ok := log.hints[1]; !ok || h != (policy.Hint{Class: 5}) {
 		t.Fatalf("block 1 reached the policy with hint %+v (hinted: %v), want Class 5", h, ok)
 	}

@@ -133,8 +133,9 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // recorded is m as decodeHeader reads it back from the record's verified
-// fields: without the Chain, which reads compare nothing of.
+// fields: without the Chain, which reads compare nothing of, and without
+// the Class, which is not recorded.
 func (m Meta) recorded() Meta {
-	m.Chain = nil
+	m.Chain, m.Class = nil, 0
 	return m
 }
