@@ -17,11 +17,47 @@ func TestClassReachesLowerPolicies(t *testing.T) {
 	m := newManager(t, cfg)
 	a := toks(100, 4*bt)
 	pushDownReq(t, m, AllocRequest{Seq: 1, Tokens: a, Class: 5})
+	loadsFromDisk(t, m, a)
 	st, err := m.Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p, d := st.Tier(Pinned).Extra["class_hints"], st.Tier(Disk).Extra["class_hints"]; p != 4 || d != 4 {
 		t.Fatalf("class hints pinned %v disk %v, want 4 each: the classed request's 4 blocks", p, d)
+	}
+}
+
+// TestFinishingClassReachesLowerPolicies: a request allocated with no class
+// whose finishing commit gives one (CommitItem.Class: the engine knows the
+// output length only then) has its blocks reach pinned memory's and the
+// disk's policies with that class, as one allocated with it does.
+func TestFinishingClassReachesLowerPolicies(t *testing.T) {
+	cfg := diskConfig(t, t.TempDir())
+	cfg.PinnedPolicy = policy.Adaptive
+	m := newManager(t, cfg)
+	a := toks(100, 4*bt)
+	pushDownFinished(t, m, AllocRequest{Seq: 1, Tokens: a}, policy.OutputClass(17))
+	loadsFromDisk(t, m, a)
+	st, err := m.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, d := st.Tier(Pinned).Extra["class_hints"], st.Tier(Disk).Extra["class_hints"]; p != 4 || d != 4 {
+		t.Fatalf("class hints pinned %v disk %v, want 4 each: the finished request's 4 blocks", p, d)
+	}
+}
+
+// loadsFromDisk allocates a, which only the disk holds, and fails unless
+// every token loads (a classed record once failed every read: the header
+// check compared the class, which is not recorded).
+func loadsFromDisk(t *testing.T, m *Manager, a []int64) {
+	t.Helper()
+	r, err := m.Allocate(context.Background(), AllocRequest{Seq: 99, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	if got, n := r.Ready.Outcome(), r.Tokens.Of(Disk); n < len(a)-1 || got.ValidTokens != n || got.Failed != 0 {
+		t.Fatalf("reload of the disk's blocks: tokens %v, outcome %+v", r.Tokens, got)
 	}
 }

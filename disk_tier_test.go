@@ -37,6 +37,13 @@ func pushDown(t *testing.T, m *Manager, a []int64) {
 // pushDownReq is pushDown of req (sequence 1, its Tokens a).
 func pushDownReq(t *testing.T, m *Manager, req AllocRequest) {
 	t.Helper()
+	pushDownFinished(t, m, req, 0)
+}
+
+// pushDownFinished is pushDownReq whose request, finishing, commits with
+// class (CommitItem.Class) when it is not 0.
+func pushDownFinished(t *testing.T, m *Manager, req AllocRequest, class uint8) {
+	t.Helper()
 	ctx := context.Background()
 	a := req.Tokens
 	r, err := m.Allocate(ctx, req)
@@ -45,7 +52,13 @@ func pushDownReq(t *testing.T, m *Manager, req AllocRequest) {
 	}
 	wait(t, r)
 	writeBlocks(t, m, r.Blocks, a, "")
-	commitFree(ctx, m, 1)
+	if class != 0 {
+		errs, err := m.CommitBatch(ctx, []CommitItem{{Seq: req.Seq, Tokens: AllTokens, Class: class}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("finishing commit: %v %v", err, errs)
+		}
+	}
+	commitFree(ctx, m, req.Seq)
 	m.Flush(ctx)
 	for i := range 6 {
 		o := toks(10000*(i+2), 8*bt)

@@ -161,7 +161,10 @@ type AllocRequest struct {
 	// learn per class how often such blocks are used again
 	// (policy.Adaptive); a block published first by another sequence keeps
 	// that one's class. An allocation of the same sequence again sets it
-	// anew. The GPU's own eviction order ignores it.
+	// anew. The GPU's own eviction order ignores it. The class the
+	// simulations measured a gain with is the request's output length,
+	// known when it finishes: an engine gives that one with the finishing
+	// commit (CommitItem.Class), which replaces this one.
 	Class uint8
 }
 
@@ -295,6 +298,20 @@ type CommitItem struct {
 	Seq    uint64
 	Tokens int
 	After  gpu.Fence
+	// Class, when not 0, is the request's class as the engine knows it
+	// now (policy.Hint.Class): at its last commit, when it has finished,
+	// policy.OutputClass of the tokens it generated. It replaces the class
+	// the allocation gave (AllocRequest.Class) from this commit on, and
+	// reaches every block a commit of this sequence published first that
+	// the sequence holds, under this allocation or an earlier one of the
+	// same sequence (preempted and readmitted), for its next write-down: the
+	// lower tiers' policies then learn what each class's blocks are worth
+	// from the request's own class, which is where the simulations measured
+	// the gain (cachesim TestReportClassTiming). Copies already written
+	// down (IngestAll, Swap) keep the class they went down with. A commit
+	// of the tokens already committed sets the class and changes nothing
+	// else; a refused commit sets nothing.
+	Class uint8
 }
 
 // CommitBatch commits computed tokens of several sequences (one forward pass).

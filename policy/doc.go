@@ -31,7 +31,8 @@
 //     uses Hints (chain depth, partial last block, request class) when its
 //     caller gives them (cachesim's replay gives all three; the tiers below
 //     the GPU give the class of the request whose commit first published a
-//     block, kvtier.AllocRequest.Class, with AddHint as the block lands, and
+//     block, kvtier.AllocRequest.Class or the finishing commit's
+//     kvtier.CommitItem.Class, with AddHint as the block lands, and
 //     no depth: a block there is always full and its depth does not travel
 //     with it), learns per request class
 //     how often a block first seen there comes back, and picks among a

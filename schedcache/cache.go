@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/policy"
 	"github.com/kvtier/kvtier/scheduler"
 )
 
@@ -23,6 +24,11 @@ type Options struct {
 	// the call's own change (an append, a commit, a free) stands and the
 	// error says the copies may not have finished: do not retry the step.
 	Sync bool
+	// NoClass frees finished sequences without telling the Manager their
+	// class. By default FreeFinished gives each finished request's blocks
+	// its class, policy.OutputClass of the tokens it generated
+	// (kvtier.CommitItem.Class), for the lower tiers' eviction policies.
+	NoClass bool
 }
 
 // Cache is a scheduler.Cache over a kvtier Manager. Like the scheduler that
@@ -40,7 +46,7 @@ type Cache struct {
 	commits []kvtier.CommitItem
 }
 
-var _ scheduler.Cache = (*Cache)(nil)
+var _ scheduler.FinishCache = (*Cache)(nil)
 
 // New returns a Cache over m. m must not be nil.
 func New(m *kvtier.Manager, opts Options) *Cache {
@@ -209,6 +215,43 @@ func (c *Cache) Free(ctx context.Context, seqs []scheduler.SeqID) error {
 	var bad []error
 	for i, e := range errs {
 		if e != nil {
+			bad = append(bad, fmt.Errorf("sequence %d: %w", seqs[i], e))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("schedcache: free: %w", errors.Join(bad...))
+	}
+	return c.sync(ctx)
+}
+
+// FreeFinished implements scheduler.FinishCache with one Manager.Step: a
+// commit of no new tokens that gives each sequence its class,
+// policy.OutputClass(generated[i]), then the free (Free without it when
+// Options.NoClass is set). A refused class commit (kvtier.ErrNotReady: a
+// sequence the scheduler recomputed while its load was still in flight, whose
+// commits were refused too) only leaves the class unset; the free goes on.
+// Lengths that differ are refused with ErrBadArgs, changing nothing. The
+// first per-sequence error of the free, if any, is returned (joined with the
+// others).
+func (c *Cache) FreeFinished(ctx context.Context, seqs []scheduler.SeqID, generated []int) error {
+	if len(seqs) != len(generated) {
+		return fmt.Errorf("schedcache: free: %d sequences, %d output counts: %w", len(seqs), len(generated), ErrBadArgs)
+	}
+	if c.opts.NoClass {
+		return c.Free(ctx, seqs)
+	}
+	c.seqs, c.commits = c.seqs[:0], c.commits[:0]
+	for i, s := range seqs {
+		c.seqs = append(c.seqs, uint64(s))
+		c.commits = append(c.commits, kvtier.CommitItem{Seq: uint64(s), Class: policy.OutputClass(generated[i])})
+	}
+	res, err := c.m.Step(ctx, kvtier.StepRequest{Commit: c.commits, Free: c.seqs})
+	if err != nil {
+		return fmt.Errorf("schedcache: free %d sequences: %w", len(seqs), err)
+	}
+	var bad []error
+	for i := range seqs {
+		if e := res.FreeErrs[i]; e != nil {
 			bad = append(bad, fmt.Errorf("sequence %d: %w", seqs[i], e))
 		}
 	}

@@ -7,7 +7,10 @@
 //
 // Each scheduler call becomes one Manager message: Allocate one
 // AllocateInOrder (first come, first served), Append one AppendBatch, Free
-// one FreeBatch, Flush one Manager.Flush. The
+// one FreeBatch, Flush one Manager.Flush; FreeFinished (finished sequences)
+// one Manager.Step that commits no new tokens but gives each request's blocks
+// its class, policy.OutputClass of its output, for the lower tiers' eviction
+// policies, and frees them (Options.NoClass: one FreeBatch). The
 // Manager's "no space" error (kvtier.ErrNoSpace, a *blockpool.NoSpaceError)
 // becomes scheduler.ErrNoBlocks, wrapping the original. Append and Commit
 // refuse slices of different lengths with ErrBadArgs, changing nothing. An

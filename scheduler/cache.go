@@ -79,3 +79,15 @@ type Cache interface {
 	// Flush returns once every tier write in flight has completed.
 	Flush(ctx context.Context) error
 }
+
+// FinishCache is a Cache that is told, as finished sequences are freed, how
+// many tokens each generated: a request's output length, which an engine
+// knows only then and which kvtier's lower tiers take as the request's class
+// for their eviction policies (policy.OutputClass, kvtier.CommitItem.Class).
+// The scheduler calls FreeFinished in place of Free for the sequences of a
+// step that finished; preempted, requeued and rejected ones still go to Free.
+// Like Free it returns the first per-sequence error, if any.
+type FinishCache interface {
+	Cache
+	FreeFinished(ctx context.Context, seqs []SeqID, generated []int) error
+}

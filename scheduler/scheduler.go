@@ -41,6 +41,9 @@ type Scheduler struct {
 	batch []planned
 	work  []Work
 	ids   []SeqID
+	// generated is, per finished sequence in ids, its output tokens
+	// (FinishCache.FreeFinished).
+	generated []int
 	// commit's scratch, reused every step
 	commitSeqs []SeqID
 	commitDone []int
@@ -287,11 +290,21 @@ func (s *Scheduler) reject(q *sequence, rep *StepReport, need int) {
 	rep.Rejected = append(rep.Rejected, q.id)
 }
 
+// freeFinished frees the finished sequences s.ids, telling a FinishCache
+// how many tokens each generated (s.generated).
+func (s *Scheduler) freeFinished(ctx context.Context) error {
+	fc, ok := s.cache.(FinishCache)
+	if !ok {
+		return s.cache.Free(ctx, s.ids)
+	}
+	return fc.FreeFinished(ctx, s.ids, s.generated)
+}
+
 // finishStep applies a computed step that ended at end: sample tokens, record
 // first tokens, and free what finished.
 func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *StepReport) error {
 	s.m.last = end
-	s.ids = s.ids[:0]
+	s.ids, s.generated = s.ids[:0], s.generated[:0]
 	if err := s.commit(ctx); err != nil {
 		return err
 	}
@@ -314,7 +327,7 @@ func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *Step
 		s.m.sampled(end, 1)
 		if q.generated >= q.target {
 			q.phase = phaseFinished
-			s.ids = append(s.ids, q.id)
+			s.ids, s.generated = append(s.ids, q.id), append(s.generated, q.generated)
 			continue
 		}
 		q.tokens = append(q.tokens, q.nextToken(s.cfg.Vocab))
@@ -322,7 +335,7 @@ func (s *Scheduler) finishStep(ctx context.Context, end time.Duration, rep *Step
 	if len(s.ids) == 0 {
 		return nil
 	}
-	if err := s.cache.Free(ctx, s.ids); err != nil {
+	if err := s.freeFinished(ctx); err != nil {
 		return fmt.Errorf("scheduler: free %d finished sequences: %w", len(s.ids), err)
 	}
 	rep.Finished = append(rep.Finished, s.ids...)

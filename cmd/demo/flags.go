@@ -105,6 +105,7 @@ type options struct {
 	diskIngestion  kvtier.Ingestion
 	readDeadline   time.Duration
 	sync           bool
+	noClass        bool // -classes=false
 	writeQuota     int
 	offloadAhead   int
 	serialOffloads bool
@@ -246,6 +247,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.diskQuota, "disk-write-quota", defaultDiskQuota, fmt.Sprintf("pinned -> disk writes (blocks) in flight before more are denied (the Manager's default, kvtier.Config.DiskWriteQuota, is %d; a quota the demo never reaches keeps runs repeatable)", kvtier.DefaultDiskWriteQuota)+inTokens(defaultDiskQuota))
 	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so that runs repeat: exactly on the embedded sample, within a few tenths of a point on full traces, where copies inside one call still race (package schedcache, Determinism)")
 
+	classes := fs.Bool("classes", true, "give the tiers each finished request's class, its output length bucketed by powers of two (kvtier.CommitItem.Class), which the adaptive policies learn from (schedcache.Options.NoClass when false)")
+
 	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")
 	fs.DurationVar(&o.onboardTimeout, "onboard-timeout", scheduler.DefaultOnboardTimeout, "-onboard timeout: base allowance (logical time)")
 	fs.DurationVar(&o.onboardPer1K, "onboard-timeout-per-1k", scheduler.DefaultOnboardTimeoutPer1K, "-onboard timeout: allowance per 1,000 loading tokens")
@@ -272,6 +275,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	o.noClass = !*classes
 
 	var errs []error
 	bad := func(flag string, err error) { errs = append(errs, fmt.Errorf("-%s: %w", flag, err)) }

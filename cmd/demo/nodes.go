@@ -96,7 +96,7 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 	parts := route(reqs, o.nodes, r)
 	type replica struct {
 		m     *kvtier.Manager
-		cache scheduler.Cache
+		cache *schedcache.Cache
 		s     *scheduler.Scheduler
 		tr    *ttftTracker
 	}
@@ -138,7 +138,7 @@ func replayFleet(ctx context.Context, o options, reqs []trace.Request, r routing
 		}
 		n := &replica{m: m, tr: newTTFTTracker(part, o.timeScale)}
 		nodes = append(nodes, n)
-		n.cache = schedcache.New(m, schedcache.Options{Sync: o.sync})
+		n.cache = schedcache.New(m, schedcache.Options{Sync: o.sync, NoClass: o.noClass})
 		if n.s, err = scheduler.New(&recordingCache{Cache: n.cache, tr: n.tr}, part, schedulerConfig(o, nil)); err != nil {
 			return out, err
 		}

@@ -222,7 +222,7 @@ func replay(ctx context.Context, o options, t tierSet, reqs []trace.Request, dis
 		}
 	}()
 	tr := newTTFTTracker(reqs, o.timeScale)
-	cache := &recordingCache{Cache: schedcache.New(m, schedcache.Options{Sync: o.sync}), tr: tr}
+	cache := &recordingCache{Cache: schedcache.New(m, schedcache.Options{Sync: o.sync, NoClass: o.noClass}), tr: tr}
 	start := time.Now()
 	s, err := scheduler.New(cache, reqs, schedulerConfig(o, onProgress))
 	if err != nil {

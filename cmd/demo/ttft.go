@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kvtier/kvtier/schedcache"
 	"github.com/kvtier/kvtier/scheduler"
 	"github.com/kvtier/kvtier/trace"
 )
@@ -83,8 +84,8 @@ func (t *ttftTracker) values() []time.Duration {
 // recordingCache passes every call to the Manager's adapter and tells the
 // tracker which sequences got a decode token.
 type recordingCache struct {
-	scheduler.Cache
-	tr *ttftTracker
+	*schedcache.Cache // FreeFinished too: the scheduler gives the tiers each request's class
+	tr                *ttftTracker
 }
 
 func (c *recordingCache) Append(ctx context.Context, seqs []scheduler.SeqID, tokens []int64) ([]error, error) {

@@ -690,6 +690,24 @@ func (t *Tier) setSeqClass(seq blockpool.SeqID, c uint8) {
 	t.seqClass[seq] = c
 }
 
+// reclassify gives seq class c (CommitItem.Class): its later commits
+// publish with it, and the blocks of its table its commits published first
+// take it (a copy already below keeps the class it went down with; a later
+// write-down carries this one).
+func (t *Tier) reclassify(seq blockpool.SeqID, c uint8) {
+	t.seqClass[seq] = c
+	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		if t.flags[id]&flagPublished != 0 && t.publisher[id] == seq {
+			t.class[id] = c
+		}
+	}
+	t.scratchIDs = ids[:0]
+}
+
 // appendOne appends it, parking it (w waits) while offloads ahead of need pin
 // the blocks it needs. The blocks it took go to *took.
 func (t *Tier) appendOne(it messages.AppendItem, errp *error, took *[]blockpool.BlockID, w *waiter) error {
@@ -729,15 +747,18 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		var was, now int
 		from := len(published)
 		published, was, now, res.Errs[i] = t.pool.CommitSpan(seq, it.Tokens, published)
-		if c := t.seqClass[seq]; c != 0 {
-			// The blocks this commit published first are the
-			// sequence's: a duplicate of a block published already
-			// is not among them and keeps its publisher's class.
-			for _, id := range published[from:] {
-				t.class[id] = c
-			}
+		// The blocks this commit published first are the sequence's: a
+		// duplicate of a block published already is not among them and
+		// keeps its publisher and class.
+		c := t.seqClass[seq]
+		for _, id := range published[from:] {
+			t.class[id], t.publisher[id] = c, seq
+			t.flags[id] |= flagPublished
 		}
 		if res.Errs[i] == nil {
+			if it.Class != 0 {
+				t.reclassify(seq, it.Class)
+			}
 			t.sendDemand(seq, it.Tokens)
 			t.fenceWritten(seq, was, now, it.After)
 			// Judged done or not at the free only: a CUDAFence's first

@@ -98,3 +98,66 @@ func denied(n int) []int {
 	}
 	return s
 }
+
+// wantOffered fails unless the blocks offered in r carry exactly want's
+// classes, by hash.
+func wantOffered(t *testing.T, r Ready, want map[uint64]uint8) {
+	t.Helper()
+	got := classesOffered(t, r)
+	if len(got) != len(want) {
+		t.Fatalf("offered classes %v, want %v", got, want)
+	}
+	for h, c := range want {
+		if got[h] != c {
+			t.Fatalf("offered classes %v, want %v", got, want)
+		}
+	}
+}
+
+// TestCommitClassReclassifies: a commit's Class (the class an engine knows
+// once the request has finished) replaces the allocation's and reaches the
+// blocks the sequence's commits published first, under this allocation or
+// an earlier one of the same sequence; blocks another sequence published
+// keep their class, a refused commit sets nothing, and a block already
+// below keeps the class it went down with.
+func TestCommitClassReclassifies(t *testing.T) {
+	p := prompt(1, 3*bs)
+	k := blockpool.ComputeKeys("", p, bs, true)
+	h := func(i int) uint64 { return uint64(k.Hashes[i]) }
+
+	t.Run("evicted", func(t *testing.T) {
+		tr := journalTier(t, 4, Config{})
+		allocateClass(t, tr, 1, p[:bs], 0)
+		commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: bs})
+		tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // preempted
+		drain(t, tr)
+		allocateClass(t, tr, 1, p[:2*bs], 0) // readmitted: hits its first block
+		commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
+		commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs, Class: 9}) // finished
+		allocateClass(t, tr, 2, p, 3)                                          // hits seq 1's two blocks
+		commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: 3 * bs, Class: 5})
+		// A refused commit (past the sequence's tokens) sets no class.
+		var res *messages.CommitBatchResult
+		tr.CommitBatch([]messages.CommitItem{{Seq: 2, Tokens: 9 * bs, Class: 11}}, func(r *messages.CommitBatchResult) { res = r })
+		drain(t, tr)
+		if res == nil || res.Errs[0] == nil {
+			t.Fatal("a commit past the sequence's tokens was accepted")
+		}
+		tr.FreeBatch([]uint64{1, 2}, false, func(*messages.FreeBatchResult) {})
+		drain(t, tr)
+		_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{}) // evicts all three
+		wantOffered(t, r, map[uint64]uint8{h(0): 9, h(1): 9, h(2): 5})
+	})
+	t.Run("below", func(t *testing.T) {
+		tr := newTier(t, 4, Config{Lower: true, Ingestion: IngestAll})
+		allocateClass(t, tr, 1, p[:bs], 7)
+		tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: bs}}, func(*messages.CommitBatchResult) {})
+		wantOffered(t, drain(t, tr), map[uint64]uint8{h(0): 7})
+		// The copy is on its way down: the finishing commit's class does
+		// not reach it, and reaches the block published after it.
+		tr.AppendBatch([]messages.AppendItem{{Seq: 1, Tokens: p[bs : 2*bs]}}, func(*messages.AppendBatchResult) {})
+		drain(t, tr)
+		tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs, Class: 4}}, func(*messages.CommitBatchResult) {})
+		wantOffered(t, drain(t, tr), map[uint64]uint8{h(1): 4})
+	})
+}

@@ -87,8 +87,9 @@ type Config struct {
 }
 
 const (
-	flagBelow  uint8 = 1 << iota // a copy of the block's contents is in pinned memory
-	flagMoving                   // an offload of the block is in flight
+	flagBelow     uint8 = 1 << iota // a copy of the block's contents is in pinned memory
+	flagMoving                      // an offload of the block is in flight
+	flagPublished                   // publisher names the sequence whose commit published the block
 )
 
 // Tier is the GPU tier's state machine. See the package doc.
@@ -108,8 +109,13 @@ type Tier struct {
 	// when unknown (loaded from below, or of a sequence with no class).
 	// Reset with flags when a block is taken for new contents.
 	class []uint8
+	// publisher holds, per block with flagPublished, the sequence whose
+	// commit published it first: a class the sequence's later commit gives
+	// (CommitItem.Class) reaches it (reclassify).
+	publisher []blockpool.SeqID
 	// seqClass is, per sequence allocated with a class, that class: a
-	// reallocation of the same sequence sets it again, a free drops it.
+	// reallocation of the same sequence sets it again, a commit with a
+	// class replaces it, a free drops it.
 	seqClass map[blockpool.SeqID]uint8
 	// fence holds, per block, the fence of the last commit that covered
 	// tokens of it (fenceWritten): every copy that reads the block down,
@@ -189,7 +195,7 @@ func New(cfg Config) *Tier {
 	}
 	return &Tier{
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
-		flags: make([]uint8, n), class: make([]uint8, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
+		flags: make([]uint8, n), class: make([]uint8, n), publisher: make([]blockpool.SeqID, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, orphans: map[*waiter]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
 		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, seqClass: map[blockpool.SeqID]uint8{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
