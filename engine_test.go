@@ -115,6 +115,13 @@ func TestReferenceEngineBitIdentical(t *testing.T) {
 			if tally.Promised.Of(kvtier.GPU) == 0 || tally.Promised.Of(kvtier.Pinned) == 0 || tally.Loaded == 0 || tally.Aborted == 0 {
 				t.Fatalf("a path was not exercised: %v", tally)
 			}
+			// Nothing here damages a copy: a failed or mismatched read is
+			// a defect the recompute would hide (every disk read of a
+			// block with a class, which the engine gives at Finish, once
+			// failed its header check).
+			if tally.Failed != 0 || tally.Mismatch != 0 {
+				t.Fatalf("reads failed in a run with no fault: %v", tally)
+			}
 			if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
 				t.Fatal(err)
 			}
@@ -131,8 +138,8 @@ func TestReferenceEngineBitIdentical(t *testing.T) {
 			m = mustNew(t, other)
 			e = &enginetest.Engine{M: m, Model: model}
 			tally = serveChecked(t, ctx, e, p, 2000, 20, 3, 0)
-			if tally.Promised.Of(kvtier.Disk) == 0 || tally.Loaded == 0 {
-				t.Fatalf("no load from disk after the restart: %v", tally)
+			if tally.Promised.Of(kvtier.Disk) == 0 || tally.Loaded == 0 || tally.Failed != 0 || tally.Mismatch != 0 {
+				t.Fatalf("no load from disk after the restart, or one failed: %v", tally)
 			}
 			t.Logf("after restart: %v", tally)
 			mustClose(t, m)

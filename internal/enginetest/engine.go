@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier"
+	"github.com/kvtier/kvtier/policy"
 	"github.com/kvtier/kvtier/refengine"
 )
 
@@ -29,6 +30,14 @@ type Engine struct {
 	// must have had no effect: the Gen counts it and makes the same call
 	// again with its own context. cancel is called after the call.
 	Interfere func(op string, ctx context.Context) (cctx context.Context, cancel func())
+
+	// NoClass finishes a request with a plain free. By default Finish
+	// first commits, with no new tokens, the request's class
+	// (kvtier.CommitItem.Class: policy.OutputClass of the tokens it
+	// decoded), as an engine that knows its output length then does: the
+	// class only steers the lower tiers' eviction and must never change a
+	// served byte.
+	NoClass bool
 
 	// Negative controls: each breaks the engine as a real one could be
 	// broken, for tests that prove the checks catch it.
@@ -97,6 +106,8 @@ type Gen struct {
 	Seq    uint64
 	Salt   string
 	Tokens []int64
+	// Decoded counts the tokens Decode appended.
+	Decoded int
 	// Last is the admission's allocation and outcome.
 	Last    kvtier.AllocResult
 	LastOut kvtier.OnboardOutcome
@@ -297,6 +308,7 @@ func (g *Gen) Decode(ctx context.Context, n int) error {
 		}
 		g.kv.Table = append(g.kv.Table, blocks...)
 		g.Tokens = append(g.Tokens, tok)
+		g.Decoded++
 		if err := g.Compute(1); err != nil {
 			return err
 		}
@@ -374,8 +386,24 @@ func (g *Gen) committedBlocks(bt int) int {
 	return g.committed / bt
 }
 
-// Finish frees the sequence at the end of the request.
-func (g *Gen) Finish(ctx context.Context) error { return g.free(ctx, false) }
+// Finish frees the sequence at the end of the request, after giving it its
+// class (see Engine.NoClass).
+func (g *Gen) Finish(ctx context.Context) error {
+	if g.live && !g.e.NoClass && !g.e.SkipCommit {
+		item := kvtier.CommitItem{Seq: g.Seq, Class: policy.OutputClass(g.Decoded)}
+		err := g.call(ctx, "class", func(ctx context.Context) error {
+			errs, err := g.e.M.CommitBatch(ctx, []kvtier.CommitItem{item})
+			if err != nil {
+				return err
+			}
+			return errs[0]
+		})
+		if err != nil {
+			return fmt.Errorf("seq %d: class commit: %w", g.Seq, err)
+		}
+	}
+	return g.free(ctx, false)
+}
 
 // Run serves the whole request: admit, prefill, decode n tokens, finish.
 func (g *Gen) Run(ctx context.Context, n int) error {
