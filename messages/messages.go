@@ -307,10 +307,15 @@ type CommitItem struct {
 	// same sequence (preempted and readmitted), for its next write-down: the
 	// lower tiers' policies then learn what each class's blocks are worth
 	// from the request's own class, which is where the simulations measured
-	// the gain (cachesim TestReportClassTiming). Copies already written
-	// down (IngestAll, Swap) keep the class they went down with. A commit
-	// of the tokens already committed sets the class and changes nothing
-	// else; a refused commit sets nothing.
+	// the gain (cachesim TestReportClassTiming). Once a sequence given a
+	// class this way is freed, its claims end: a later request that reuses
+	// its id gives its class to the blocks it publishes itself only.
+	// Copies already written down (IngestAll, IngestHot, OffloadAhead,
+	// Swap) keep the class they went down with: under IngestAll the prompt's
+	// blocks go down at their commit, before any finishing class. A commit
+	// of no more tokens than were committed (0 will do) sets the class and
+	// changes nothing else (but for its After fence, which it records as
+	// any commit does); a refused commit sets nothing.
 	Class uint8
 }
 

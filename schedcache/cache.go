@@ -227,9 +227,10 @@ func (c *Cache) Free(ctx context.Context, seqs []scheduler.SeqID) error {
 // FreeFinished implements scheduler.FinishCache with one Manager.Step: a
 // commit of no new tokens that gives each sequence its class,
 // policy.OutputClass(generated[i]), then the free (Free without it when
-// Options.NoClass is set). A refused class commit (kvtier.ErrNotReady: a
-// sequence the scheduler recomputed while its load was still in flight, whose
-// commits were refused too) only leaves the class unset; the free goes on.
+// Options.NoClass is set). A refused class commit (any error; say
+// kvtier.ErrNotReady, for a sequence the scheduler recomputed while its load
+// was still in flight, whose commits were refused too) only leaves the class
+// unset; the free goes on.
 // Lengths that differ are refused with ErrBadArgs, changing nothing. The
 // first per-sequence error of the free, if any, is returned (joined with the
 // others).
@@ -240,10 +241,9 @@ func (c *Cache) FreeFinished(ctx context.Context, seqs []scheduler.SeqID, genera
 	if c.opts.NoClass {
 		return c.Free(ctx, seqs)
 	}
-	c.seqs, c.commits = c.seqs[:0], c.commits[:0]
-	for i, s := range seqs {
+	c.seqs, c.commits = c.seqs[:0], finishCommits(c.commits[:0], seqs, generated)
+	for _, s := range seqs {
 		c.seqs = append(c.seqs, uint64(s))
-		c.commits = append(c.commits, kvtier.CommitItem{Seq: uint64(s), Class: policy.OutputClass(generated[i])})
 	}
 	res, err := c.m.Step(ctx, kvtier.StepRequest{Commit: c.commits, Free: c.seqs})
 	if err != nil {
@@ -259,6 +259,16 @@ func (c *Cache) FreeFinished(ctx context.Context, seqs []scheduler.SeqID, genera
 		return fmt.Errorf("schedcache: free: %w", errors.Join(bad...))
 	}
 	return c.sync(ctx)
+}
+
+// finishCommits appends to dst, per finished sequence, the commit of no new
+// tokens that gives it its class: policy.OutputClass of the tokens it
+// generated.
+func finishCommits(dst []kvtier.CommitItem, seqs []scheduler.SeqID, generated []int) []kvtier.CommitItem {
+	for i, s := range seqs {
+		dst = append(dst, kvtier.CommitItem{Seq: uint64(s), Class: policy.OutputClass(generated[i])})
+	}
+	return dst
 }
 
 // Swap implements scheduler.Cache with Manager.Swap: the sequences' full blocks

@@ -53,3 +53,18 @@ func TestFreeFinishedGivesClass(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishCommits: each finished sequence's commit carries no new tokens
+// and the class of its own output length.
+func TestFinishCommits(t *testing.T) {
+	got := finishCommits(nil, []scheduler.SeqID{3, 8, 9}, []int{1, 20, 300})
+	want := []kvtier.CommitItem{{Seq: 3, Class: 2}, {Seq: 8, Class: 6}, {Seq: 9, Class: 10}}
+	if len(got) != len(want) {
+		t.Fatalf("commits %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Seq != want[i].Seq || got[i].Tokens != 0 || got[i].After != nil || got[i].Class != want[i].Class {
+			t.Fatalf("commits %+v, want %+v", got, want)
+		}
+	}
+}

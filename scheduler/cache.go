@@ -86,7 +86,9 @@ type Cache interface {
 // for their eviction policies (policy.OutputClass, kvtier.CommitItem.Class).
 // The scheduler calls FreeFinished in place of Free for the sequences of a
 // step that finished; preempted, requeued and rejected ones still go to Free.
-// Like Free it returns the first per-sequence error, if any.
+// Like Free it returns the first per-sequence error, if any. A wrapper that
+// embeds the Cache interface hides FreeFinished from the scheduler: embed
+// the concrete type, or a FinishCache.
 type FinishCache interface {
 	Cache
 	FreeFinished(ctx context.Context, seqs []SeqID, generated []int) error

@@ -247,7 +247,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.diskQuota, "disk-write-quota", defaultDiskQuota, fmt.Sprintf("pinned -> disk writes (blocks) in flight before more are denied (the Manager's default, kvtier.Config.DiskWriteQuota, is %d; a quota the demo never reaches keeps runs repeatable)", kvtier.DefaultDiskWriteQuota)+inTokens(defaultDiskQuota))
 	fs.BoolVar(&o.sync, "sync", true, "finish the Manager's copies (loads and writes) before each scheduler call returns, so that runs repeat: exactly on the embedded sample, within a few tenths of a point on full traces, where copies inside one call still race (package schedcache, Determinism)")
 
-	classes := fs.Bool("classes", true, "give the tiers each finished request's class, its output length bucketed by powers of two (kvtier.CommitItem.Class), which the adaptive policies learn from (schedcache.Options.NoClass when false)")
+	classes := fs.Bool("classes", true, "give the tiers each finished request's class, its output length bucketed by powers of two (kvtier.CommitItem.Class), which the adaptive policies learn from (schedcache.Options.NoClass when false); it reaches the blocks written down after the request finishes, so it does nothing under -ingestion all")
 
 	fs.StringVar(&onboard, "onboard", "wait", "what a sequence does while its prefix loads: wait, timeout, best-effort")
 	fs.DurationVar(&o.onboardTimeout, "onboard-timeout", scheduler.DefaultOnboardTimeout, "-onboard timeout: base allowance (logical time)")

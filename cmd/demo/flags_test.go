@@ -146,3 +146,17 @@ func TestDiskWriteQuotaHelpNamesManagerDefault(t *testing.T) {
 		t.Fatalf("-disk-write-quota help %q does not state the Manager's default %d", line, kvtier.DefaultDiskWriteQuota)
 	}
 }
+
+// TestClassesFlag: the demo gives the tiers each finished request's class
+// unless -classes=false.
+func TestClassesFlag(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		noClass bool
+	}{{nil, false}, {[]string{"-classes=false"}, true}, {[]string{"-classes"}, false}} {
+		o, err := parseFlags(c.args, &bytes.Buffer{})
+		if err != nil || o.noClass != c.noClass {
+			t.Errorf("parseFlags(%q): noClass %v, %v; want %v", c.args, o.noClass, err, c.noClass)
+		}
+	}
+}

@@ -695,7 +695,7 @@ func (t *Tier) setSeqClass(seq blockpool.SeqID, c uint8) {
 // take it (a copy already below keeps the class it went down with; a later
 // write-down carries this one).
 func (t *Tier) reclassify(seq blockpool.SeqID, c uint8) {
-	t.seqClass[seq] = c
+	t.seqClass[seq], t.classed[seq] = c, true
 	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
 	if err != nil {
 		return
@@ -703,6 +703,25 @@ func (t *Tier) reclassify(seq blockpool.SeqID, c uint8) {
 	for _, id := range ids {
 		if t.flags[id]&flagPublished != 0 && t.publisher[id] == seq {
 			t.class[id] = c
+		}
+	}
+	t.scratchIDs = ids[:0]
+}
+
+// disown ends the claims of seq, which a commit gave a class and which is
+// being freed (see Tier.publisher), on the blocks of its table.
+func (t *Tier) disown(seq blockpool.SeqID) {
+	if !t.classed[seq] {
+		return
+	}
+	delete(t.classed, seq)
+	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		if t.publisher[id] == seq {
+			t.flags[id] &^= flagPublished
 		}
 	}
 	t.scratchIDs = ids[:0]
@@ -918,6 +937,7 @@ func (t *Tier) freeBatch(seqs []uint64, swap bool, send func(*messages.FreeBatch
 			all = t.sealedBlocks(all, blockpool.SeqID(s))
 		}
 		t.freedReaders(blockpool.SeqID(s))
+		t.disown(blockpool.SeqID(s))
 		res.Errs[i] = t.pool.Deallocate(blockpool.SeqID(s))
 		if res.Errs[i] == nil {
 			delete(t.notReady, blockpool.SeqID(s)) // its loads end as the old sequence's

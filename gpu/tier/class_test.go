@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/kvtier/kvtier/blockpool"
@@ -160,4 +161,76 @@ func TestCommitClassReclassifies(t *testing.T) {
 		tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs, Class: 4}}, func(*messages.CommitBatchResult) {})
 		wantOffered(t, drain(t, tr), map[uint64]uint8{h(1): 4})
 	})
+}
+
+// TestCommitClassSeqIDReused: request A (seq 1, class 3) publishes block 0,
+// gives its finishing class and is freed. An unrelated request B reuses id
+// 1, hits A's block 0 and finishes with class 9: A's block keeps A's class
+// (a finished sequence's claims end with its free), B's own block takes 9.
+func TestCommitClassSeqIDReused(t *testing.T) {
+	p := prompt(1, 2*bs)
+	k := blockpool.ComputeKeys("", p, bs, true)
+	tr := journalTier(t, 4, Config{})
+	allocateClass(t, tr, 1, p[:bs], 3) // request A
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: bs})
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 3})               // A's finishing class
+	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // A finished
+	drain(t, tr)
+	allocateClass(t, tr, 1, p, 0) // request B, id 1 reused, shares A's first block
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 9}) // B finished
+	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
+	drain(t, tr)
+	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
+	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 3, uint64(k.Hashes[1]): 9})
+}
+
+// TestCommitClassNotReady: a finishing Step (class commit, then free) of a
+// readmitted sequence whose loads are still in flight: the commit is
+// refused with ErrNotReady and sets no class, the free goes on (what
+// schedcache.FreeFinished relies on).
+func TestCommitClassNotReady(t *testing.T) {
+	tr := newTier(t, 8, Config{Lower: true})
+	p := prompt(1, 3*bs)
+	allocateClass(t, tr, 1, p[:bs], 0)
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: bs})
+	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
+	drain(t, tr)
+	_, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned})
+	_ = fetchRequest(t, r) // loads of blocks 1 and 2 stay in flight
+	reply := make(chan *messages.StepResult, 1)
+	tr.Step(&messages.StepBatch{Commit: []messages.CommitItem{{Seq: 1, Class: 9}}, Free: []uint64{1}, Reply: reply})
+	drain(t, tr)
+	res := <-reply
+	if !errors.Is(res.Commit.Errs[0], ErrNotReady) || res.Free.Errs[0] != nil {
+		t.Fatalf("commit %v, free %v: want ErrNotReady and a free", res.Commit.Errs[0], res.Free.Errs[0])
+	}
+	for id, c := range tr.class {
+		if c == 9 {
+			t.Fatalf("block %d took class 9 from a refused commit", id)
+		}
+	}
+	if _, ok := tr.seqClass[1]; ok {
+		t.Fatal("seqClass kept")
+	}
+}
+
+// TestCommitClassDuplicates: sequences 1 and 2 compute the same block
+// side by side; 1 publishes it first. 2's finishing class does not reach
+// it, 1's does.
+func TestCommitClassDuplicates(t *testing.T) {
+	p := prompt(1, bs)
+	k := blockpool.ComputeKeys("", p, bs, true)
+	tr := journalTier(t, 4, Config{})
+	allocateClass(t, tr, 1, p, 0)
+	allocateClass(t, tr, 2, p, 0)
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: bs})
+	commitOK(t, tr, messages.CommitItem{Seq: 2, Tokens: bs})
+	commitOK(t, tr, messages.CommitItem{Seq: 2, Class: 9})
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 4})
+	commitOK(t, tr, messages.CommitItem{Seq: 2, Class: 9})
+	tr.FreeBatch([]uint64{1, 2}, false, func(*messages.FreeBatchResult) {})
+	drain(t, tr)
+	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
+	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 4})
 }

@@ -103,16 +103,24 @@ type Tier struct {
 	spareReplies []Reply
 	flags        []uint8
 	hits         []uint16
-	// class holds, per block, the class (AllocRequest.Class) of the
-	// sequence whose commit first published the block's contents, for the
+	// class holds, per block, the class (AllocRequest.Class, or a later
+	// commit's CommitItem.Class) of the sequence whose commit first
+	// published the block's contents, for the
 	// tiers below to hand their eviction policies (BlockChain.Class); 0
 	// when unknown (loaded from below, or of a sequence with no class).
 	// Reset with flags when a block is taken for new contents.
 	class []uint8
 	// publisher holds, per block with flagPublished, the sequence whose
 	// commit published it first: a class the sequence's later commit gives
-	// (CommitItem.Class) reaches it (reclassify).
+	// (CommitItem.Class) reaches it (reclassify), under this allocation or
+	// a later one of the same sequence (readmitted after a preemption).
+	// A sequence freed after a commit gave it a class has finished: its
+	// claims end with the free (disown), so a request that reuses its id
+	// gives its class to its own blocks only.
 	publisher []blockpool.SeqID
+	// classed holds the sequences a commit gave a class (reclassify),
+	// until their free.
+	classed map[blockpool.SeqID]bool
 	// seqClass is, per sequence allocated with a class, that class: a
 	// reallocation of the same sequence sets it again, a commit with a
 	// class replaces it, a free drops it.
@@ -197,7 +205,7 @@ func New(cfg Config) *Tier {
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
 		flags: make([]uint8, n), class: make([]uint8, n), publisher: make([]blockpool.SeqID, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, orphans: map[*waiter]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
-		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, seqClass: map[blockpool.SeqID]uint8{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
+		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, seqClass: map[blockpool.SeqID]uint8{}, classed: map[blockpool.SeqID]bool{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
 }
