@@ -125,8 +125,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	if tooLong > 0 {
 		fmt.Fprintln(table, rejectedNote(tooLong, o))
 	}
-	fmt.Fprintf(table, "policies: pinned %s, disk %s; ingestion %s, to disk %s; onboard %s, preempt %s; max %d seqs, %d tokens a step\n",
-		o.pinnedPolicy, o.diskPolicy, o.ingestion, o.diskIngestion, o.onboard, o.preempt, o.maxSeqs, o.maxBatched)
+	classes := "request classes at finish"
+	if o.noClass {
+		classes = "no request classes"
+	}
+	fmt.Fprintf(table, "policies: pinned %s, disk %s (%s); ingestion %s, to disk %s; onboard %s, preempt %s; max %d seqs, %d tokens a step\n",
+		o.pinnedPolicy, o.diskPolicy, classes, o.ingestion, o.diskIngestion, o.onboard, o.preempt, o.maxSeqs, o.maxBatched)
 	fmt.Fprintf(table, "times: logical clock, H100-SXM + Llama-3-8B cost model (128 KiB KV a token); blocks hold %d real bytes (gpu.TinySpec)\n\n",
 		blockBytes(gpu.TinySpec, o.blockTokens))
 
