@@ -44,6 +44,7 @@ type Cache struct {
 	toks    []int64
 	seqs    []uint64
 	commits []kvtier.CommitItem
+	seen    map[scheduler.SeqID]bool // FreeFinished's check for a sequence named twice
 }
 
 var _ scheduler.FinishCache = (*Cache)(nil)
@@ -227,16 +228,29 @@ func (c *Cache) Free(ctx context.Context, seqs []scheduler.SeqID) error {
 // FreeFinished implements scheduler.FinishCache with one Manager.Step: a
 // commit of no new tokens that gives each sequence its class,
 // policy.OutputClass(generated[i]), then the free (Free without it when
-// Options.NoClass is set). A refused class commit (any error; say
+// Options.NoClass is set). Lengths that differ, a negative count or a
+// sequence named twice are refused with ErrBadArgs, changing nothing. A
+// refused class commit (any error; say
 // kvtier.ErrNotReady, for a sequence the scheduler recomputed while its load
 // was still in flight, whose commits were refused too) only leaves the class
-// unset; the free goes on.
-// Lengths that differ are refused with ErrBadArgs, changing nothing. The
-// first per-sequence error of the free, if any, is returned (joined with the
-// others).
+// unset; the free goes on. The first per-sequence error of the free, if
+// any, is returned (joined with the others).
 func (c *Cache) FreeFinished(ctx context.Context, seqs []scheduler.SeqID, generated []int) error {
 	if len(seqs) != len(generated) {
 		return fmt.Errorf("schedcache: free: %d sequences, %d output counts: %w", len(seqs), len(generated), ErrBadArgs)
+	}
+	clear(c.seen)
+	for i, s := range seqs {
+		if generated[i] < 0 {
+			return fmt.Errorf("schedcache: free: sequence %d generated %d tokens: %w", s, generated[i], ErrBadArgs)
+		}
+		if c.seen[s] {
+			return fmt.Errorf("schedcache: free: sequence %d named twice: %w", s, ErrBadArgs)
+		}
+		if c.seen == nil {
+			c.seen = map[scheduler.SeqID]bool{}
+		}
+		c.seen[s] = true
 	}
 	if c.opts.NoClass {
 		return c.Free(ctx, seqs)

@@ -13,7 +13,8 @@ import (
 // and gives their blocks the request's class (its output length bucketed,
 // policy.OutputClass), which reaches pinned memory's policy as the blocks
 // land there (class_hints); with Options.NoClass it frees them only. Lengths
-// that differ are refused with ErrBadArgs and free nothing.
+// that differ, a negative count and a sequence named twice are refused with
+// ErrBadArgs and free nothing.
 func TestFreeFinishedGivesClass(t *testing.T) {
 	for _, noClass := range []bool{false, true} {
 		ctx := context.Background()
@@ -22,8 +23,13 @@ func TestFreeFinishedGivesClass(t *testing.T) {
 		if o := allocOne(t, c, 1, seqTokens(1000, 12)); o.Err != nil { // three full blocks
 			t.Fatal(o.Err)
 		}
-		if err := c.FreeFinished(ctx, []scheduler.SeqID{1}, []int{20, 3}); !errors.Is(err, ErrBadArgs) {
-			t.Fatalf("FreeFinished with 2 counts for 1 sequence: %v, want ErrBadArgs", err)
+		for _, bad := range []struct {
+			seqs []scheduler.SeqID
+			gen  []int
+		}{{[]scheduler.SeqID{1}, []int{20, 3}}, {[]scheduler.SeqID{1}, []int{-5}}, {[]scheduler.SeqID{1, 1}, []int{20, 20}}} {
+			if err := c.FreeFinished(ctx, bad.seqs, bad.gen); !errors.Is(err, ErrBadArgs) {
+				t.Fatalf("FreeFinished(%v, %v): %v, want ErrBadArgs", bad.seqs, bad.gen, err)
+			}
 		}
 		if err := c.FreeFinished(ctx, []scheduler.SeqID{1}, []int{20}); err != nil {
 			t.Fatal(err) // seq 1 was still held: the refused call freed nothing

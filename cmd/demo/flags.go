@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -388,6 +389,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.plotPath != "" {
 		if _, err := plotFormat(o.plotPath); err != nil {
 			bad("plot", err)
+		} else if err := outputDir(o.plotPath); err != nil {
+			bad("plot", err)
+		}
+	}
+	if o.jsonPath != "" && o.jsonPath != "-" {
+		if err := outputDir(o.jsonPath); err != nil {
+			bad("json", err)
 		}
 	}
 	if o.diskDir != "" {
@@ -407,3 +415,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // in this one's pinned memory), so -disk-ingestion has nothing to set.
 var fleetIgnored = []string{"configs", "json", "plot", "progress", "series-interval",
 	"disk-blocks", "disk-dir", "disk-policy", "disk-ingestion", "disk-write-quota"}
+
+// outputDir checks, before the run, that the directory an output file goes
+// to exists: the file is written only after every configuration has run.
+func outputDir(path string) error {
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("%s: the directory must exist: %w", path, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory", path, dir)
+	}
+	return nil
+}

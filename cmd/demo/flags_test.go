@@ -43,6 +43,11 @@ func TestFlagsRejectedAtParse(t *testing.T) {
 		// -plot's extension, checked before any replay rather than after all.
 		{[]string{"-plot", "out.txt"}, "-plot: out.txt: the name must end in .png or .svg"},
 		{[]string{"-plot", "out"}, "-plot: out: the name must end in .png or .svg"},
+		// An output file's directory, checked before any replay: the
+		// files are written after every configuration has run.
+		{[]string{"-plot", filepath.Join(dir, "none", "p.png")}, "-plot: " + filepath.Join(dir, "none", "p.png") + ": the directory must exist"},
+		{[]string{"-plot", filepath.Join(file, "p.svg")}, "-plot: " + filepath.Join(file, "p.svg") + ": " + file + " is not a directory"},
+		{[]string{"-json", filepath.Join(dir, "none", "x.json")}, "-json: " + filepath.Join(dir, "none", "x.json") + ": the directory must exist"},
 		// -disk-dir is not created (nor its parents, left behind).
 		{[]string{"-disk-dir", filepath.Join(dir, "a", "b")}, "-disk-dir: must be an existing directory"},
 		{[]string{"-disk-dir", file}, "-disk-dir: " + file + " is not a directory"},
