@@ -477,7 +477,7 @@ func (t *jsonTime) UnmarshalJSON(b []byte) error {
 	}
 	f, perr := strconv.ParseFloat(string(b), 64)
 	if perr != nil || !(f < durationLimit) || f <= -durationLimit {
-		return &json.UnmarshalTypeError{Value: "number " + string(b), Type: reflect.TypeFor[float64]()}
+		return &json.UnmarshalTypeError{Value: "number " + string(b), Type: reflect.TypeFor[time.Duration]()} // past what a time.Duration holds
 	}
 	*t = jsonTime{i: int64(f), f: f, frac: true} // parseLine refuses f < 0
 	return nil
