@@ -227,11 +227,16 @@ type entry struct {
 	count  int32 // epochs in which the id was touched
 	// partial is the Partial hint of the last touch.
 	partial bool
-	// class is the Class hint of the first touch.
+	// class is the Class hint of the first touch, or, for an id Miss saw
+	// first, of its arrival.
 	class uint8
 	// awaited marks an id counted by Miss and not resident since: its Add
 	// is its arrival, not another use.
 	awaited bool
+	// unborn marks an id only Miss has touched: Miss knows no class, so the
+	// id's first and second uses are counted for its class (born, again) at
+	// its arrival, with the class it arrives with.
+	unborn bool
 	// pos is the id's heap slot in each lane, -1 when not resident there;
 	// pos[voteSlot] is its slot in the vote lane votes[held].
 	pos [maxLanes + 1]int32
@@ -266,9 +271,9 @@ type lane struct {
 
 // adaptive is the Adaptive policy. Every key ever touched (up to the history
 // bound) has an entry with its last two touch times, its use count and its
-// last Hint, kept after eviction: an 80-byte entry (times, count, a heap
-// slot per lane and one in the vote lanes) plus its index entry, about 120
-// bytes per id as kvbench measures it. A touch's time is its epoch: hinted
+// last Hint, kept after eviction: an 88-byte entry (times, count, a heap
+// slot per lane and one in the vote lanes, the vote count) plus its index
+// entry, about 140 bytes per id as kvbench measures it. A touch's time is its epoch: hinted
 // touches of
 // increasing Depth share the epoch of the chain's first block, so the blocks
 // of one request tie and the deeper one is evicted first.
@@ -417,6 +422,13 @@ func (p *adaptive) arrive(i int32, h Hint) {
 	p.epoch, p.lastDepth = p.clock, math.MaxInt32
 	e := &p.entries[i]
 	e.awaited = false
+	if e.unborn {
+		e.unborn, e.class = false, h.Class
+		p.born[e.class]++
+		if e.count >= 2 {
+			p.again[e.class]++
+		}
+	}
 	e.t1 = p.clock
 	e.depth, e.partial = int32(min(h.Depth, math.MaxInt32)), h.Partial
 	for s := range p.shadows {
@@ -463,6 +475,7 @@ func (p *adaptive) touch(k Key, h Hint, admit bool) int32 {
 	i, ok := p.index[k]
 	if !ok {
 		i = p.alloc(k)
+		p.entries[i].unborn = !admit
 	}
 	e := &p.entries[i]
 	if e.t1 != p.epoch {
@@ -470,11 +483,12 @@ func (p *adaptive) touch(k Key, h Hint, admit bool) int32 {
 		if e.count < math.MaxInt32 {
 			e.count++
 		}
-		switch e.count {
-		case 1:
+		switch {
+		case e.unborn: // counted at its arrival (arrive)
+		case e.count == 1:
 			e.class = h.Class
 			p.born[e.class]++
-		case 2:
+		case e.count == 2:
 			p.again[e.class]++
 		}
 	}

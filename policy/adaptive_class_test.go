@@ -276,3 +276,34 @@ func TestAdaptiveRelearnEdges(t *testing.T) {
 		t.Fatalf("after the counts decayed to %v, low classes remain: %v", p.born[3], p.low[:4])
 	}
 }
+
+// TestAdaptiveMissThenArrivalClass: a key a tier hears of first as a miss
+// (Miss: no class known) counts, at its arrival, for the class it arrives
+// with — its first use as a birth of that class, a second miss before the
+// arrival as a use again — not for class 0 (every block below the GPU is
+// missed before it is written down: the disk learned no class at all).
+func TestAdaptiveMissThenArrivalClass(t *testing.T) {
+	p := mustNew(t, Adaptive, 8).(*adaptive)
+	p.Miss(1)
+	p.Miss(2)
+	p.Miss(2) // missed in two requests before it arrives
+	if p.born != [len(p.born)]float64{} || p.again != [len(p.again)]float64{} {
+		t.Fatalf("misses counted for a class before the arrival: born %v again %v", p.born[:8], p.again[:8])
+	}
+	p.AddHint(1, Hint{Class: 5})
+	p.AddHint(2, Hint{Class: 6})
+	p.AddHint(3, Hint{Class: 7}) // no miss: born at its Add, as before
+	p.Miss(4)                    // never arrives: counted nowhere
+	for c, want := range map[uint8][2]float64{0: {0, 0}, 5: {1, 0}, 6: {1, 1}, 7: {1, 0}} {
+		if p.born[c] != want[0] || p.again[c] != want[1] {
+			t.Errorf("class %d: born %v again %v, want %v", c, p.born[c], p.again[c], want)
+		}
+	}
+	if e := p.entries[p.index[2]]; e.class != 6 || e.count != 2 {
+		t.Errorf("key 2: class %d count %d, want 6 and 2", e.class, e.count)
+	}
+	p.Access(1) // its second use
+	if p.again[5] != 1 {
+		t.Errorf("class 5 again %v after key 1's second use, want 1", p.again[5])
+	}
+}

@@ -100,6 +100,7 @@ type refEntry struct {
 	depth   int
 	partial bool
 	awaited bool
+	unborn  bool // only Miss touched it: its class and counts wait for its arrival
 	class   uint8
 }
 
@@ -110,7 +111,7 @@ func newRefAdaptive(c Candidate, capacity int) *refAdaptive {
 		period: period, next: period, born: map[uint8]float64{}, again: map[uint8]float64{}, low: map[uint8]bool{}}
 }
 
-func (m *refAdaptive) touch(k Key, h Hint) {
+func (m *refAdaptive) touch(k Key, h Hint, admit bool) {
 	m.clock++
 	if h.Depth <= 0 || h.Depth <= m.lastDepth {
 		m.epoch = m.clock
@@ -118,17 +119,18 @@ func (m *refAdaptive) touch(k Key, h Hint) {
 	m.lastDepth = h.Depth
 	e := m.hist[k]
 	if e == nil {
-		e = &refEntry{t1: never, t2: never}
+		e = &refEntry{t1: never, t2: never, unborn: !admit}
 		m.hist[k] = e
 	}
 	if e.t1 != m.epoch {
 		e.t2, e.t1 = e.t1, m.epoch
 		e.count++
-		switch e.count {
-		case 1:
+		switch {
+		case e.unborn:
+		case e.count == 1:
 			e.class = h.Class
 			m.born[e.class]++
-		case 2:
+		case e.count == 2:
 			m.again[e.class]++
 		}
 	}
@@ -166,16 +168,23 @@ func (m *refAdaptive) add(k Key, h Hint) {
 		m.clock++
 		m.epoch, m.lastDepth = m.clock, math.MaxInt
 		e.awaited, e.t1, e.depth, e.partial = false, m.clock, h.Depth, h.Partial
+		if e.unborn { // its uses so far count for the class it arrives with
+			e.unborn, e.class = false, h.Class
+			m.born[e.class]++
+			if e.count >= 2 {
+				m.again[e.class]++
+			}
+		}
 		m.res[k] = true
 		return
 	}
-	m.touch(k, h)
+	m.touch(k, h, true)
 	m.res[k] = true
 }
 
 func (m *refAdaptive) miss(k Key) {
 	if !m.res[k] {
-		m.touch(k, Hint{})
+		m.touch(k, Hint{}, false)
 		m.hist[k].awaited = true
 		m.lastDepth = math.MaxInt
 	}
@@ -183,7 +192,7 @@ func (m *refAdaptive) miss(k Key) {
 
 func (m *refAdaptive) access(k Key, h Hint) {
 	if m.res[k] {
-		m.touch(k, h)
+		m.touch(k, h, true)
 	}
 }
 
