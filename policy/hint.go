@@ -63,7 +63,8 @@ type Hinted interface {
 // policy that scores itself on what it sees then scores only what it already
 // holds. A tier that hears of those misses (the prefix index does) passes
 // them on with Miss; Add of a key Miss counted is its arrival, not a second
-// use.
+// use, and a key Miss saw first takes its class (Hint.Class) from its
+// arrival.
 type MissObserver interface {
 	Policy
 	// Miss records that k was asked for while not resident; a resident k
