@@ -123,8 +123,11 @@ const minEvidence = 1000
 // the overall one is low, and candidates with Class evict its keys seen
 // once first. The counts are multiplied by classDecay at every step (a
 // half-life of about 6.6 periods), so a class that changes is relearned.
-// Class 0 (unknown) is never low. A key counted by Miss before it arrives
-// has class 0.
+// Class 0 (unknown) is never low. A key Miss saw first counts (born, and
+// again if missed twice) for the class it arrives with, at its arrival; one
+// that never arrives counts for no class. (Until 2026-11-27 such a key
+// counted for class 0, and a disk, which hears of every block first as a
+// miss, learned no class at all.)
 //
 // How they were chosen: classOddsRatio 0.5 and 0.7 and 1.0 were tried (0.5
 // left 3 of the 81 cells of cachesim's TestReportAdaptiveHeldOut below the
@@ -273,10 +276,10 @@ type lane struct {
 // bound) has an entry with its last two touch times, its use count and its
 // last Hint, kept after eviction: an 88-byte entry (times, count, a heap
 // slot per lane and one in the vote lanes, the vote count) plus its index
-// entry, about 140 bytes per id as kvbench measures it. A touch's time is its epoch: hinted
-// touches of
-// increasing Depth share the epoch of the chain's first block, so the blocks
-// of one request tie and the deeper one is evicted first.
+// entry, about 140 bytes per id as kvbench measures it. A touch's time is
+// its epoch: hinted touches of increasing Depth share the epoch of the
+// chain's first block, so the blocks of one request tie and the deeper one
+// is evicted first.
 //
 // The real cache and one metadata-only shadow cache per candidate ranking
 // are min-heaps over the same entries. Every touch goes to every shadow,

@@ -334,6 +334,12 @@ func TestAdaptiveModel(t *testing.T) {
 				if p.low != [256]bool(refLow(ref)) {
 					t.Fatalf("%+v seed %d step %d: low classes differ from the reference's", c, seed, step)
 				}
+				for cl := range 256 {
+					if p.born[cl] != ref.born[uint8(cl)] || p.again[cl] != ref.again[uint8(cl)] {
+						t.Fatalf("%+v seed %d step %d: class %d born %v again %v, reference %v and %v",
+							c, seed, step, cl, p.born[cl], p.again[cl], ref.born[uint8(cl)], ref.again[uint8(cl)])
+					}
+				}
 				if lowSeen && !p.low[2] {
 					relearned = true // low, then not: the rule follows the stream
 				}
