@@ -42,7 +42,10 @@
 // free the sequence and return ErrAborted: the request is held on all ranks
 // or on none. Rank.Commit commits locally and returns what every rank
 // committed: a block is stored for the group only once every rank stored
-// its shard.
+// its shard. A finished request's class (kvtier.CommitItem.Class: metadata
+// for the lower tiers' eviction, no agreement needed) goes to each rank's
+// own Manager with a commit of no new tokens before the rank frees the
+// sequence there, the same class on every rank.
 //
 // # Collectives
 //
