@@ -31,7 +31,7 @@ func TestWriteClassReachesPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &hintLog{Policy: pol, hints: map[uint64]policy.Hint{}, plain: map[uint64]bool{}}
-	s.pol, s.hinted = log, log // the store holds no block yet
+	s.pol = log // the store holds no block yet
 
 	m := metaFor(1)
 	m.Class = 5

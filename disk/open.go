@@ -78,7 +78,6 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		pol:           pol,
 		zero:          AlignedBuffer(BlockSize),
 	}
-	s.hinted, _ = pol.(policy.Hinted)
 	rep := s.rebuild()
 	rep.Mode = mode
 	rep.Duration = time.Since(start)

@@ -70,10 +70,9 @@ type Store struct {
 	index  map[uint64]int32   // hash -> slot, for live and writing slots
 	reads  map[uint64]*ReadOp // in-flight reads, for coalescing
 	pol    policy.Policy
-	hinted policy.Hinted // pol when it reads hints (CompleteWrite), else nil
-	hdrs   [][]byte      // pool of aligned header buffers
-	zero   []byte        // one zero header block, shared read-only by RemoveOps
-	gen    uint64        // next generation
+	hdrs   [][]byte // pool of aligned header buffers
+	zero   []byte   // one zero header block, shared read-only by RemoveOps
+	gen    uint64   // next generation
 	closed bool
 
 	writing, doomed, pinned, removing int

@@ -299,11 +299,8 @@ func (s *Store) CompleteWrite(op *WriteOp, err error) {
 	sl.meta.Chain = nil
 	sl.state = slotLive
 	sl.payloadLen = op.n
-	if c := sl.meta.Class; c != 0 && s.hinted != nil {
-		s.hinted.AddHint(sl.meta.Hash, policy.Hint{Class: c})
+	if policy.AddClass(s.pol, sl.meta.Hash, sl.meta.Class) {
 		s.stats.ClassHints++
-	} else {
-		s.pol.Add(sl.meta.Hash)
 	}
 	s.stats.Writes++
 	s.stats.BytesWritten += op.n

@@ -32,7 +32,6 @@ func (l *hintLog) AccessHint(k Key, _ policy.Hint) { l.Policy.Access(k) }
 // the one it builds (p must hold none yet).
 func usePolicy(p *Pool, pol policy.Policy) {
 	p.pol = pol
-	p.hinted, _ = pol.(policy.Hinted)
 }
 
 // TestTierOffloadClassReachesPolicy: the class the GPU gave an offloaded

@@ -47,11 +47,8 @@ func (p *Pool) Commit(slot int) { p.CommitClass(slot, 0) }
 func (p *Pool) CommitClass(slot int, class uint8) {
 	s := p.inState(slot, StateFilling, "Commit")
 	p.setState(int32(slot), StateResident)
-	if p.hinted != nil && class != 0 {
-		p.hinted.AddHint(s.key, policy.Hint{Class: class})
+	if policy.AddClass(p.pol, s.key, class) {
 		p.classHints++
-	} else {
-		p.pol.Add(s.key)
 	}
 	p.checkAfter("Commit")
 }

@@ -29,13 +29,11 @@ type Pool struct {
 	closed  bool
 
 	slots []slot
-	free  []int32       // stack of Free slots; the most recently freed is reused first
-	index map[Key]int32 // keys of Filling and Resident slots
-	pol   policy.Policy // keys of Resident slots
-	// hinted is pol when it reads hints (CommitClass), nil otherwise.
-	hinted policy.Hinted
-	count  [numStates]int // slots per state
-	refs   int            // reader references over all slots
+	free  []int32        // stack of Free slots; the most recently freed is reused first
+	index map[Key]int32  // keys of Filling and Resident slots
+	pol   policy.Policy  // keys of Resident slots
+	count [numStates]int // slots per state
+	refs  int            // reader references over all slots
 
 	evictable func(Key) bool // bound once so Evict does not allocate
 
@@ -83,7 +81,6 @@ func New(cfg Config) (*Pool, error) {
 		index:   make(map[Key]int32, l.slots),
 		pol:     pol,
 	}
-	p.hinted, _ = pol.(policy.Hinted)
 	for i := range p.slots {
 		p.slots[i].state = StateFree
 		p.free[i] = int32(l.slots - 1 - i) // slot 0 is handed out first

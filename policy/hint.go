@@ -56,6 +56,19 @@ type Hinted interface {
 	AccessHint(k Key, h Hint)
 }
 
+// AddClass adds k, a block of a request of class class (Hint.Class; 0
+// unknown), to p: with that class as its Hint when p reads hints (Hinted)
+// and class is not 0, plainly otherwise. It reports whether the class
+// reached p. The tiers below the GPU add the blocks that land in them so.
+func AddClass(p Policy, k Key, class uint8) bool {
+	if h, ok := p.(Hinted); ok && class != 0 {
+		h.AddHint(k, Hint{Class: class})
+		return true
+	}
+	p.Add(k)
+	return false
+}
+
 // MissObserver is implemented by policies that learn from requests for keys
 // the tier does not hold (Adaptive). A tier under another sees only part of
 // what is asked of it: hits come to it as reads, but a block it lacks is
