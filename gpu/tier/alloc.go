@@ -696,16 +696,7 @@ func (t *Tier) setSeqClass(seq blockpool.SeqID, c uint8) {
 // write-down carries this one).
 func (t *Tier) reclassify(seq blockpool.SeqID, c uint8) {
 	t.seqClass[seq], t.classed[seq] = c, true
-	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
-	if err != nil {
-		return
-	}
-	for _, id := range ids {
-		if t.flags[id]&flagPublished != 0 && t.publisher[id] == seq {
-			t.class[id] = c
-		}
-	}
-	t.scratchIDs = ids[:0]
+	t.eachPublished(seq, func(id blockpool.BlockID) { t.class[id] = c })
 }
 
 // disown ends the claims of seq, which a commit gave a class and which is
@@ -715,13 +706,19 @@ func (t *Tier) disown(seq blockpool.SeqID) {
 		return
 	}
 	delete(t.classed, seq)
+	t.eachPublished(seq, func(id blockpool.BlockID) { t.flags[id] &^= flagPublished })
+}
+
+// eachPublished calls f on each block of seq's table that a commit of seq
+// published first.
+func (t *Tier) eachPublished(seq blockpool.SeqID, f func(blockpool.BlockID)) {
 	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
 	if err != nil {
 		return
 	}
 	for _, id := range ids {
-		if t.publisher[id] == seq {
-			t.flags[id] &^= flagPublished
+		if t.flags[id]&flagPublished != 0 && t.publisher[id] == seq {
+			f(id)
 		}
 	}
 	t.scratchIDs = ids[:0]
