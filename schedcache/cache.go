@@ -205,14 +205,28 @@ func (c *Cache) Commit(ctx context.Context, seqs []scheduler.SeqID, computed []i
 // Free implements scheduler.Cache with one Manager.FreeBatch. The first
 // per-sequence error, if any, is returned (joined with the others).
 func (c *Cache) Free(ctx context.Context, seqs []scheduler.SeqID) error {
+	errs, err := c.m.FreeBatch(ctx, c.ids(seqs))
+	if err != nil {
+		return fmt.Errorf("schedcache: free %d sequences: %w", len(seqs), err)
+	}
+	if err := seqErrs("free", seqs, errs); err != nil {
+		return err
+	}
+	return c.sync(ctx)
+}
+
+// ids copies seqs into c.seqs, as the Manager names sequences.
+func (c *Cache) ids(seqs []scheduler.SeqID) []uint64 {
 	c.seqs = c.seqs[:0]
 	for _, s := range seqs {
 		c.seqs = append(c.seqs, uint64(s))
 	}
-	errs, err := c.m.FreeBatch(ctx, c.seqs)
-	if err != nil {
-		return fmt.Errorf("schedcache: free %d sequences: %w", len(seqs), err)
-	}
+	return c.seqs
+}
+
+// seqErrs joins the per-sequence errors of op on seqs, nil when there are
+// none.
+func seqErrs(op string, seqs []scheduler.SeqID, errs []error) error {
 	var bad []error
 	for i, e := range errs {
 		if e != nil {
@@ -220,9 +234,9 @@ func (c *Cache) Free(ctx context.Context, seqs []scheduler.SeqID) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("schedcache: free: %w", errors.Join(bad...))
+		return fmt.Errorf("schedcache: %s: %w", op, errors.Join(bad...))
 	}
-	return c.sync(ctx)
+	return nil
 }
 
 // FreeFinished implements scheduler.FinishCache with one Manager.Step: a
@@ -239,6 +253,9 @@ func (c *Cache) FreeFinished(ctx context.Context, seqs []scheduler.SeqID, genera
 	if len(seqs) != len(generated) {
 		return fmt.Errorf("schedcache: free: %d sequences, %d output counts: %w", len(seqs), len(generated), ErrBadArgs)
 	}
+	if c.seen == nil {
+		c.seen = map[scheduler.SeqID]bool{}
+	}
 	clear(c.seen)
 	for i, s := range seqs {
 		if generated[i] < 0 {
@@ -247,30 +264,18 @@ func (c *Cache) FreeFinished(ctx context.Context, seqs []scheduler.SeqID, genera
 		if c.seen[s] {
 			return fmt.Errorf("schedcache: free: sequence %d named twice: %w", s, ErrBadArgs)
 		}
-		if c.seen == nil {
-			c.seen = map[scheduler.SeqID]bool{}
-		}
 		c.seen[s] = true
 	}
 	if c.opts.NoClass {
 		return c.Free(ctx, seqs)
 	}
-	c.seqs, c.commits = c.seqs[:0], finishCommits(c.commits[:0], seqs, generated)
-	for _, s := range seqs {
-		c.seqs = append(c.seqs, uint64(s))
-	}
-	res, err := c.m.Step(ctx, kvtier.StepRequest{Commit: c.commits, Free: c.seqs})
+	c.commits = finishCommits(c.commits[:0], seqs, generated)
+	res, err := c.m.Step(ctx, kvtier.StepRequest{Commit: c.commits, Free: c.ids(seqs)})
 	if err != nil {
 		return fmt.Errorf("schedcache: free %d sequences: %w", len(seqs), err)
 	}
-	var bad []error
-	for i := range seqs {
-		if e := res.FreeErrs[i]; e != nil {
-			bad = append(bad, fmt.Errorf("sequence %d: %w", seqs[i], e))
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("schedcache: free: %w", errors.Join(bad...))
+	if err := seqErrs("free", seqs, res.FreeErrs); err != nil {
+		return err
 	}
 	return c.sync(ctx)
 }
@@ -290,25 +295,15 @@ func finishCommits(dst []kvtier.CommitItem, seqs []scheduler.SeqID, generated []
 // pinned tier answers kvtier.ErrNoLowerTier, which becomes
 // scheduler.ErrUnsupported: the scheduler recomputes instead.
 func (c *Cache) Swap(ctx context.Context, seqs []scheduler.SeqID) error {
-	c.seqs = c.seqs[:0]
-	for _, s := range seqs {
-		c.seqs = append(c.seqs, uint64(s))
-	}
-	errs, err := c.m.Swap(ctx, c.seqs)
+	errs, err := c.m.Swap(ctx, c.ids(seqs))
 	if errors.Is(err, kvtier.ErrNoLowerTier) {
 		return fmt.Errorf("schedcache: swap: %w: %w", err, scheduler.ErrUnsupported)
 	}
 	if err != nil {
 		return fmt.Errorf("schedcache: swap %d sequences: %w", len(seqs), err)
 	}
-	var bad []error
-	for i, e := range errs {
-		if e != nil {
-			bad = append(bad, fmt.Errorf("sequence %d: %w", seqs[i], e))
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("schedcache: swap: %w", errors.Join(bad...))
+	if err := seqErrs("swap", seqs, errs); err != nil {
+		return err
 	}
 	return c.sync(ctx)
 }
