@@ -43,6 +43,17 @@ func checkAdaptiveSlots(t *testing.T, p *adaptive) {
 	}
 }
 
+// streamKey returns, when reuse allows and a coin says so, one of the last
+// four keys of the stream whose latest key is *last (once it is past
+// floor+4), and otherwise a new key, which becomes *last.
+func streamKey(rng *rand.Rand, last *Key, floor Key, reuse bool) Key {
+	if reuse && rng.IntN(2) == 0 && *last > floor+4 {
+		return *last - Key(rng.IntN(4))
+	}
+	*last++
+	return *last
+}
+
 // TestAdaptiveClassesWithShadows drives the default Adaptive (every shadow,
 // the vote, switches, the dormant class shadow, a small history so that
 // sweeps happen) with request classes whose reuse changes by phase, so that
@@ -89,22 +100,12 @@ func TestAdaptiveClassesWithShadows(t *testing.T) {
 			switch {
 			case op < 5: // class 1: new keys, often seen again
 				h.Class = 1
-				if rng.IntN(2) == 0 && fresh[1] > 4 {
-					k = fresh[1] - Key(rng.IntN(4))
-				} else {
-					fresh[1]++
-					k = fresh[1]
-				}
+				k = streamKey(rng, &fresh[1], 0, true)
 				p.AddHint(k, h)
 				res[k] = true
 			case op < 10: // class 2: new keys, seen again only in some phases
 				h.Class = 2
-				if !rare && rng.IntN(2) == 0 && fresh[2] > 2<<20+4 {
-					k = fresh[2] - Key(rng.IntN(4))
-				} else {
-					fresh[2]++
-					k = fresh[2]
-				}
+				k = streamKey(rng, &fresh[2], 2<<20, !rare)
 				p.AddHint(k, h)
 				res[k] = true
 			default: // a small key space of mixed classes
