@@ -12,19 +12,7 @@ import (
 // that class as they land there (policy.Adaptive reads hints; class_hints
 // counts them); the other requests' blocks, of no class, are not counted.
 func TestClassReachesLowerPolicies(t *testing.T) {
-	cfg := diskConfig(t, t.TempDir())
-	cfg.PinnedPolicy = policy.Adaptive // over a disk it defaults to LRU, which reads none
-	m := newManager(t, cfg)
-	a := toks(100, 4*bt)
-	pushDownReq(t, m, AllocRequest{Seq: 1, Tokens: a, Class: 5})
-	loadsFromDisk(t, m, a)
-	st, err := m.Stats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p, d := st.Tier(Pinned).Extra["class_hints"], st.Tier(Disk).Extra["class_hints"]; p != 4 || d != 4 {
-		t.Fatalf("class hints pinned %v disk %v, want 4 each: the classed request's 4 blocks", p, d)
-	}
+	classedPushDown(t, AllocRequest{Seq: 1, Tokens: toks(100, 4*bt), Class: 5}, 0)
 }
 
 // TestFinishingClassReachesLowerPolicies: a request allocated with no class
@@ -32,18 +20,26 @@ func TestClassReachesLowerPolicies(t *testing.T) {
 // output length only then) has its blocks reach pinned memory's and the
 // disk's policies with that class, as one allocated with it does.
 func TestFinishingClassReachesLowerPolicies(t *testing.T) {
+	classedPushDown(t, AllocRequest{Seq: 1, Tokens: toks(100, 4*bt)}, policy.OutputClass(17))
+}
+
+// classedPushDown pushes req's 4 blocks down to the disk of a Manager whose
+// pinned tier and disk read hints, its finishing commit giving finish (when
+// not 0), reads them back from the disk, and fails unless both tiers'
+// policies got all 4 with a class.
+func classedPushDown(t *testing.T, req AllocRequest, finish uint8) {
+	t.Helper()
 	cfg := diskConfig(t, t.TempDir())
-	cfg.PinnedPolicy = policy.Adaptive
+	cfg.PinnedPolicy = policy.Adaptive // over a disk it defaults to LRU, which reads none
 	m := newManager(t, cfg)
-	a := toks(100, 4*bt)
-	pushDownFinished(t, m, AllocRequest{Seq: 1, Tokens: a}, policy.OutputClass(17))
-	loadsFromDisk(t, m, a)
+	pushDownFinished(t, m, req, finish)
+	loadsFromDisk(t, m, req.Tokens)
 	st, err := m.Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p, d := st.Tier(Pinned).Extra["class_hints"], st.Tier(Disk).Extra["class_hints"]; p != 4 || d != 4 {
-		t.Fatalf("class hints pinned %v disk %v, want 4 each: the finished request's 4 blocks", p, d)
+		t.Fatalf("class hints pinned %v disk %v, want 4 each: the classed request's 4 blocks", p, d)
 	}
 }
 

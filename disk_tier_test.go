@@ -31,17 +31,11 @@ func diskConfig(t *testing.T, dir string) Config {
 // until a is only on disk.
 func pushDown(t *testing.T, m *Manager, a []int64) {
 	t.Helper()
-	pushDownReq(t, m, AllocRequest{Seq: 1, Tokens: a})
+	pushDownFinished(t, m, AllocRequest{Seq: 1, Tokens: a}, 0)
 }
 
-// pushDownReq is pushDown of req (sequence 1, its Tokens a).
-func pushDownReq(t *testing.T, m *Manager, req AllocRequest) {
-	t.Helper()
-	pushDownFinished(t, m, req, 0)
-}
-
-// pushDownFinished is pushDownReq whose request, finishing, commits with
-// class (CommitItem.Class) when it is not 0.
+// pushDownFinished is pushDown of req (its Tokens a), whose finishing
+// commit gives class (CommitItem.Class) when it is not 0.
 func pushDownFinished(t *testing.T, m *Manager, req AllocRequest, class uint8) {
 	t.Helper()
 	ctx := context.Background()
