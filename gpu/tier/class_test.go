@@ -234,3 +234,41 @@ func TestCommitClassDuplicates(t *testing.T) {
 	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
 	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 4})
 }
+
+// TestCommitClassSeqIDReusedBlockLeftTable: request A (seq 1, class 7)
+// publishes blocks 0 and 1, is preempted and readmitted with a hit capped
+// at block 0 (MaxHitTokens), so block 1 is recomputed into a duplicate and
+// A's own block 1 stays cached outside its table; A finishes with class 9
+// and is freed. An unrelated request B reuses id 1, hits both blocks and
+// finishes with class 5: A's claims ended with its free, so neither block
+// takes B's class (block 1 keeps the 7 it was published with).
+func TestCommitClassSeqIDReusedBlockLeftTable(t *testing.T) {
+	p := prompt(1, 2*bs)
+	k := blockpool.ComputeKeys("", p, bs, true)
+	tr := journalTier(t, 4, Config{})
+	allocateClass(t, tr, 1, p, 7) // request A
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
+	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // preempted
+	drain(t, tr)
+	var res *messages.AllocateBatchResult
+	tr.AllocateBatch([]messages.AllocRequest{{Seq: 1, Tokens: p, MaxHitTokens: 2*bs - 1}}, // readmitted: block 1 recomputed
+		[]*blockpool.Keys{k}, func(r *messages.AllocateBatchResult) { res = r })
+	if r := drain(t, tr); len(r.ToIndex) == 1 {
+		tr.LookupDone(&messages.LookupResult{ID: r.ToIndex[0].(*messages.Lookup).ID, Tiers: [][]messages.Tier{{}}})
+		drain(t, tr)
+	}
+	if res == nil || res.Results[0].Err != nil || res.Results[0].Tokens.Of(messages.GPU) != bs {
+		t.Fatalf("readmission: %+v, want one GPU hit", res)
+	}
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 9})               // A finished
+	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // A's claims end
+	drain(t, tr)
+	allocateClass(t, tr, 1, p, 0) // request B, id 1 reused: hits both of A's blocks
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 5}) // B finished
+	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
+	drain(t, tr)
+	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
+	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 9, uint64(k.Hashes[1]): 7})
+}
