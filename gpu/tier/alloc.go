@@ -676,6 +676,7 @@ func repeatedErr(seq uint64) error {
 // contents' flags to skip what is written down already.
 func (t *Tier) resetBlocks(ids []blockpool.BlockID) {
 	for _, id := range ids {
+		t.unclaim(id)
 		t.flags[id], t.hits[id], t.class[id] = 0, 0, 0
 	}
 }
@@ -700,13 +701,58 @@ func (t *Tier) reclassify(seq blockpool.SeqID, c uint8) {
 }
 
 // disown ends the claims of seq, which a commit gave a class and which is
-// being freed (see Tier.publisher), on the blocks of its table.
+// being freed (see Tier.publisher): on the blocks of its table and on those
+// an earlier allocation of it published and left behind.
 func (t *Tier) disown(seq blockpool.SeqID) {
 	if !t.classed[seq] {
 		return
 	}
 	delete(t.classed, seq)
-	t.eachPublished(seq, func(id blockpool.BlockID) { t.flags[id] &^= flagPublished })
+	for {
+		id, ok := t.claimHead[seq]
+		if !ok {
+			return
+		}
+		t.unclaim(id)
+	}
+}
+
+// noBlock ends a sequence's list of claimed blocks (claimNext, claimPrev).
+const noBlock blockpool.BlockID = -1
+
+// claim records that a commit of seq published block id first.
+func (t *Tier) claim(id blockpool.BlockID, seq blockpool.SeqID) {
+	t.unclaim(id)
+	next, ok := t.claimHead[seq]
+	if !ok {
+		next = noBlock
+	}
+	t.publisher[id], t.claimPrev[id], t.claimNext[id] = seq, noBlock, next
+	if next != noBlock {
+		t.claimPrev[next] = id
+	}
+	t.claimHead[seq] = id
+	t.flags[id] |= flagPublished
+}
+
+// unclaim ends the claim of id's publisher on it, if any.
+func (t *Tier) unclaim(id blockpool.BlockID) {
+	if t.flags[id]&flagPublished == 0 {
+		return
+	}
+	t.flags[id] &^= flagPublished
+	prev, next := t.claimPrev[id], t.claimNext[id]
+	if next != noBlock {
+		t.claimPrev[next] = prev
+	}
+	switch {
+	case prev != noBlock:
+		t.claimNext[prev] = next
+	case next != noBlock:
+		t.claimHead[t.publisher[id]] = next
+	default:
+		delete(t.claimHead, t.publisher[id])
+	}
 }
 
 // eachPublished calls f on each block of seq's table that a commit of seq
@@ -768,8 +814,8 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		// keeps its publisher and class.
 		c := t.seqClass[seq]
 		for _, id := range published[from:] {
-			t.class[id], t.publisher[id] = c, seq
-			t.flags[id] |= flagPublished
+			t.class[id] = c
+			t.claim(id, seq)
 		}
 		if res.Errs[i] == nil {
 			if it.Class != 0 {

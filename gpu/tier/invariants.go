@@ -8,7 +8,9 @@ import (
 
 // CheckInvariants is the Tier's consistency walk: the pool's own invariants,
 // plus every block the Tier believes a copy is moving is pinned, and every
-// pinned block belongs to a copy in flight. The invariants build runs it
+// pinned block belongs to a copy in flight, every block with a publisher
+// is on that sequence's claim list (and no other block is), and the
+// sequences with a class are ones the pool holds. The invariants build runs it
 // after every event. After Stop the books of copies in flight are dropped
 // on purpose, and only the pool is checked.
 func (t *Tier) CheckInvariants() error {
@@ -46,6 +48,36 @@ func (t *Tier) CheckInvariants() error {
 	for seq, d := range t.demand { // kept until the sequence is computed or freed
 		if _, err := t.pool.NumTokens(seq); err != nil || d.w.seq != seq {
 			return fmt.Errorf("gpu tier: demand kept for sequence %d (allocation of %d), which the pool does not hold: %v", seq, d.w.seq, err)
+		}
+	}
+	for seq := range t.classed { // until the free (disown)
+		if _, err := t.pool.NumTokens(seq); err != nil {
+			return fmt.Errorf("gpu tier: sequence %d classed by a commit, which the pool does not hold: %v", seq, err)
+		}
+	}
+	claimed := 0 // every block with flagPublished is on its publisher's list, once
+	for seq, id := range t.claimHead {
+		for prev := noBlock; id != noBlock; prev, id = id, t.claimNext[id] {
+			if claimed++; claimed > len(t.flags) {
+				return fmt.Errorf("gpu tier: the claimed blocks of sequence %d loop", seq)
+			}
+			if t.flags[id]&flagPublished == 0 || t.publisher[id] != seq || t.claimPrev[id] != prev {
+				return fmt.Errorf("gpu tier: block %d on the claim list of sequence %d: published flag %v, publisher %d, previous %d (want %d)",
+					id, seq, t.flags[id]&flagPublished != 0, t.publisher[id], t.claimPrev[id], prev)
+			}
+		}
+	}
+	for _, f := range t.flags {
+		if f&flagPublished != 0 {
+			claimed--
+		}
+	}
+	if claimed != 0 {
+		return fmt.Errorf("gpu tier: %d more blocks on claim lists than blocks with a publisher", claimed)
+	}
+	for seq := range t.seqClass { // dropped at the free
+		if _, err := t.pool.NumTokens(seq); err != nil {
+			return fmt.Errorf("gpu tier: class kept for sequence %d, which the pool does not hold: %v", seq, err)
 		}
 	}
 	for w := range t.orphans { // kept until the freed sequence's loads are over

@@ -121,6 +121,14 @@ type Tier struct {
 	// classed holds the sequences a commit gave a class (reclassify),
 	// until their free.
 	classed map[blockpool.SeqID]bool
+	// claimHead, claimNext and claimPrev link, per sequence, the blocks
+	// whose flagPublished names it (publisher): those of its table and
+	// those an earlier allocation of it left behind (preempted, readmitted
+	// without them), so that disown ends every claim of a finished
+	// sequence. resetBlocks ends a block's claim; a sequence's entry lives
+	// while it claims a block (at most one entry a block).
+	claimHead            map[blockpool.SeqID]blockpool.BlockID
+	claimNext, claimPrev []blockpool.BlockID
 	// seqClass is, per sequence allocated with a class, that class: a
 	// reallocation of the same sequence sets it again, a commit with a
 	// class replaces it, a free drops it.
@@ -203,9 +211,9 @@ func New(cfg Config) *Tier {
 	}
 	return &Tier{
 		cfg: cfg, pool: cfg.Pool, bs: cfg.Pool.Config().BlockSize,
-		flags: make([]uint8, n), class: make([]uint8, n), publisher: make([]blockpool.SeqID, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
+		flags: make([]uint8, n), class: make([]uint8, n), publisher: make([]blockpool.SeqID, n), claimNext: make([]blockpool.BlockID, n), claimPrev: make([]blockpool.BlockID, n), hits: make([]uint16, n), fence: make([]gpu.Fence, n), readFences: make([][]gpu.Fence, n),
 		lookups: map[uint64]*pendingAlloc{}, demand: map[blockpool.SeqID]demandChain{}, orphans: map[*waiter]demandChain{}, fetches: map[uint64]*fetchOp{}, offload: map[uint64]*offloadOp{},
-		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, seqClass: map[blockpool.SeqID]uint8{}, classed: map[blockpool.SeqID]bool{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
+		notReady: map[blockpool.SeqID]*waiter{}, lastFence: map[blockpool.SeqID]gpu.Fence{}, seqClass: map[blockpool.SeqID]uint8{}, classed: map[blockpool.SeqID]bool{}, claimHead: map[blockpool.SeqID]blockpool.BlockID{}, evictWrites: map[uint64]int{}, held: map[uint64]bool{},
 		stats: messages.TierStats{Tier: messages.GPU},
 	}
 }
