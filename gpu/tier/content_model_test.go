@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -689,6 +690,19 @@ func (w *cmWorld) step() {
 			s := can[w.rng.IntN(len(can))]
 			s.freed = true
 			swap := w.rng.IntN(3) == 0
+			if !swap && s.id%2 == 0 {
+				// A finishing class (drawing nothing from rng): it
+				// steers write-downs only, and its claims end at the
+				// free, which the invariants walk checks.
+				c := uint8(1 + s.id%7)
+				w.logf("seq %d finishes with class %d", s.id, c)
+				var cr *messages.CommitBatchResult
+				w.tr.CommitBatch([]messages.CommitItem{{Seq: s.id, Class: c}}, func(r *messages.CommitBatchResult) { cr = r })
+				w.drain()
+				if cr == nil || (cr.Errs[0] != nil && !errors.Is(cr.Errs[0], ErrNotReady)) {
+					w.fail("seq %d: class commit: %+v", s.id, cr)
+				}
+			}
 			w.logf("free seq %d (swap %v)", s.id, swap)
 			w.tr.FreeBatch([]uint64{s.id}, swap, func(*messages.FreeBatchResult) {})
 			w.drain()
