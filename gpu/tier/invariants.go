@@ -55,7 +55,7 @@ func (t *Tier) CheckInvariants() error {
 			return fmt.Errorf("gpu tier: sequence %d classed by a commit, which the pool does not hold: %v", seq, err)
 		}
 	}
-	claimed := 0 // every block with flagPublished is on its publisher's list, once
+	claimed, published := 0, 0 // every block with flagPublished is on its publisher's list, once
 	for seq, id := range t.claimHead {
 		for prev := noBlock; id != noBlock; prev, id = id, t.claimNext[id] {
 			if claimed++; claimed > len(t.flags) {
@@ -69,11 +69,11 @@ func (t *Tier) CheckInvariants() error {
 	}
 	for _, f := range t.flags {
 		if f&flagPublished != 0 {
-			claimed--
+			published++
 		}
 	}
-	if claimed != 0 {
-		return fmt.Errorf("gpu tier: %d more blocks on claim lists than blocks with a publisher", claimed)
+	if claimed != published {
+		return fmt.Errorf("gpu tier: the claim lists hold %d blocks, %d blocks have a publisher", claimed, published)
 	}
 	for seq := range t.seqClass { // dropped at the free
 		if _, err := t.pool.NumTokens(seq); err != nil {
