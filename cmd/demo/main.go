@@ -161,8 +161,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served at first admissions, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
 	fmt.Fprintln(table, "GPU busy: modelled time in steps (a decode step costs at least one read of the weights, however small its batch).")
 	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT, over the ids by prefix as chained hashes tell blocks apart), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (OPT maximises blocks, not tokens, so the ratio can pass 1 by a little).")
-	fmt.Fprintf(table, "link bytes: blocks moved x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
+	fmt.Fprintf(table, "GPU -> pinned, ... (Llama-3-8B bytes): blocks moved over each link x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))
+	fmt.Fprintln(table, "denied writes: blocks not written down, over a tier's in-flight quota or short of room (TierStats.Denied, all tiers); timed-out loads: sched, loads the scheduler gave up on (-onboard timeout), manager, blocks of loads past the Manager's -read-deadline (TierStats.Timeouts, all tiers);")
+	fmt.Fprintln(table, "replay wall time: real time each replay took on this machine (the other times are the logical clock's).")
 	if rep.rejected() {
 		fmt.Fprintf(table, "rejected requests: their prompt and output need more KV than the GPU holds (%s tokens), so they can never run; they end unserved, as vLLM rejects a request past its max_model_len. They are in no other row: prompt tokens, hit ratio, OPT and prefill compute saved are over the served requests.\n",
 			commas(int64(o.gpuBlocks*o.blockTokens)))
