@@ -239,8 +239,12 @@ type Config struct {
 
 // EventsConfig configures the KV-event publisher (package events).
 type EventsConfig struct {
-	// Endpoint is the PUB socket, e.g. "tcp://*:5557" (port 0 picks a
-	// free one: Manager.EventEndpoints says which).
+	// Endpoint is the PUB socket, e.g. "tcp://*:5557". As in vLLM, it binds
+	// when its host is a wildcard ("*", "[::]") or it is ipc://, and
+	// otherwise connects to a subscriber that binds ("tcp://router:5557").
+	// A bound port 0 ("tcp://*:0") picks a free one: Manager.EventEndpoints
+	// says which; a named host with port 0 ("tcp://127.0.0.1:0") is refused
+	// (events.ErrBadEndpoint), as nothing listens there.
 	Endpoint string
 	// ReplayEndpoint, when set, is the ROUTER socket for replay (vLLM's
 	// protocol) and snapshot requests.

@@ -19,9 +19,10 @@ func TestEventsErrorsTyped(t *testing.T) {
 	}{
 		{EventsConfig{Endpoint: "inproc://kv"}, events.ErrBadEndpoint},
 		{EventsConfig{Endpoint: "tcp://*:notaport"}, events.ErrBadEndpoint},
-		{EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "udp://*:0"}, events.ErrBadEndpoint},
+		{EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "udp://*:0"}, events.ErrBadEndpoint},
 		{EventsConfig{Endpoint: "tcp://router"}, events.ErrBadEndpoint},
-		{EventsConfig{Endpoint: "tcp://127.0.0.1:0", Format: "xml"}, events.ErrBadConfig},
+		{EventsConfig{Endpoint: "tcp://127.0.0.1:0"}, events.ErrBadEndpoint}, // connects, to port 0
+		{EventsConfig{Endpoint: "tcp://*:0", Format: "xml"}, events.ErrBadConfig},
 	} {
 		m, err := New(Config{GPUBlocks: 8, Events: &c.ev})
 		if m != nil {
@@ -31,7 +32,7 @@ func TestEventsErrorsTyped(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrBadConfig and %v", c.ev, err, c.want)
 		}
 	}
-	_, err := New(Config{GPUBlocks: 8, Events: &EventsConfig{Endpoint: "tcp://127.0.0.1:0", Format: "xml"}})
+	_, err := New(Config{GPUBlocks: 8, Events: &EventsConfig{Endpoint: "tcp://*:0", Format: "xml"}})
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != "Events.Format" {
 		t.Errorf("an unknown format: %v, want a *ConfigError for Events.Format", err)

@@ -14,7 +14,7 @@ import (
 // one second Close returns well before the two seconds asked (it did, with
 // the field present but not passed). The upper bound is only a hang check.
 func TestEventsLinger(t *testing.T) {
-	_, err := New(Config{GPUBlocks: 8, Events: &EventsConfig{Endpoint: "tcp://127.0.0.1:0", Linger: -time.Nanosecond}})
+	_, err := New(Config{GPUBlocks: 8, Events: &EventsConfig{Endpoint: "tcp://*:0", Linger: -time.Nanosecond}})
 	var ce *ConfigError
 	if !errors.Is(err, ErrBadConfig) || !errors.As(err, &ce) || ce.Field != "Events.Linger" {
 		t.Errorf("Linger -1ns: %v, want a *ConfigError for Events.Linger", err)

@@ -317,7 +317,7 @@ func TestEventsOff(t *testing.T) {
 	if _, ok, err := m.EventsSeq(context.Background()); ok || err != nil {
 		t.Fatalf("EventsSeq: %v %v", ok, err)
 	}
-	for _, bad := range []*EventsConfig{{}, {Endpoint: "tcp://127.0.0.1:0", Format: "xml"}, {Endpoint: "tcp://127.0.0.1:0", QueueSize: -1}} {
+	for _, bad := range []*EventsConfig{{}, {Endpoint: "tcp://*:0", Format: "xml"}, {Endpoint: "tcp://*:0", QueueSize: -1}} {
 		if _, err := New(Config{GPUBlocks: 8, BlockTokens: bt, Events: bad}); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("%+v: %v, want ErrBadConfig", bad, err)
 		}

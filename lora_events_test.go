@@ -42,7 +42,7 @@ func replayEvents(t *testing.T, m *Manager) []events.Event {
 // of 2026-11-27: a LoRA block was announced as base-model KV.)
 func TestLoRAStoredNamesAdapter(t *testing.T) {
 	m := newManager(t, Config{GPUBlocks: 16, PinnedBytes: 16 * int64(os.Getpagesize()), Ingestion: IngestAll,
-		Events: &EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@test@model"}})
+		Events: &EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@test@model"}})
 	ctx := context.Background()
 	prompt := toks(100, 2*bt)
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: prompt, LoRA: "sql-adapter"}); err != nil {

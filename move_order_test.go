@@ -101,7 +101,7 @@ func orderManager(t *testing.T, f *copyFaults, cfg Config) *Manager {
 	if cfg.PinnedBytes == 0 {
 		cfg.PinnedBytes = 1 << 20
 	}
-	cfg.Events = &EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
+	cfg.Events = &EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
 	return newManager(t, cfg)
 }
 

@@ -52,7 +52,7 @@ func TestReopenedDiskAnnouncesChains(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cfg := diskConfig(t, dir)
-	cfg.Events = &EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@test@model"}
+	cfg.Events = &EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@test@model"}
 	m := newManager(t, cfg)
 	base, adapter := toks(100, 4*bt), toks(500, 3*bt)
 	for i, req := range []AllocRequest{{Seq: 1, Tokens: base}, {Seq: 2, Tokens: adapter, LoRA: "sql-adapter"}} {

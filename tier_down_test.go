@@ -143,7 +143,7 @@ func TestEventsSeqWithAnActorOnItsWayDown(t *testing.T) {
 	for _, which := range []string{"pinned", "index", "events"} {
 		t.Run(which, func(t *testing.T) {
 			m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20,
-				Events: &EventsConfig{Endpoint: "tcp://127.0.0.1:0"}})
+				Events: &EventsConfig{Endpoint: "tcp://*:0"}})
 			if _, _, err := m.EventsSeq(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +226,7 @@ func TestEventsFollowTheGPUWithATierBelowStoppedForGood(t *testing.T) {
 			cfg := diskConfig(t, t.TempDir())
 			cfg.Ingestion = IngestAll // committed blocks go down at once: the stream has CPU and STORAGE blocks
 			cfg.DiskIngestion = IngestAll
-			cfg.Events = &EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
+			cfg.Events = &EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
 			m := newManager(t, cfg)
 			run := func(seq uint64, tokens []int64) {
 				t.Helper()

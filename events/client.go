@@ -102,6 +102,13 @@ func dialEndpoint(ctx context.Context, ep string) (net.Conn, error) {
 	default:
 		return nil, fmt.Errorf("%w: want tcp:// or ipc://", ErrBadEndpoint)
 	}
+	if network == "tcp" {
+		// Port 0 parses but can never be dialed: "connection refused", retried
+		// until ctx ends. Say so at once.
+		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+			return nil, fmt.Errorf("%w: port 0 names no socket to connect to (a server bound to port 0 reports its port: Server.Addrs, Manager.EventEndpoints)", ErrBadEndpoint)
+		}
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
 	// An address that does not parse (a port out of range or missing) can

@@ -79,7 +79,8 @@ func badAddress(err error) bool {
 }
 
 // checkConnectEndpoint refuses a PUB endpoint that connects (a named host)
-// but names no host and numeric port: tcp://host:port. Listen dials it in
+// but names no host and numeric port, tcp://host:port, or port 0, which no
+// one listens on. Listen dials it in
 // the background, retrying: without this an endpoint that can never work
 // would retry for ever.
 func checkConnectEndpoint(ep string) error {
@@ -91,8 +92,12 @@ func checkConnectEndpoint(ep string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBadEndpoint, err)
 	}
-	if _, err := strconv.ParseUint(port, 10, 16); host == "" || err != nil {
+	n, err := strconv.ParseUint(port, 10, 16)
+	if host == "" || err != nil {
 		return fmt.Errorf("%w: want tcp://host:port, with a numeric port", ErrBadEndpoint)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: port 0 with a named host: the PUB socket connects there (vLLM's rule) and no one listens on port 0; to bind a free port, use a wildcard host (tcp://*:0)", ErrBadEndpoint)
 	}
 	return nil
 }

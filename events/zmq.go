@@ -128,7 +128,9 @@ type ServerConfig struct {
 	// to a subscriber that binds ("tcp://router:5557"), retrying in the
 	// background until it answers (batches published meanwhile reach no
 	// one, as with any PUB socket without subscribers). A bound port 0
-	// picks a free port: see Addrs.
+	// picks a free port: see Addrs. A connecting endpoint with port 0
+	// ("tcp://127.0.0.1:0") is refused (ErrBadEndpoint): nothing listens
+	// there; bind a free port with "tcp://*:0".
 	Endpoint string
 	// ReplayEndpoint, when set, is the ROUTER socket answering replay and
 	// snapshot requests.
