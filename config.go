@@ -116,6 +116,9 @@ type Config struct {
 
 	// DiskDir enables the disk tier in this directory (created if missing,
 	// locked against a second opener); blocks written there survive restarts.
+	// Which blocks are written there is DiskIngestion's choice: Close does
+	// not write pinned memory's blocks down, so with the default only the
+	// pinned tier's victims are on the disk when the Manager closes.
 	DiskDir string
 	// DiskBytes is the disk tier's capacity (required with DiskDir).
 	DiskBytes int64

@@ -1076,7 +1076,9 @@ func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, 
 }
 
 // Delete drops the chain's cached blocks from every tier (blocks held by live
-// sequences stay on the GPU) and returns how many copies it dropped, summed
+// sequences stay with them on the GPU, but are no longer cached: never hits
+// again, never written down, and counted among the copies dropped) and
+// returns how many copies it dropped, summed
 // over the tiers (the remote one included): a block cached on the GPU and
 // in pinned memory counts twice, so a 3-block chain on both returns 6, not
 // 3. On an error it returns the copies dropped until then.
@@ -1290,7 +1292,11 @@ func (m *Manager) Stats(ctx context.Context) (Stats, error) {
 }
 
 // Close flushes in-flight writes (bounded by ctx; none after ErrFailed), stops
-// the actors and releases memory. ctx bounds too the wait for event
+// the actors and releases memory. It writes nothing more down: blocks only
+// the GPU or pinned memory holds are lost, so after a restart the disk
+// serves what reached it before Close (under the default DiskIngestion the
+// pinned tier's victims drained by then; under IngestAll every block pinned
+// memory took, less writes DiskWriteQuota denied). ctx bounds too the wait for event
 // subscribers to take their batches (EventsConfig.Linger). Calls in flight end with ErrClosed or their
 // result; later calls return ErrClosed. A second Close returns ErrClosed.
 func (m *Manager) Close(ctx context.Context) error {
