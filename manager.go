@@ -24,7 +24,10 @@ import (
 	"github.com/kvtier/kvtier/remote"
 )
 
-// Request and result types, shared with the actors.
+// Request and result types, shared with the actors. They are aliases: their
+// fields are documented in package messages (go doc
+// github.com/kvtier/kvtier/messages AllocRequest), and in BlockID's case in
+// package blockpool.
 type (
 	AllocRequest   = messages.AllocRequest
 	AllocResult    = messages.AllocResult
