@@ -103,14 +103,20 @@ func (w offered) describe(timeScale, load float64, auto bool) string {
 	if auto {
 		how = fmt.Sprintf("chosen for -load %g", load)
 	}
-	rate := fmt.Sprintf("1/%.3g of the trace's rate", timeScale) // stretched
-	switch {
-	case timeScale == 1:
-		rate = "the trace's own rate"
-	case timeScale < 1:
-		rate = fmt.Sprintf("%.3gx the trace's rate", 1/timeScale) // compressed
-	}
+	rate := arrivalRate(timeScale)
 	return fmt.Sprintf("arrivals at %s (%s)\n"+
 		"offered GPU load %.2f: with no cache, %.1f s of prefill and %.1f s of decode compute (batched, cost model below) in %.1f s of arrivals (%.1f s at the trace's rate)",
 		rate, how, w.Load(timeScale), w.Prefill.Seconds(), w.Decode.Seconds(), w.Span.Seconds()*timeScale, w.Span.Seconds())
+}
+
+// arrivalRate says how a time scale (arrival times multiplied by it) sets the
+// arrival rate against the trace's own.
+func arrivalRate(timeScale float64) string {
+	switch {
+	case timeScale == 1:
+		return "the trace's own rate"
+	case timeScale < 1:
+		return fmt.Sprintf("%.3gx the trace's rate", 1/timeScale) // compressed
+	}
+	return fmt.Sprintf("1/%.3g of the trace's rate", timeScale) // stretched
 }

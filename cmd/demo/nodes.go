@@ -341,10 +341,10 @@ func fleetArrivals(w offered, scale float64, n int, load float64, autoScale bool
 			w.Prefill.Seconds(), w.Decode.Seconds(), n)
 	}
 	if autoScale {
-		return fmt.Sprintf("arrivals x%.3g (chosen for -load %g, divided by %d): the fleet gets %d times the traffic one GPU gets in the single-node run",
-			scale, load, n, n)
+		return fmt.Sprintf("arrivals at %s (the time scale chosen for -load %g, divided by %d): the fleet gets %d times the traffic one GPU gets in the single-node run",
+			arrivalRate(scale), load, n, n)
 	}
-	return fmt.Sprintf("arrivals x%.3g (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across %d replicas", scale, n)
+	return fmt.Sprintf("arrivals at %s (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across %d replicas", arrivalRate(scale), n)
 }
 
 func fmtDur(d time.Duration) string {

@@ -113,8 +113,8 @@ func TestFleetHeaderTraffic(t *testing.T) {
 		want    string
 		notWant string
 	}{
-		{[]string{"-time-scale", "1"}, "arrivals x1 (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across 2 replicas", "times the traffic"},
-		{nil, fmt.Sprintf("arrivals x%.3g (chosen for -load %g, divided by 2): the fleet gets 2 times the traffic", auto, defaultLoad), ""},
+		{[]string{"-time-scale", "1"}, "arrivals at the trace's own rate (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across 2 replicas", "times the traffic"},
+		{nil, fmt.Sprintf("arrivals at %s (the time scale chosen for -load %g, divided by 2): the fleet gets 2 times the traffic", arrivalRate(auto), defaultLoad), ""},
 	} {
 		var stdout, stderr bytes.Buffer
 		if err := run(context.Background(), append(base, c.args...), &stdout, &stderr, false); err != nil {
