@@ -324,16 +324,15 @@ func TestDiskCoalescesReads(t *testing.T) {
 
 func TestDiskReadDeadline(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	e := newDiskEnv(t, 0)
+	e, t0, now := clockDiskEnv(t) // a deadline on the wall clock could pass before the read started
 	defer e.stop()
-	e.write(1, 2)
-	e.flush()
 
 	// The read of 1 is held at the file until after the deadline.
 	e.gate.arm()
-	late := readMsg(1, time.Now().Add(50*time.Millisecond), 1)
+	late := readMsg(1, t0.Add(10*time.Millisecond), 1)
 	f := e.sys.Root.RequestFuture(e.pid, late, testWait)
 	recv(t, e.gate.entered)
+	passDeadlines(now)
 	res, err := f.Result()
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +353,7 @@ func TestDiskReadDeadline(t *testing.T) {
 		}
 	}
 	// A deadline already passed is answered at once.
-	m = readMsg(3, time.Now().Add(-time.Second), 2)
+	m = readMsg(3, now.Load().Add(-time.Second), 2)
 	done = request[*messages.LowerReadDone](e, m)
 	checkRead(t, m, done, false)
 	checkWhy(t, done, messages.MissLate)
@@ -601,7 +600,7 @@ func TestDiskStopDrainsInFlightIO(t *testing.T) {
 // without I/O (the block stays on disk); one a worker runs completes.
 func TestDiskExpiredReadCancelled(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	e := oneWorkerEnv(t)
+	e, t0, now := oneWorkerClockEnv(t)
 	defer e.stop()
 
 	e.gate.arm()
@@ -609,8 +608,11 @@ func TestDiskExpiredReadCancelled(t *testing.T) {
 	f1 := e.sys.Root.RequestFuture(e.pid, m1, testWait)
 	recv(t, e.gate.entered)
 	before := e.fault.Counts().Reads
-	m2 := readMsg(2, time.Now().Add(20*time.Millisecond), 2) // queued behind it, late
-	res, err := e.sys.Root.RequestFuture(e.pid, m2, testWait).Result()
+	m2 := readMsg(2, t0.Add(10*time.Millisecond), 2) // queued behind it
+	f2 := e.sys.Root.RequestFuture(e.pid, m2, testWait)
+	e.stats() // m2 is queued, its deadline still ahead on the clock
+	passDeadlines(now)
+	res, err := f2.Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -636,9 +638,12 @@ func TestDiskExpiredReadCancelled(t *testing.T) {
 	f1 = e.sys.Root.RequestFuture(e.pid, readMsg(5, time.Time{}, 1), testWait)
 	recv(t, e.gate.entered)
 	patient := readMsg(6, time.Time{}, 2)
-	f2 := e.sys.Root.RequestFuture(e.pid, patient, testWait)
-	late := readMsg(7, time.Now().Add(20*time.Millisecond), 2)
-	res, err = e.sys.Root.RequestFuture(e.pid, late, testWait).Result()
+	f2 = e.sys.Root.RequestFuture(e.pid, patient, testWait)
+	late := readMsg(7, now.Load().Add(10*time.Millisecond), 2)
+	f3 := e.sys.Root.RequestFuture(e.pid, late, testWait)
+	e.stats() // late waits for the queued read too
+	passDeadlines(now)
+	res, err = f3.Result()
 	if err != nil {
 		t.Fatal(err)
 	}

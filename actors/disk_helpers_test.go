@@ -142,7 +142,25 @@ func newDiskEnv(t *testing.T, quota int) *diskEnv {
 // and announced: a second read queues behind a held first one.
 func oneWorkerEnv(t *testing.T) *diskEnv {
 	t.Helper()
-	e := newDiskEnv(t, 0)
+	return oneWorker(newDiskEnv(t, 0))
+}
+
+// oneWorkerClockEnv is oneWorkerEnv on a clock the test sets (now,
+// starting at t0): a queued read's deadline passes when the test moves the
+// clock, not while the read is still on its way to the actor (a deadline
+// 20 ms ahead on the wall clock sometimes passed before the actor got the
+// read on a loaded machine, and the read was answered late at once, never
+// queued).
+func oneWorkerClockEnv(t *testing.T) (e *diskEnv, t0 time.Time, now *atomic.Pointer[time.Time]) {
+	t.Helper()
+	t0, now = testClock()
+	return oneWorker(newDiskEnvClock(t, 0, func() time.Time { return *now.Load() })), t0, now
+}
+
+// oneWorker restarts e with one I/O worker and writes and announces blocks
+// 1 and 2.
+func oneWorker(e *diskEnv) *diskEnv {
+	e.t.Helper()
 	e.stop()
 	e.workers = 1
 	e.start()
@@ -156,13 +174,26 @@ func oneWorkerEnv(t *testing.T) *diskEnv {
 // t0), with blocks 1 and 2 written.
 func clockDiskEnv(t *testing.T) (e *diskEnv, t0 time.Time, now *atomic.Pointer[time.Time]) {
 	t.Helper()
-	t0 = time.Unix(1e9, 0)
-	now = new(atomic.Pointer[time.Time])
-	now.Store(&t0)
+	t0, now = testClock()
 	e = newDiskEnvClock(t, 0, func() time.Time { return *now.Load() })
 	e.write(1, 2)
 	e.flush()
 	return e, t0, now
+}
+
+// testClock is a clock a test sets, reading t0 until it does.
+func testClock() (t0 time.Time, now *atomic.Pointer[time.Time]) {
+	t0 = time.Unix(1e9, 0)
+	now = new(atomic.Pointer[time.Time])
+	now.Store(&t0)
+	return t0, now
+}
+
+// passDeadlines moves now an hour on: every read deadline set before it,
+// relative to now, has passed.
+func passDeadlines(now *atomic.Pointer[time.Time]) {
+	later := now.Load().Add(time.Hour)
+	now.Store(&later)
 }
 
 // newDiskEnvClock is newDiskEnv with the actor on clock.

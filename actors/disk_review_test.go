@@ -100,15 +100,18 @@ func TestDiskDeleteWaitsForWriteOverwritingVictim(t *testing.T) {
 // completed as a successful read (review of 2026-11-27), counted in Reads
 // and BytesRead (the tier's bytes_read): bytes that never left the disk.
 func TestDiskCancelledReadCountsNoRead(t *testing.T) {
-	e := oneWorkerEnv(t)
+	e, t0, now := oneWorkerClockEnv(t)
 	defer e.stop()
 	base := e.stats().Extra["bytes_read"]
 
 	e.gate.arm()
 	f1 := e.sys.Root.RequestFuture(e.pid, readMsg(1, time.Time{}, 1), testWait) // holds the one worker
 	recv(t, e.gate.entered)
-	m2 := readMsg(2, time.Now().Add(20*time.Millisecond), 2) // queued behind it, cancelled at its deadline
-	res, err := e.sys.Root.RequestFuture(e.pid, m2, testWait).Result()
+	m2 := readMsg(2, t0.Add(10*time.Millisecond), 2) // queued behind it, cancelled at its deadline
+	f2 := e.sys.Root.RequestFuture(e.pid, m2, testWait)
+	e.stats() // m2 is queued, its deadline still ahead on the clock
+	passDeadlines(now)
+	res, err := f2.Result()
 	if err != nil {
 		t.Fatal(err)
 	}
