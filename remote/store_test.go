@@ -35,6 +35,15 @@ func servers(t *testing.T) map[string]Config {
 	return out
 }
 
+// privateStandalone starts a standalone server of its own, for a test that
+// stalls or empties it: the shared servers serve other packages' tests
+// at the same time (go test runs packages in parallel).
+func privateStandalone(t *testing.T) Config {
+	t.Helper()
+	needServerBinaries(t)
+	return Config{Addrs: []string{startServer(t)}}
+}
+
 const payload = 10 << 10 // 2.5 chunks of 4 KiB
 
 func open(t *testing.T, cfg Config) *Store {
@@ -194,10 +203,7 @@ func TestDamageIsAMiss(t *testing.T) {
 
 // TestFlushAllIsAMiss: a server emptied under the tier gives misses.
 func TestFlushAllIsAMiss(t *testing.T) {
-	cfg, ok := servers(t)["standalone"]
-	if !ok {
-		t.Skip("needs the standalone server ($KVTIER_REDIS)")
-	}
+	cfg := privateStandalone(t) // a FLUSHALL of the shared server emptied it under other packages' tests
 	s := open(t, cfg)
 	bs := blocks(9, 3, 4)
 	put(t, s, bs)
@@ -211,22 +217,23 @@ func TestFlushAllIsAMiss(t *testing.T) {
 	}
 }
 
-// TestStallIsBoundedByContext: a server that stalls (DEBUG SLEEP) turns a
-// read into Failed within the caller's deadline, never a hang, and the
-// Store works again once the server answers.
+// TestStallIsBoundedByContext: a server that stalls (CLIENT PAUSE: it
+// answers no client for a second) turns a read into Failed within the
+// caller's deadline, never a hang, and the Store works again once the
+// server answers. The stall is in place when CLIENT PAUSE returns; a DEBUG
+// SLEEP sent from a goroutine 100 ms ahead of the read, as before, could
+// reach the server after the read on a loaded machine, which then served
+// the read.
 func TestStallIsBoundedByContext(t *testing.T) {
-	cfg, ok := servers(t)["standalone"]
-	if !ok {
-		t.Skip("needs the standalone server ($KVTIER_REDIS)")
-	}
+	cfg := privateStandalone(t) // a stall of the shared server timed out other packages' reads
 	s := open(t, cfg)
 	bs := blocks(11, 2, 5)
 	put(t, s, bs)
 	raw := client(cfg)
 	defer raw.Close()
-	stalled := make(chan error, 1)
-	go func() { stalled <- raw.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
-	time.Sleep(100 * time.Millisecond) // the SLEEP is on the server before the read (a hang guard bounds the rest)
+	if err := raw.Do(context.Background(), "CLIENT", "PAUSE", 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -237,7 +244,7 @@ func TestStallIsBoundedByContext(t *testing.T) {
 	if d := time.Since(start); d > 900*time.Millisecond {
 		t.Fatalf("the read took %v past its 200ms deadline: it waited for the stall", d)
 	}
-	if err := <-stalled; err != nil {
+	if err := raw.Ping(context.Background()).Err(); err != nil { // answered once the pause ends
 		t.Fatal(err)
 	}
 	if out, dst := get(t, s, bs); out[0] != Hit || !bytes.Equal(dst[0], bs[0].Payload) {
