@@ -234,14 +234,17 @@ func runConcurrent(t *testing.T, cfg kvtier.Config) kvtier.Stats {
 		}
 	}
 	c := sum()
+	if c.classed == 0 {
+		t.Errorf("no free was preceded by a class commit (%d frees)", c.frees)
+	}
 	if c.verified == 0 || c.verifiedOnboard == 0 {
 		t.Errorf("verified %d blocks (%d onboarded): the load never exercised the lower tier", c.verified, c.verifiedOnboard)
 	}
 	if st.Tier(kvtier.GPU).Evictions == 0 || st.Tier(kvtier.GPU).Offloaded == 0 {
 		t.Errorf("no eviction or offload: %v", st.Tier(kvtier.GPU))
 	}
-	t.Logf("%d goroutines x %d phases: %d ops (%d allocations, %d no space, %d appends, %d frees, %d exists, %d deletes, %d prefetches)",
-		goroutines, phases, c.ops, c.allocs, c.noSpace, c.appends, c.frees, c.exists, c.deletes, c.prefetches)
+	t.Logf("%d goroutines x %d phases: %d ops (%d allocations, %d no space, %d appends, %d frees (%d with a class), %d exists, %d deletes, %d prefetches)",
+		goroutines, phases, c.ops, c.allocs, c.noSpace, c.appends, c.frees, c.classed, c.exists, c.deletes, c.prefetches)
 	t.Logf("blocks: %d written, %d verified (%d GPU hits, %d onboarded), %d hits skipped while written; %v; %v; %v",
 		c.written, c.verified, c.verifiedHit, c.verifiedOnboard, c.skippedBusy, st.Tier(kvtier.GPU), st.Tier(kvtier.Pinned), st.Tier(kvtier.Disk))
 	return st

@@ -89,6 +89,8 @@ type counts struct {
 	refused, early int
 	// Commits whose KV was written after the commit, behind a fence.
 	lateWrites int
+	// Frees preceded by a finishing commit with a class (CommitItem.Class).
+	classed int
 }
 
 func (c *counts) add(o *counts) {
@@ -113,6 +115,7 @@ func (c *counts) add(o *counts) {
 	c.refused += o.refused
 	c.early += o.early
 	c.lateWrites += o.lateWrites
+	c.classed += o.classed
 }
 
 // live is a sequence a worker owns.
@@ -497,6 +500,16 @@ func (k *worker) free(ctx context.Context, i int) error {
 	k.c.frees++
 	seq := k.live[i].seq
 	k.live = append(k.live[:i], k.live[i+1:]...)
+	if seq%2 == 0 { // half the sequences finish with a class (no rng draw: seeds keep their paths)
+		k.c.classed++
+		errs, err := k.m.CommitBatch(ctx, []kvtier.CommitItem{{Seq: seq, Class: uint8(1 + seq%5)}})
+		if err == nil {
+			err = errs[0]
+		}
+		if err := k.check("class commit", err); err != nil {
+			return err
+		}
+	}
 	return k.check("free", k.m.Free(ctx, seq))
 }
 
