@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -104,8 +105,9 @@ func dialEndpoint(ctx context.Context, ep string) (net.Conn, error) {
 	}
 	if network == "tcp" {
 		// Port 0 parses but can never be dialed: "connection refused", retried
-		// until ctx ends. Say so at once.
-		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		// until ctx ends. Say so at once, however it is written ("0", "00",
+		// "+0": the dialer reads each as 0).
+		if _, port, err := net.SplitHostPort(addr); err == nil && isPortZero(port) {
 			return nil, fmt.Errorf("%w: port 0 names no socket to connect to (a server bound to port 0 reports its port: Server.Addrs, Manager.EventEndpoints)", ErrBadEndpoint)
 		}
 	}
@@ -119,6 +121,17 @@ func dialEndpoint(ctx context.Context, ep string) (net.Conn, error) {
 		return nil, fmt.Errorf("%w: %w", ErrBadEndpoint, err)
 	}
 	return nc, err
+}
+
+// isPortZero reports whether port is port 0 as the dialer reads it: "0",
+// "00", with one sign or none ("+0"). A service name ("http") is left to
+// the dialer.
+func isPortZero(port string) bool {
+	if len(port) > 1 && (port[0] == '+' || port[0] == '-') {
+		port = port[1:]
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n == 0
 }
 
 // Subscriber receives a publisher's batches (a SUB socket).
