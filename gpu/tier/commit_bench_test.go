@@ -116,3 +116,57 @@ func BenchmarkFreeInFlight(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrefillCommit: the commit of a prompt of blocks blocks just
+// allocated, each published first by it (one claim a block), timed alone;
+// each round's prompt is new, so the pool evicts an earlier one's blocks.
+// With finished, the timed part is instead the free of the sequence after
+// a commit gave it a class (it ends every claim: disown).
+func BenchmarkPrefillCommit(b *testing.B) {
+	for _, finished := range []bool{false, true} {
+		b.Run(fmt.Sprintf("blocks=256/finished=%v", finished), func(b *testing.B) {
+			const blocks = 256
+			pool, err := blockpool.New(blockpool.Config{NumBlocks: 4 * blocks, BlockSize: bs})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := New(Config{Pool: pool, BlockBytes: 64})
+			tr.SetNow(t0)
+			run := func() {
+				r := tr.Ready()
+				for _, f := range r.Replies {
+					f.Reply()
+				}
+			}
+			toks := make([]int64, blocks*bs)
+			seq := uint64(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				seq++
+				for j := range toks {
+					toks[j] = int64(seq)<<20 + int64(j)
+				}
+				tr.AllocateBatch([]messages.AllocRequest{{Seq: seq, Tokens: toks}}, []*blockpool.Keys{blockpool.ComputeKeys("", toks, bs, false)}, func(*messages.AllocateBatchResult) {})
+				run()
+				commit := []messages.CommitItem{{Seq: seq, Tokens: blockpool.AllTokens}}
+				if !finished {
+					b.StartTimer()
+				}
+				tr.CommitBatch(commit, func(*messages.CommitBatchResult) {})
+				if finished {
+					tr.CommitBatch([]messages.CommitItem{{Seq: seq, Class: 3}}, func(*messages.CommitBatchResult) {})
+					b.StartTimer()
+					tr.FreeBatch([]uint64{seq}, false, func(*messages.FreeBatchResult) {})
+				}
+				b.StopTimer()
+				run()
+				if !finished {
+					tr.FreeBatch([]uint64{seq}, false, func(*messages.FreeBatchResult) {})
+					run()
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
