@@ -708,31 +708,45 @@ func (t *Tier) disown(seq blockpool.SeqID) {
 		return
 	}
 	delete(t.classed, seq)
-	for {
-		id, ok := t.claimHead[seq]
-		if !ok {
-			return
-		}
-		t.unclaim(id)
+	id, ok := t.claimHead[seq]
+	if !ok {
+		return
+	}
+	// The whole list goes: no neighbour to relink, and one map operation
+	// rather than one a block (unclaim of each head in turn).
+	delete(t.claimHead, seq)
+	for id != noBlock {
+		t.flags[id] &^= flagPublished
+		id = t.claimNext[id]
 	}
 }
 
 // noBlock ends a sequence's list of claimed blocks (claimNext, claimPrev).
 const noBlock blockpool.BlockID = -1
 
-// claim records that a commit of seq published block id first.
-func (t *Tier) claim(id blockpool.BlockID, seq blockpool.SeqID) {
-	t.unclaim(id)
+// claim records that a commit of seq published blocks ids first: they go
+// at the head of seq's list, read and written once for them all (a map
+// lookup and store a block cost about as much as the rest of the commit).
+func (t *Tier) claim(ids []blockpool.BlockID, seq blockpool.SeqID) {
+	if len(ids) == 0 {
+		return
+	}
+	for _, id := range ids { // before the head is read: an unclaim may move it
+		t.unclaim(id)
+	}
 	next, ok := t.claimHead[seq]
 	if !ok {
 		next = noBlock
 	}
-	t.publisher[id], t.claimPrev[id], t.claimNext[id] = seq, noBlock, next
-	if next != noBlock {
-		t.claimPrev[next] = id
+	for _, id := range ids {
+		t.publisher[id], t.claimPrev[id], t.claimNext[id] = seq, noBlock, next
+		if next != noBlock {
+			t.claimPrev[next] = id
+		}
+		t.flags[id] |= flagPublished
+		next = id
 	}
-	t.claimHead[seq] = id
-	t.flags[id] |= flagPublished
+	t.claimHead[seq] = next
 }
 
 // unclaim ends the claim of id's publisher on it, if any.
@@ -815,8 +829,8 @@ func (t *Tier) commitBatch(items []messages.CommitItem) *messages.CommitBatchRes
 		c := t.seqClass[seq]
 		for _, id := range published[from:] {
 			t.class[id] = c
-			t.claim(id, seq)
 		}
+		t.claim(published[from:], seq)
 		if res.Errs[i] == nil {
 			if it.Class != 0 {
 				t.reclassify(seq, it.Class)
