@@ -57,7 +57,13 @@ func (t *Tier) CheckInvariants() error {
 	}
 	claimed, published := 0, 0 // every block with flagPublished is on its publisher's list, once
 	for seq, id := range t.claimHead {
+		if id == noBlock { // an entry lives while its sequence claims a block
+			return fmt.Errorf("gpu tier: sequence %d kept on the claim lists with no block", seq)
+		}
 		for prev := noBlock; id != noBlock; prev, id = id, t.claimNext[id] {
+			if id < 0 || int(id) >= len(t.flags) {
+				return fmt.Errorf("gpu tier: block %d on the claim list of sequence %d is not in the pool (%d blocks)", id, seq, len(t.flags))
+			}
 			if claimed++; claimed > len(t.flags) {
 				return fmt.Errorf("gpu tier: the claimed blocks of sequence %d loop", seq)
 			}
