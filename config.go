@@ -243,11 +243,14 @@ type Config struct {
 // EventsConfig configures the KV-event publisher (package events).
 type EventsConfig struct {
 	// Endpoint is the PUB socket, e.g. "tcp://*:5557". As in vLLM, it binds
-	// when its host is a wildcard ("*", "[::]") or it is ipc://, and
-	// otherwise connects to a subscriber that binds ("tcp://router:5557").
-	// A bound port 0 ("tcp://*:0") picks a free one: Manager.EventEndpoints
-	// says which; a named host with port 0 ("tcp://127.0.0.1:0") is refused
-	// (events.ErrBadEndpoint), as nothing listens there.
+	// when it holds "*" or "::" (a wildcard host, "*" or "[::]", and as
+	// vLLM's test is on the text, an IPv6 address written with "::", such
+	// as "tcp://[::1]:5557") or is ipc://, and otherwise connects to a
+	// subscriber that binds ("tcp://router:5557", "tcp://0.0.0.0:5557").
+	// A bound port 0 ("tcp://*:0", "tcp://[::1]:0") picks a free one:
+	// Manager.EventEndpoints says which; a connecting endpoint with port 0
+	// ("tcp://127.0.0.1:0") is refused (events.ErrBadEndpoint), as nothing
+	// listens there.
 	Endpoint string
 	// ReplayEndpoint, when set, is the ROUTER socket for replay (vLLM's
 	// protocol) and snapshot requests.

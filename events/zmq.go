@@ -123,8 +123,10 @@ type Source interface {
 // ServerConfig configures the sockets.
 type ServerConfig struct {
 	// Endpoint is the PUB socket's ZMQ endpoint. As vLLM decides, the
-	// socket binds when the endpoint has a wildcard host ("tcp://*:5557",
-	// "tcp://[::]:5557") or is ipc:// (inproc:// is refused), and otherwise connects
+	// socket binds when the endpoint holds "*" or "::" (a wildcard host,
+	// "tcp://*:5557" or "tcp://[::]:5557", and, vLLM's test being on the
+	// text, an IPv6 address written with "::": "tcp://[::1]:5557") or is
+	// ipc:// (inproc:// is refused), and otherwise connects
 	// to a subscriber that binds ("tcp://router:5557"), retrying in the
 	// background until it answers (batches published meanwhile reach no
 	// one, as with any PUB socket without subscribers). A bound port 0
