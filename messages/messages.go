@@ -302,9 +302,10 @@ type CommitItem struct {
 	// now (policy.Hint.Class): at its last commit, when it has finished,
 	// policy.OutputClass of the tokens it generated. It replaces the class
 	// the allocation gave (AllocRequest.Class) from this commit on, and
-	// reaches every block a commit of this sequence published first that
-	// the sequence holds, under this allocation or an earlier one of the
-	// same sequence (preempted and readmitted), for its next write-down: the
+	// reaches every block a commit of this sequence published first and
+	// the GPU still caches, under this allocation or an earlier one of the
+	// same sequence (preempted and readmitted, the block held again or
+	// left cached outside its table), for its next write-down: the
 	// lower tiers' policies then learn what each class's blocks are worth
 	// from the request's own class, which is where the simulations measured
 	// the gain (cachesim TestReportClassTiming). Once a sequence given a

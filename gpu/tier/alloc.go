@@ -692,12 +692,19 @@ func (t *Tier) setSeqClass(seq blockpool.SeqID, c uint8) {
 }
 
 // reclassify gives seq class c (CommitItem.Class): its later commits
-// publish with it, and the blocks of its table its commits published first
-// take it (a copy already below keeps the class it went down with; a later
-// write-down carries this one).
+// publish with it, and every block its commits published first takes it —
+// those of its table and those an earlier allocation of it left cached (its
+// claim list) — a copy already below keeps the class it went down with; a
+// later write-down carries this one.
 func (t *Tier) reclassify(seq blockpool.SeqID, c uint8) {
 	t.seqClass[seq], t.classed[seq] = c, true
-	t.eachPublished(seq, func(id blockpool.BlockID) { t.class[id] = c })
+	id, ok := t.claimHead[seq]
+	if !ok {
+		return
+	}
+	for ; id != noBlock; id = t.claimNext[id] {
+		t.class[id] = c
+	}
 }
 
 // disown ends the claims of seq, which a commit gave a class and which is
@@ -767,21 +774,6 @@ func (t *Tier) unclaim(id blockpool.BlockID) {
 	default:
 		delete(t.claimHead, t.publisher[id])
 	}
-}
-
-// eachPublished calls f on each block of seq's table that a commit of seq
-// published first.
-func (t *Tier) eachPublished(seq blockpool.SeqID, f func(blockpool.BlockID)) {
-	ids, err := t.pool.Table(t.scratchIDs[:0], seq)
-	if err != nil {
-		return
-	}
-	for _, id := range ids {
-		if t.flags[id]&flagPublished != 0 && t.publisher[id] == seq {
-			f(id)
-		}
-	}
-	t.scratchIDs = ids[:0]
 }
 
 // appendOne appends it, parking it (w waits) while offloads ahead of need pin

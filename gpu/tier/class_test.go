@@ -239,9 +239,10 @@ func TestCommitClassDuplicates(t *testing.T) {
 // publishes blocks 0 and 1, is preempted and readmitted with a hit capped
 // at block 0 (MaxHitTokens), so block 1 is recomputed into a duplicate and
 // A's own block 1 stays cached outside its table; A finishes with class 9
-// and is freed. An unrelated request B reuses id 1, hits both blocks and
-// finishes with class 5: A's claims ended with its free, so neither block
-// takes B's class (block 1 keeps the 7 it was published with).
+// and is freed: both blocks A published take its finishing class, the one
+// it left behind too. An unrelated request B reuses id 1, hits both blocks
+// and finishes with class 5: A's claims ended with its free, so neither
+// block takes B's class.
 func TestCommitClassSeqIDReusedBlockLeftTable(t *testing.T) {
 	p := prompt(1, 2*bs)
 	k := blockpool.ComputeKeys("", p, bs, true)
@@ -270,5 +271,5 @@ func TestCommitClassSeqIDReusedBlockLeftTable(t *testing.T) {
 	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
 	drain(t, tr)
 	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
-	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 9, uint64(k.Hashes[1]): 7})
+	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 9, uint64(k.Hashes[1]): 9})
 }

@@ -113,7 +113,8 @@ type Tier struct {
 	// publisher holds, per block with flagPublished, the sequence whose
 	// commit published it first: a class the sequence's later commit gives
 	// (CommitItem.Class) reaches it (reclassify), under this allocation or
-	// a later one of the same sequence (readmitted after a preemption).
+	// a later one of the same sequence (readmitted after a preemption, with
+	// the block in its table again or left cached outside it).
 	// A sequence freed after a commit gave it a class has finished: its
 	// claims end with the free (disown), so a request that reuses its id
 	// gives its class to its own blocks only.
