@@ -62,8 +62,28 @@ func TestCapacityHeader(t *testing.T) {
 		if err := run(context.Background(), append(c.args, "-plot", ""), &out, &stderr, false); err != nil {
 			t.Fatalf("%q: %v\n%s", c.args, err, stderr.String())
 		}
-		if head := strings.SplitN(out.String(), "\n\n", 2)[0]; !strings.Contains(head, c.want) {
-			t.Errorf("%q: header\n%s\nlacks %q", c.args, head, c.want)
+		head := strings.SplitN(out.String(), "\n\n", 2)[0]
+		// -block-tokens 128 over a trace of 512-token ids: both sizes named.
+		for _, want := range []string{c.want, "128-token blocks (the trace's hash ids: 512 tokens each)"} {
+			if !strings.Contains(head, want) {
+				t.Errorf("%q: header\n%s\nlacks %q", c.args, head, want)
+			}
+		}
+	}
+}
+
+// TestBlockSizes: the header names the trace's id size only where it
+// differs from the cache's block size.
+func TestBlockSizes(t *testing.T) {
+	for _, c := range []struct {
+		o    options
+		want string
+	}{
+		{options{blockTokens: 512, traceBlockTokens: 512}, "512-token blocks"},
+		{options{blockTokens: 512, traceBlockTokens: 16}, "512-token blocks (the trace's hash ids: 16 tokens each)"},
+	} {
+		if got := blockSizes(c.o); got != c.want {
+			t.Errorf("blockSizes(%d, %d) = %q, want %q", c.o.blockTokens, c.o.traceBlockTokens, got, c.want)
 		}
 	}
 }

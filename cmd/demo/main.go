@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		diskRoot = root.dir
 	}
 
-	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %d-token blocks\n", name, len(reqs), o.blockTokens)
+	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %s\n", name, len(reqs), blockSizes(o))
 	fmt.Fprintln(table, capacityLine(o))
 	fmt.Fprintln(table, work.describe(o.timeScale, o.load, autoScale))
 	if tooLong > 0 {
@@ -274,4 +274,13 @@ func writeJSONTo(path string, stdout io.Writer, rep jsonReport) (err error) {
 		}
 	}()
 	return writeJSON(f, rep)
+}
+
+// blockSizes names the cache's block size and, where it differs, the size
+// the trace's hash ids stand for (-trace-block-tokens).
+func blockSizes(o options) string {
+	if o.traceBlockTokens == o.blockTokens {
+		return fmt.Sprintf("%d-token blocks", o.blockTokens)
+	}
+	return fmt.Sprintf("%d-token blocks (the trace's hash ids: %d tokens each)", o.blockTokens, o.traceBlockTokens)
 }

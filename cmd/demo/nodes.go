@@ -263,8 +263,8 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	if len(outs) == 0 {
 		return errors.New("-nodes: no configuration to run")
 	}
-	fmt.Fprintf(table, "kvtier demo, %d replicas: %s: %d requests, %d-token blocks; each replica GPU %s + pinned %s",
-		o.nodes, name, len(reqs), o.blockTokens, blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o))
+	fmt.Fprintf(table, "kvtier demo, %d replicas: %s: %d requests, %s; each replica GPU %s + pinned %s",
+		o.nodes, name, len(reqs), blockSizes(o), blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o))
 	if len(o.redis) > 0 {
 		fmt.Fprintf(table, "; shared tier: Redis at %s", strings.Join(o.redis, ","))
 	}
