@@ -52,8 +52,7 @@ func TestOffloadCarriesClass(t *testing.T) {
 		tr.CommitBatch([]messages.CommitItem{{Seq: 1, Tokens: 2 * bs}}, func(*messages.CommitBatchResult) {})
 		allocateClass(t, tr, 2, p, 3) // hits seq 1's two blocks
 		tr.CommitBatch([]messages.CommitItem{{Seq: 2, Tokens: 3 * bs}}, func(*messages.CommitBatchResult) {})
-		tr.FreeBatch([]uint64{1, 2}, false, func(*messages.FreeBatchResult) {})
-		drain(t, tr)
+		freeSeqs(t, tr, 1, 2)
 		_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{}) // evicts all three
 		o := offloadOf(t, r)
 		got := classesOffered(t, r)
@@ -72,8 +71,7 @@ func TestOffloadCarriesClass(t *testing.T) {
 		tr.OffloadGranted(&messages.OffloadGrant{ID: o.ID, Slots: denied(len(o.Items))})
 		drain(t, tr)
 		tr.CommitBatch([]messages.CommitItem{{Seq: 3, Tokens: 4 * bs}}, func(*messages.CommitBatchResult) {})
-		tr.FreeBatch([]uint64{3}, false, func(*messages.FreeBatchResult) {})
-		drain(t, tr)
+		freeSeqs(t, tr, 3)
 		_, r = allocate(t, tr, 4, prompt(200, 4*bs), []messages.Tier{})
 		for h, c := range classesOffered(t, r) {
 			if c != 0 {
@@ -130,8 +128,7 @@ func TestCommitClassReclassifies(t *testing.T) {
 		tr := journalTier(t, 4, Config{})
 		allocateClass(t, tr, 1, p[:bs], 0)
 		commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: bs})
-		tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // preempted
-		drain(t, tr)
+		freeSeqs(t, tr, 1)                   // preempted
 		allocateClass(t, tr, 1, p[:2*bs], 0) // readmitted: hits its first block
 		commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
 		commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs, Class: 9}) // finished
@@ -144,8 +141,7 @@ func TestCommitClassReclassifies(t *testing.T) {
 		if res == nil || res.Errs[0] == nil {
 			t.Fatal("a commit past the sequence's tokens was accepted")
 		}
-		tr.FreeBatch([]uint64{1, 2}, false, func(*messages.FreeBatchResult) {})
-		drain(t, tr)
+		freeSeqs(t, tr, 1, 2)
 		_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{}) // evicts all three
 		wantOffered(t, r, map[uint64]uint8{h(0): 9, h(1): 9, h(2): 5})
 	})
@@ -173,14 +169,12 @@ func TestCommitClassSeqIDReused(t *testing.T) {
 	tr := journalTier(t, 4, Config{})
 	allocateClass(t, tr, 1, p[:bs], 3) // request A
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: bs})
-	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 3})               // A's finishing class
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // A finished
-	drain(t, tr)
-	allocateClass(t, tr, 1, p, 0) // request B, id 1 reused, shares A's first block
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 3}) // A's finishing class
+	freeSeqs(t, tr, 1)                                     // A finished
+	allocateClass(t, tr, 1, p, 0)                          // request B, id 1 reused, shares A's first block
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 9}) // B finished
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
 	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 3, uint64(k.Hashes[1]): 9})
 }
@@ -194,8 +188,7 @@ func TestCommitClassNotReady(t *testing.T) {
 	p := prompt(1, 3*bs)
 	allocateClass(t, tr, 1, p[:bs], 0)
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: bs})
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	_, r := allocate(t, tr, 1, p, []messages.Tier{messages.Pinned, messages.Pinned})
 	_ = fetchRequest(t, r) // loads of blocks 1 and 2 stay in flight
 	reply := make(chan *messages.StepResult, 1)
@@ -229,8 +222,7 @@ func TestCommitClassDuplicates(t *testing.T) {
 	commitOK(t, tr, messages.CommitItem{Seq: 2, Class: 9})
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 4})
 	commitOK(t, tr, messages.CommitItem{Seq: 2, Class: 9})
-	tr.FreeBatch([]uint64{1, 2}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1, 2)
 	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
 	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 4})
 }
@@ -249,8 +241,7 @@ func TestCommitClassSeqIDReusedBlockLeftTable(t *testing.T) {
 	tr := journalTier(t, 4, Config{})
 	allocateClass(t, tr, 1, p, 7) // request A
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // preempted
-	drain(t, tr)
+	freeSeqs(t, tr, 1) // preempted
 	var res *messages.AllocateBatchResult
 	tr.AllocateBatch([]messages.AllocRequest{{Seq: 1, Tokens: p, MaxHitTokens: 2*bs - 1}}, // readmitted: block 1 recomputed
 		[]*blockpool.Keys{k}, func(r *messages.AllocateBatchResult) { res = r })
@@ -262,14 +253,12 @@ func TestCommitClassSeqIDReusedBlockLeftTable(t *testing.T) {
 		t.Fatalf("readmission: %+v, want one GPU hit", res)
 	}
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
-	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 9})               // A finished
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {}) // A's claims end
-	drain(t, tr)
-	allocateClass(t, tr, 1, p, 0) // request B, id 1 reused: hits both of A's blocks
+	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 9}) // A finished
+	freeSeqs(t, tr, 1)                                     // A's claims end
+	allocateClass(t, tr, 1, p, 0)                          // request B, id 1 reused: hits both of A's blocks
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Tokens: 2 * bs})
 	commitOK(t, tr, messages.CommitItem{Seq: 1, Class: 5}) // B finished
-	tr.FreeBatch([]uint64{1}, false, func(*messages.FreeBatchResult) {})
-	drain(t, tr)
+	freeSeqs(t, tr, 1)
 	_, r := allocate(t, tr, 3, prompt(100, 4*bs), []messages.Tier{})
 	wantOffered(t, r, map[uint64]uint8{uint64(k.Hashes[0]): 9, uint64(k.Hashes[1]): 9})
 }
