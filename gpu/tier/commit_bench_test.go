@@ -9,6 +9,25 @@ import (
 	"github.com/kvtier/kvtier/messages"
 )
 
+// benchTier is a Tier over a pool of n blocks of bs tokens, with cfg's
+// other settings and 64-byte blocks, and run, which answers what its last
+// calls left ready.
+func benchTier(b *testing.B, n int, cfg Config) (tr *Tier, run func()) {
+	b.Helper()
+	pool, err := blockpool.New(blockpool.Config{NumBlocks: n, BlockSize: bs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Pool, cfg.BlockBytes = pool, 64
+	tr = New(cfg)
+	tr.SetNow(t0)
+	return tr, func() {
+		for _, f := range tr.Ready().Replies {
+			f.Reply()
+		}
+	}
+}
+
 // BenchmarkDecodeCommit: one decode step of seqs sequences whose tables
 // run to blocks blocks each: an append of one token per sequence, then a
 // commit of all of them naming the step's fence (never signalled: passes
@@ -17,18 +36,7 @@ func BenchmarkDecodeCommit(b *testing.B) {
 	for _, c := range []struct{ seqs, blocks int }{{1, 2048}, {64, 64}} {
 		b.Run(fmt.Sprintf("seqs=%d/blocks=%d", c.seqs, c.blocks), func(b *testing.B) {
 			const steps = 256 // appends per round, then the sequences start over
-			pool, err := blockpool.New(blockpool.Config{NumBlocks: c.seqs*(c.blocks+steps/bs+2) + 8, BlockSize: bs})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr := New(Config{Pool: pool, BlockBytes: 64, Ingestion: IngestEvict, DoubleGetMinBlocks: 1})
-			tr.SetNow(t0)
-			run := func() {
-				r := tr.Ready()
-				for _, f := range r.Replies {
-					f.Reply()
-				}
-			}
+			tr, run := benchTier(b, c.seqs*(c.blocks+steps/bs+2)+8, Config{Ingestion: IngestEvict, DoubleGetMinBlocks: 1})
 			next := uint64(1)
 			var seqs []uint64
 			start := func() {
@@ -84,18 +92,7 @@ func BenchmarkDecodeCommit(b *testing.B) {
 func BenchmarkFreeInFlight(b *testing.B) {
 	for _, blocks := range []int{64, 2048} {
 		b.Run(fmt.Sprintf("blocks=%d", blocks), func(b *testing.B) {
-			pool, err := blockpool.New(blockpool.Config{NumBlocks: blocks + 8, BlockSize: bs})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr := New(Config{Pool: pool, BlockBytes: 64, Ingestion: IngestEvict, DoubleGetMinBlocks: 1})
-			tr.SetNow(t0)
-			run := func() {
-				r := tr.Ready()
-				for _, f := range r.Replies {
-					f.Reply()
-				}
-			}
+			tr, run := benchTier(b, blocks+8, Config{Ingestion: IngestEvict, DoubleGetMinBlocks: 1})
 			toks := make([]int64, blocks*bs)
 			for j := range toks {
 				toks[j] = int64(j)
@@ -126,18 +123,7 @@ func BenchmarkPrefillCommit(b *testing.B) {
 	for _, finished := range []bool{false, true} {
 		b.Run(fmt.Sprintf("blocks=256/finished=%v", finished), func(b *testing.B) {
 			const blocks = 256
-			pool, err := blockpool.New(blockpool.Config{NumBlocks: 4 * blocks, BlockSize: bs})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr := New(Config{Pool: pool, BlockBytes: 64})
-			tr.SetNow(t0)
-			run := func() {
-				r := tr.Ready()
-				for _, f := range r.Replies {
-					f.Reply()
-				}
-			}
+			tr, run := benchTier(b, 4*blocks, Config{})
 			toks := make([]int64, blocks*bs)
 			seq := uint64(0)
 			b.ReportAllocs()
