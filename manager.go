@@ -610,6 +610,9 @@ func (m *Manager) keysFor(reqs []AllocRequest) []*blockpool.Keys {
 	keys := make([]*blockpool.Keys, len(reqs))
 	for i, r := range reqs {
 		t := r.Tokens
+		if r.MaxSeqLen < 0 {
+			continue // refused by the actor
+		}
 		if r.MaxSeqLen > 0 && len(t) > r.MaxSeqLen {
 			if !r.Truncate {
 				continue // refused by the actor

@@ -221,6 +221,13 @@ func TestGPUOnlyAndErrors(t *testing.T) {
 	if _, err := m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(0, 10), MaxSeqLen: 8}); !errors.Is(err, ErrTooLong) {
 		t.Fatalf("got %v, want ErrTooLong", err)
 	}
+	// A negative bound is bad input, refused before anything is held: it
+	// was taken as no bound.
+	for _, tr := range []bool{false, true} {
+		if _, err := m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(0, 10), MaxSeqLen: -1, Truncate: tr}); !errors.Is(err, ErrBadArgument) {
+			t.Fatalf("MaxSeqLen -1 (Truncate %v): got %v, want ErrBadArgument", tr, err)
+		}
+	}
 	r, err = m.Allocate(ctx, AllocRequest{Seq: 3, Tokens: toks(0, 10), MaxSeqLen: 8, Truncate: true})
 	if err != nil || r.Truncated != 2 || r.Tokens.Of(GPU) != 2*bt {
 		t.Fatalf("truncated allocation %+v %v", r, err)

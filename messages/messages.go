@@ -126,6 +126,7 @@ type AllocRequest struct {
 	Lookahead int
 	// MaxSeqLen, when > 0, bounds the prompt: longer prompts are cut to
 	// MaxSeqLen tokens when Truncate is set and denied (ErrTooLong) otherwise.
+	// 0 means no bound; a negative MaxSeqLen is refused (ErrBadArgument).
 	MaxSeqLen int
 	Truncate  bool
 	// MaxHitTokens, when > 0, caps the leading tokens served from any tier

@@ -81,6 +81,10 @@ func (t *Tier) allocateBatch(reqs []messages.AllocRequest, keys []*blockpool.Key
 			out.Err = repeatedErr(r.Seq)
 			continue
 		}
+		if r.MaxSeqLen < 0 {
+			out.Err = fmt.Errorf("%w: request %d: MaxSeqLen %d is negative (0 means no bound)", blockpool.ErrBadArgument, r.Seq, r.MaxSeqLen)
+			continue
+		}
 		if r.MaxSeqLen > 0 && len(r.Tokens) > r.MaxSeqLen {
 			if !r.Truncate {
 				out.Err = fmt.Errorf("%w: %d tokens, MaxSeqLen %d", ErrTooLong, len(r.Tokens), r.MaxSeqLen)
