@@ -643,3 +643,125 @@ func TestProbeEngineSamePromptWhileLoading(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProbeEngineFreeWhileLoading: a sequence is freed (preempted, or its
+// client gone) while its load from pinned memory is held on the copy
+// stream, and its id is admitted again at once; other sequences then take
+// every free block and compute into them before the held copy lands. The
+// late copy must land in no block another sequence computes into: after
+// it lands, every sequence decodes (reading all its KV) with the
+// recompute's logits.
+func TestProbeEngineFreeWhileLoading(t *testing.T) {
+	ctx := engineCtx(t)
+	var gate atomic.Pointer[chan struct{}]
+	dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, _ []gpu.CopyOp) error {
+		if g := gate.Load(); dir == gpu.H2D && g != nil {
+			<-*g
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const gpuBlocks = 24
+	cfg := engineConfig(t, gpuBlocks, 32, gpu.BlockContiguous)
+	cfg.Device = dev
+	m := mustNew(t, cfg)
+	defer mustClose(t, m)
+	model := engineModel(t)
+	p := enginetest.NewPrompts(67, refengine.TinyConfig.Vocab, ebt, 1)
+	prompt := p.Unique(5*ebt + 1)
+	g := (&enginetest.Engine{M: m, Model: model}).NewGen(1, prompt, "")
+	if err := g.Run(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := enginetest.EvictGPU(ctx, m, p, 1<<40, gpuBlocks); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	held := make(chan struct{})
+	gate.Store(&held)
+	r, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 2, Tokens: prompt, MaxHitTokens: len(prompt) - 1})
+	if err != nil || r.Tokens.Of(kvtier.Pinned) == 0 {
+		t.Fatalf("no load from pinned memory: %+v %v", r, err)
+	}
+	if err := m.Free(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	s := newProbeSeq(t, m, model, 2)
+	s.tokens = prompt
+	r2, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 2, Tokens: prompt, MaxHitTokens: len(prompt) - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Others take what is free, and compute into it, while the copy is
+	// held: their prompts are fresh, so they need no copy up.
+	e := &enginetest.Engine{M: m, Model: model}
+	var gens []*enginetest.Gen
+	for i := uint64(0); ; i++ {
+		gen := e.NewGen(100+i, p.Unique(2*ebt+1), "")
+		if err := gen.Admit(ctx); errors.Is(err, kvtier.ErrNoSpace) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := gen.Prefill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		gens = append(gens, gen)
+	}
+	if len(gens) == 0 {
+		t.Fatal("no sequence found free blocks while the load was held")
+	}
+	gate.Store(nil)
+	close(held)
+	<-r.Ready.Done()
+	<-r2.Ready.Done()
+	out := r2.Ready.Outcome()
+	table := r2.Blocks
+	if out.Blocks != nil {
+		table = out.Blocks
+	}
+	s.kv = enginetest.NewKV(m, table)
+	s.forward(prompt[out.ValidTokens:], out.ValidTokens, len(prompt))
+	if err := m.Commit(ctx, 2, len(prompt)); err != nil {
+		t.Fatal(err)
+	}
+	s.check()
+	if err := m.Free(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("readmitted while its load was held: %+v, %d valid; %d sequences computed meanwhile", r2.Tokens, out.ValidTokens, len(gens))
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, gen := range gens {
+		// The decode attends to the whole prompt's KV, after the late
+		// copy landed wherever it landed.
+		if err := gen.Decode(ctx, 1); errors.Is(err, kvtier.ErrNoSpace) {
+			// A full GPU: free one and go on.
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := gen.Finish(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := gen.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := e.NewGen(3, prompt, "")
+	if err := again.Run(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if err := enginetest.CheckNoLeaks(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+}
