@@ -482,8 +482,9 @@ func TestProbeEngineStepBatching(t *testing.T) {
 // TestProbeEngineRemoteOtherModel: two models of one shape (a fine-tune:
 // other weights, the same KV size) share a Redis prefix. A node of the
 // second model, its local tiers empty, loads nothing the first wrote
-// through, and computes its own KV; a node of the first model then loads
-// the first model's blocks, not the fine-tune's, with the recompute's
+// through, and computes its own KV; nodes of each model then load that
+// model's blocks, not the other's, under the other arena layout than the
+// writer's (the shared tier holds one host form), with the recompute's
 // logits for each.
 func TestProbeEngineRemoteOtherModel(t *testing.T) {
 	addr := os.Getenv("KVTIER_REDIS")
@@ -511,9 +512,9 @@ func TestProbeEngineRemoteOtherModel(t *testing.T) {
 	prompts := [][]int64{p.Unique(3*ebt + 1), p.Unique(2 * ebt), p.Unique(4*ebt + 3)}
 
 	seq := uint64(1)
-	node := func(modelID string, model *refengine.Model) (loaded int) {
+	node := func(modelID string, model *refengine.Model, kind gpu.LayoutKind) (loaded int) {
 		t.Helper()
-		cfg := engineConfig(t, 24, 32, gpu.BlockContiguous)
+		cfg := engineConfig(t, 24, 32, kind)
 		cfg.ModelID = modelID
 		cfg.Ingestion, cfg.DiskIngestion = kvtier.IngestAll, kvtier.IngestAll
 		cfg.Remote = &kvtier.RemoteConfig{Addrs: []string{addr}, Prefix: prefix}
@@ -538,16 +539,16 @@ func TestProbeEngineRemoteOtherModel(t *testing.T) {
 		}
 		return loaded
 	}
-	if n := node("refengine-tiny@1", base); n != 0 {
+	if n := node("refengine-tiny@1", base, gpu.BlockContiguous); n != 0 {
 		t.Fatalf("the first node found %d tokens in an empty prefix", n)
 	}
-	if n := node("refengine-tiny-finetune@1", tuned); n != 0 {
+	if n := node("refengine-tiny-finetune@1", tuned, gpu.BlockContiguous); n != 0 {
 		t.Fatalf("a node of another model was promised %d tokens of the first model's blocks", n)
 	}
-	if n := node("refengine-tiny@1", base); n == 0 {
+	if n := node("refengine-tiny@1", base, gpu.LayerSeparate); n == 0 {
 		t.Fatal("a node of the first model loaded nothing from the shared tier")
 	}
-	if n := node("refengine-tiny-finetune@1", tuned); n == 0 {
+	if n := node("refengine-tiny-finetune@1", tuned, gpu.LayerSeparate); n == 0 {
 		t.Fatal("a node of the fine-tune loaded nothing its first node wrote")
 	}
 }
