@@ -772,3 +772,88 @@ func TestProbeEngineFreeWhileLoading(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProbeEngineDeleteWhileHeld: a chain is deleted while a live sequence
+// holds its first blocks, committed, and is still prefilling the rest.
+// The held blocks stay with the sequence but are never served again: not
+// to a request admitted meanwhile, not after the sequence commits the
+// rest (written through at once, chained to the deleted blocks), not
+// after it is swapped out, and not after a restart on the same disk.
+func TestProbeEngineDeleteWhileHeld(t *testing.T) {
+	ctx := engineCtx(t)
+	cfg := engineConfig(t, 32, 32, gpu.BlockContiguous)
+	cfg.DiskDir, cfg.DiskBytes = t.TempDir(), 1<<22
+	cfg.Ingestion, cfg.DiskIngestion = kvtier.IngestAll, kvtier.IngestAll
+	m := mustNew(t, cfg)
+	model := engineModel(t)
+	p := enginetest.NewPrompts(70, refengine.TinyConfig.Vocab, ebt, 1)
+	prompt := p.Unique(4*ebt + 1)
+	nowhere := func(when string) {
+		t.Helper()
+		pr, err := m.Exists(ctx, prompt, "")
+		if err != nil || pr.Tokens.Sum() != 0 {
+			t.Fatalf("%s: the deleted chain is still held: %+v (%v)", when, pr.Tokens, err)
+		}
+		lr, err := m.Lookup(ctx, kvtier.LookupRequest{Tokens: prompt})
+		if err != nil || lr.Tokens.Sum() != 0 {
+			t.Fatalf("%s: a lookup finds %+v of the deleted chain (%v)", when, lr.Tokens, err)
+		}
+	}
+
+	e := &enginetest.Engine{M: m, Model: model, Chunk: 2 * ebt}
+	a := e.NewGen(1, prompt, "")
+	if err := a.Admit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PrefillChunk(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pr, err := m.Exists(ctx, prompt, ""); err != nil || pr.Tokens.Of(kvtier.Disk) != 2*ebt {
+		t.Fatalf("the first chunk was not written through: %+v (%v)", pr.Tokens, err)
+	}
+	if n, err := m.Delete(ctx, prompt, ""); err != nil || n == 0 {
+		t.Fatalf("delete: %d copies, %v", n, err)
+	}
+	nowhere("after the delete")
+	b := e.NewGen(2, prompt, "")
+	if err := b.Admit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.LastOut.ValidTokens != 0 {
+		t.Fatalf("a request admitted after the delete starts from %d tokens", b.LastOut.ValidTokens)
+	}
+	if err := b.Abort(ctx, false /* garbage */); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Prefill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nowhere("after the holder committed the rest")
+	if err := a.Preempt(ctx, true /* swap */); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nowhere("after the holder was swapped out")
+	mustClose(t, m)
+	m = mustNew(t, cfg)
+	defer mustClose(t, m)
+	nowhere("after a restart")
+	c := (&enginetest.Engine{M: m, Model: model}).NewGen(3, prompt, "")
+	if err := c.Run(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Last.Tokens.Sum() != 0 {
+		t.Fatalf("after a restart the deleted chain serves %+v", c.Last.Tokens)
+	}
+}
