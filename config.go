@@ -157,7 +157,10 @@ type Config struct {
 	// costs overlap between copies, and a queued load can miss a wall-clock
 	// read deadline (use ReadDeadlineBase < 0); serving leaves it off.
 	SerialOffloads bool
-	// WriteQuota bounds block writes in flight to the lower tier (default 256).
+	// WriteQuota bounds block writes in flight to the lower tier (default
+	// 256). A write over it is denied and counted (TierStats.Denied), never
+	// queued: an eviction, Swap or write-through of more blocks at once
+	// than the quota leaves free writes the rest nowhere.
 	WriteQuota int
 	// MaxPendingCalls bounds the calls in flight at once across all callers
 	// (default 4096): each holds one message in an actor's mailbox. A caller

@@ -88,6 +88,7 @@
 //	<-res.Ready.Done() // then compute from res.Ready.Outcome().ValidTokens
 //	err = m.Commit(ctx, 1, kvtier.AllTokens) // the prompt's KV is written
 //	blocks, err := m.Append(ctx, 1, []int64{tok}) // decode: new block ids, if any
-//	err = m.Commit(ctx, 1, kvtier.AllTokens)
+//	// ... the forward pass over tok writes its KV ...
+//	err = m.Commit(ctx, 1, kvtier.AllTokens) // only then: tok's KV is written
 //	err = m.Free(ctx, 1)
 package kvtier

@@ -890,8 +890,13 @@ func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error)
 // copy below the GPU yet are written down to pinned memory, and the sequences
 // are freed. A later allocation of the same tokens finds the blocks on the GPU
 // while they stay cached there, and in pinned memory after; uncommitted blocks
-// (a prefill cut short) and the partial last block are recomputed. It returns
-// ErrNoLowerTier, changing nothing, without a pinned tier.
+// (a prefill cut short) and the partial last block are recomputed. The
+// write-downs are a cache's, not vLLM's swap space: as every write to a
+// lower tier, one over Config.WriteQuota, or one pinned memory has no slot
+// for, is denied and counted (TierStats.Denied), and its block stays on the
+// GPU only, to be recomputed once evicted; the errors Swap returns say
+// nothing of them. It returns ErrNoLowerTier, changing nothing, without a
+// pinned tier.
 func (m *Manager) Swap(ctx context.Context, seqs []uint64) ([]error, error) {
 	if m.pinPID == nil {
 		return nil, ErrNoLowerTier
