@@ -98,7 +98,8 @@ var (
 	// ErrEmptySequence rejects an Allocate with no tokens.
 	ErrEmptySequence = blockpool.ErrEmptySequence
 	// ErrTokenOutOfRange rejects a token id outside [0, Config.VocabSize)
-	// where VocabSize is set.
+	// where VocabSize is set: in an allocation or append, and in a query
+	// (Exists, Lookup, Delete, Prefetch), which then changes nothing.
 	ErrTokenOutOfRange = blockpool.ErrTokenOutOfRange
 	// ErrBadArgument rejects a malformed argument, e.g. a batch naming one
 	// sequence twice or a negative lookahead.
@@ -926,8 +927,15 @@ type Presence struct {
 }
 
 // chainKeys hashes tokens in the namespace of salt and lora.
-func (m *Manager) chainKeys(tokens []int64, salt, lora string) *blockpool.Keys {
-	return blockpool.ComputeKeys(m.namespace(salt, lora), tokens, m.cfg.BlockTokens, m.cfg.PinnedBytes > 0)
+// chainKeys hashes a chain named by a query (Exists, Lookup, Delete,
+// Prefetch), refusing tokens outside [0, Config.VocabSize) as an allocation
+// does (ErrTokenOutOfRange): no block was ever cached under them, and a
+// caller whose tokenizer disagrees with the Manager's model should hear so.
+func (m *Manager) chainKeys(tokens []int64, salt, lora string) (*blockpool.Keys, error) {
+	if err := blockpool.CheckTokens(tokens, m.cfg.VocabSize); err != nil {
+		return nil, err
+	}
+	return blockpool.ComputeKeys(m.namespace(salt, lora), tokens, m.cfg.BlockTokens, m.cfg.PinnedBytes > 0), nil
 }
 
 func hashes(k *blockpool.Keys) []uint64 {
@@ -956,7 +964,11 @@ func (m *Manager) Exists(ctx context.Context, tokens []int64, salt string) (Pres
 
 // ExistsChain is Exists for a chain allocated under a LoRA adapter too.
 func (m *Manager) ExistsChain(ctx context.Context, c Chain) (Presence, error) {
-	return m.exists(ctx, c.Tokens, m.chainKeys(c.Tokens, c.Salt, c.LoRA), 0)
+	k, err := m.chainKeys(c.Tokens, c.Salt, c.LoRA)
+	if err != nil {
+		return Presence{}, err
+	}
+	return m.exists(ctx, c.Tokens, k, 0)
 }
 
 // exists asks each tier for its leading run of k's blocks from block from on.
@@ -1048,7 +1060,10 @@ type LookupResult struct {
 // fails Lookup with the context's error (nothing changed): give Lookup at
 // least ReadTimeout to have the node's own answer whatever the server does.
 func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, error) {
-	k := m.chainKeys(req.Tokens, req.Salt, req.LoRA)
+	k, err := m.chainKeys(req.Tokens, req.Salt, req.LoRA)
+	if err != nil {
+		return LookupResult{}, err
+	}
 	gpuTokens, err := m.gpuRun(ctx, req.Tokens, k)
 	if err != nil {
 		return LookupResult{}, err
@@ -1104,7 +1119,10 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 // DeleteChain is Delete for a chain allocated under a LoRA adapter too.
 func (m *Manager) DeleteChain(ctx context.Context, c Chain) (int, error) {
 	tokens := c.Tokens
-	k := m.chainKeys(tokens, c.Salt, c.LoRA)
+	k, err := m.chainKeys(tokens, c.Salt, c.LoRA)
+	if err != nil {
+		return 0, err
+	}
 	q := &messages.Query{Kind: messages.QueryDelete, Tokens: append([]int64(nil), tokens...), Keys: k, Reply: make(chan *messages.QueryResult, 1)}
 	r, err := ask(ctx, m, m.gpuPID, &q.Call, q, q.Reply)
 	if err != nil {
@@ -1197,11 +1215,13 @@ func (m *Manager) PrefetchChain(ctx context.Context, c Chain) (int, error) {
 	if ctx == nil {
 		return 0, ErrNilContext
 	}
+	k, err := m.chainKeys(c.Tokens, c.Salt, c.LoRA)
+	if err != nil {
+		return 0, err
+	}
 	if m.pinPID == nil {
 		return 0, nil
 	}
-	tokens := c.Tokens
-	k := m.chainKeys(tokens, c.Salt, c.LoRA)
 	pq := &messages.PinnedQuery{Kind: messages.QueryPrefetch, Hashes: hashes(k), Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
 	pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)
 	if err != nil {

@@ -708,3 +708,47 @@ func TestLoadDeadlinesFollowConfigClock(t *testing.T) {
 		t.Fatalf("outcome %+v: a load with an hour's budget on a clock running an hour a reading was not late", out)
 	}
 }
+
+// TestQueriesRefuseTokensOutsideVocabulary: Exists, Lookup, Delete and
+// Prefetch refuse a token outside [0, VocabSize) with ErrTokenOutOfRange, as
+// Allocate does, and change nothing: the chain stays cached on every tier.
+// They accepted such tokens silently (a caller whose tokenizer disagreed
+// with the model heard of nothing but misses).
+func TestQueriesRefuseTokensOutsideVocabulary(t *testing.T) {
+	ctx := context.Background()
+	const vocab = 1000
+	m := newManager(t, Config{GPUBlocks: 8, PinnedBytes: 1 << 20, VocabSize: vocab, Ingestion: IngestAll})
+	a := toks(7, 2*bt)
+	r, err := m.Allocate(ctx, AllocRequest{Seq: 1, Tokens: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeBlocks(t, m, r.Blocks, a, "")
+	commitFree(ctx, m, 1)
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []int64{-1, vocab} {
+		b := append([]int64(nil), a...)
+		b[len(b)-1] = bad
+		if _, err := m.Exists(ctx, b, ""); !errors.Is(err, ErrTokenOutOfRange) {
+			t.Errorf("Exists with token %d: got %v, want ErrTokenOutOfRange", bad, err)
+		}
+		if _, err := m.Lookup(ctx, LookupRequest{Tokens: b}); !errors.Is(err, ErrTokenOutOfRange) {
+			t.Errorf("Lookup with token %d: got %v, want ErrTokenOutOfRange", bad, err)
+		}
+		if n, err := m.Delete(ctx, b, ""); !errors.Is(err, ErrTokenOutOfRange) || n != 0 {
+			t.Errorf("Delete with token %d: dropped %d, got %v, want ErrTokenOutOfRange", bad, n, err)
+		}
+		if _, err := m.Prefetch(ctx, b, ""); !errors.Is(err, ErrTokenOutOfRange) {
+			t.Errorf("Prefetch with token %d: got %v, want ErrTokenOutOfRange", bad, err)
+		}
+	}
+	p, err := m.Exists(ctx, a, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tokens.Of(GPU) != 2*bt || p.Tokens.Of(Pinned) != 2*bt {
+		t.Fatalf("after the refused queries the chain is held as %+v, want %d tokens on the GPU and in pinned memory", p.Tokens, 2*bt)
+	}
+}

@@ -171,7 +171,11 @@ func checkMoves(t *testing.T, hist map[uint64][]string) {
 // blocksOf returns the events of a's blocks, which must all agree.
 func blocksOf(t *testing.T, m *Manager, hist map[uint64][]string, a []int64) []string {
 	t.Helper()
-	hs := hashes(m.chainKeys(a, "", ""))
+	k, err := m.chainKeys(a, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := hashes(k)
 	for _, h := range hs[1:] {
 		if !slices.Equal(hist[h], hist[hs[0]]) {
 			t.Fatalf("the blocks of one chain tell different stories: %v and %v", hist[hs[0]], hist[h])

@@ -273,10 +273,17 @@ func (p *Pool) checkLookahead(n int) error {
 }
 
 func (p *Pool) checkTokens(tokens []int64) error {
-	if p.cfg.VocabSize <= 0 {
+	return CheckTokens(tokens, p.cfg.VocabSize)
+}
+
+// CheckTokens returns an error wrapping ErrTokenOutOfRange, naming the first
+// offending token and its index, when a token of tokens is outside [0,
+// vocab); a vocab <= 0 accepts every token, as Config.VocabSize does.
+func CheckTokens(tokens []int64, vocab int) error {
+	if vocab <= 0 {
 		return nil
 	}
-	v := int64(p.cfg.VocabSize)
+	v := int64(vocab)
 	for i, t := range tokens {
 		if t < 0 || t >= v {
 			return fmt.Errorf("%w: token %d at index %d, vocabulary has %d", ErrTokenOutOfRange, t, i, v)
