@@ -3,6 +3,7 @@ package disk
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -163,6 +164,16 @@ func (f *FaultFS) OpenFile(name string, direct bool) (File, error) {
 		return nil, err
 	}
 	return &faultFile{fs: f, name: name, f: inner}, nil
+}
+
+// OpenExisting implements ExistingOpener over the base FS, with no faults:
+// Open only counts records through it. A base without it has no such
+// file.
+func (f *FaultFS) OpenExisting(name string) (File, error) {
+	if o, ok := f.base().(ExistingOpener); ok {
+		return o.OpenExisting(name)
+	}
+	return nil, fs.ErrNotExist
 }
 
 // hit returns the fault for a call, if any, and counts the call.

@@ -77,6 +77,16 @@ type Remover interface {
 	Remove(name string) error
 }
 
+// ExistingOpener is an optional FS extension: OpenExisting opens name for
+// reading only, failing with an error matching fs.ErrNotExist where there is
+// no such file: it never creates one, as OpenFile does. Open counts through
+// it the records of the slot files a smaller Config.Files removes
+// (OpenReport.Dropped[DropCapacity]); with an FS without it they go
+// uncounted.
+type ExistingOpener interface {
+	OpenExisting(name string) (File, error)
+}
+
 // DirSyncer is an optional FS extension: Open makes the creation and
 // removal of slot files durable through it under Config.Sync, as
 // fdatasync makes a file's contents durable but not its name in the
@@ -119,6 +129,16 @@ func (OSFS) OpenFile(name string, direct bool) (File, error) {
 		flags |= unix.O_DIRECT
 	}
 	f, err := openPrivate(unix.AT_FDCWD, name, name, flags, unix.S_IFREG, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// OpenExisting implements ExistingOpener, with OpenFile's checks (a
+// private regular file, no link).
+func (OSFS) OpenExisting(name string) (File, error) {
+	f, err := openPrivate(unix.AT_FDCWD, name, name, unix.O_RDONLY, unix.S_IFREG, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -30,8 +30,8 @@ const scanWorkers = 8
 // files that held data before are left with their records and their old
 // length (one it grew is cut back; a smaller capacity cuts files only
 // once everything else has succeeded, and so does a smaller Files remove
-// the slot files past it, with their records). The caller MUST Close the
-// Store.
+// the slot files past it, with their records, which the report counts as
+// Dropped[DropCapacity]). The caller MUST Close the Store.
 func Open(cfg Config) (*Store, OpenReport, error) {
 	start := time.Now()
 	cfg, err := cfg.withDefaults()
@@ -53,12 +53,12 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		_ = lock.Close()
 		return nil, OpenReport{}, fmt.Errorf("kvtier: disk: %w", err)
 	}
-	files, mode, err := openSlotFiles(cfg.FS, cfg.Dir, lay, cfg.NoDirectIO, cfg.Logger)
+	files, mode, cut, err := openSlotFiles(cfg.FS, cfg.Dir, lay, cfg.NoDirectIO, cfg.Logger)
 	if err != nil {
 		_ = lock.Close()
 		return nil, OpenReport{}, err
 	}
-	removeExtra(cfg.FS, cfg.Dir, lay.files, cfg.Logger)
+	cut += removeExtra(cfg.FS, cfg.Dir, lay.files, lay.slotBytes, cfg.Logger)
 	if cfg.Sync {
 		syncOpened(cfg.FS, cfg.Dir, files, cfg.Logger)
 	}
@@ -79,6 +79,12 @@ func Open(cfg Config) (*Store, OpenReport, error) {
 		zero:          AlignedBuffer(BlockSize),
 	}
 	rep := s.rebuild()
+	if cut > 0 {
+		if rep.Dropped == nil {
+			rep.Dropped = make(map[DropReason]int)
+		}
+		rep.Dropped[DropCapacity] = cut
+	}
 	rep.Mode = mode
 	rep.Duration = time.Since(start)
 	s.log.Info("kvtier: disk: opened",

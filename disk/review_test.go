@@ -3,6 +3,7 @@ package disk
 import (
 	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -448,5 +449,53 @@ func TestWriteOfAnotherDigestDisplaces(t *testing.T) {
 	}
 	if _, _, err := s.ReadSyncDigest(1, old.Digest, dst); !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("read of the displaced block: %v, want ErrDigestMismatch", err)
+	}
+}
+
+// TestSmallerStoreCountsTheRecordsItCuts: a store reopened with a smaller
+// capacity, or fewer Files, reports the records it cut away with that part
+// of the store as Dropped[DropCapacity], and logs them. They vanished
+// unreported: a 4-record store reopened with room for 2 said Records 2 and
+// nothing dropped (engine-contract review of 2026-11-28).
+func TestSmallerStoreCountsTheRecordsItCuts(t *testing.T) {
+	cfg := testConfig(t, 8)
+	s, _ := mustOpen(t, cfg)
+	for h := uint64(1); h <= 6; h++ {
+		mustWrite(t, s, h) // slots 0..5
+	}
+	mustClose(t, s)
+
+	small := cfg
+	small.CapacityBytes = 4 * SlotBytes(testPayload)
+	s, rep := mustOpen(t, small)
+	if rep.Records != 4 || rep.Dropped[DropCapacity] != 2 || rep.DroppedTotal() != 2 {
+		t.Fatalf("reopened with 4 of 8 slots: report %+v, want 4 records and 2 dropped for capacity", rep)
+	}
+	mustClose(t, s)
+	s, rep = mustOpen(t, small) // nothing more to cut
+	if rep.Records != 4 || rep.DroppedTotal() != 0 {
+		t.Fatalf("reopened again with 4 slots: report %+v, want 4 records, none dropped", rep)
+	}
+	mustClose(t, s)
+
+	two := cfg
+	two.Files = 2
+	s, _ = mustOpen(t, two) // 8 slots over two files: 4 records, slots 0..3
+	for h := uint64(11); h <= 14; h++ {
+		mustWrite(t, s, h)
+	}
+	mustClose(t, s)
+	one := cfg
+	one.CapacityBytes = 4 * SlotBytes(testPayload)
+	s, rep = mustOpen(t, one) // file 1 removed, file 0 cut to 4 slots
+	defer mustClose(t, s)
+	if got := rep.Records + rep.Dropped[DropCapacity]; got != 8 || rep.Dropped[DropCapacity] == 0 {
+		t.Fatalf("reopened with one file of 4 slots: report %+v, want the 8 records found either kept or dropped for capacity", rep)
+	}
+	if _, err := os.Stat(slotFileName(cfg.Dir, 1)); !os.IsNotExist(err) {
+		t.Fatalf("slot file 1 past Files=1: stat %v, want it removed", err)
+	}
+	if _, err := os.Stat(slotFileName(cfg.Dir, 2)); !os.IsNotExist(err) {
+		t.Fatalf("slot file 2 (never existed): stat %v, want none created", err)
 	}
 }

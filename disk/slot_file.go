@@ -49,15 +49,17 @@ func slotFileName(dir string, i int) string {
 // the file system refuses it. If it fails, it removes (where fsys is a
 // Remover) the slot files this call created, so a failed Open leaves no
 // preallocated files; files that existed with data are left as they are.
-func openSlotFiles(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger) ([]File, IOMode, error) {
+// cut is how many records the files held past a smaller capacity, cut away
+// with them.
+func openSlotFiles(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger) (files []File, mode IOMode, cut int, err error) {
 	o := &opening{created: make(map[string]bool), sizes: make(map[string]int64)}
-	files, mode, err := openSlotFilesOnce(fsys, dir, l, noDirect, log, o)
+	files, mode, err = openSlotFilesOnce(fsys, dir, l, noDirect, log, o)
 	if err != nil {
 		restoreSizes(fsys, o, log)
 		removeCreated(fsys, o.created, log)
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	return files, mode, nil
+	return files, mode, o.cut, nil
 }
 
 // opening is what a failed Open needs to undo: the slot files it found
@@ -65,6 +67,9 @@ func openSlotFiles(fsys FS, dir string, l layout, noDirect bool, log *zap.Logger
 type opening struct {
 	created map[string]bool
 	sizes   map[string]int64
+	// cut counts the records in the parts of slot files a smaller capacity
+	// cut away (OpenReport.Dropped[DropCapacity]).
+	cut int
 }
 
 // restoreSizes gives the slot files that held data and that a failed Open
@@ -137,14 +142,24 @@ func removeCreated(fsys FS, created map[string]bool, log *zap.Logger) {
 // the first number with no file (a store with fewer files removed those
 // past them). It runs once everything else in Open has succeeded; a file it
 // cannot remove is logged, and its records may come back that way, as
-// they may on a file system with no Remove (OSFS has one).
-func removeExtra(fsys FS, dir string, files int, log *zap.Logger) {
+// they may on a file system with no Remove (OSFS has one). It returns how
+// many records the files it removed held (slots of slotBytes).
+func removeExtra(fsys FS, dir string, files int, slotBytes int64, log *zap.Logger) (removed int) {
 	r, ok := fsys.(Remover)
 	if !ok {
-		return
+		return 0
 	}
 	for i := files; ; i++ {
 		name := slotFileName(dir, i)
+		n := 0
+		if o, ok := fsys.(ExistingOpener); ok {
+			if f, err := o.OpenExisting(name); err == nil {
+				if size, err := f.Size(); err == nil {
+					n = countRecords(f, 0, size, slotBytes)
+				}
+				_ = f.Close()
+			}
+		}
 		err := r.Remove(name)
 		if errors.Is(err, fs.ErrNotExist) {
 			return
@@ -153,7 +168,8 @@ func removeExtra(fsys FS, dir string, files int, log *zap.Logger) {
 			log.Error("kvtier: disk: removing a slot file past Config.Files", zap.String("file", name), zap.Error(err))
 			return
 		}
-		log.Info("kvtier: disk: removed a slot file past Config.Files, with its records", zap.String("file", name))
+		log.Info("kvtier: disk: removed a slot file past Config.Files, with its records", zap.String("file", name), zap.Int("records", n))
+		removed += n
 	}
 }
 
@@ -244,14 +260,36 @@ func openAll(fsys FS, dir string, l layout, direct bool, log *zap.Logger, o *ope
 		}
 	}
 	for i := range files {
-		if cur[i] > int64(l.fileSlots(i))*l.slotBytes {
+		if keep := int64(l.fileSlots(i)) * l.slotBytes; cur[i] > keep {
+			n := countRecords(files[i], keep, cur[i], l.slotBytes)
 			if err := allocate(i); err != nil {
 				closeAll(files)
 				return nil, err
 			}
+			o.cut += n
+			if n > 0 {
+				log.Info("kvtier: disk: cut a slot file to a smaller capacity, with its records past the cut",
+					zap.String("file", slotFileName(dir, i)), zap.Int("records", n))
+			}
 		}
 	}
 	return files, nil
+}
+
+// countRecords returns how many slots of f in [from, to), one every
+// slotBytes, begin with a record's header of any fingerprint or geometry: what
+// a shrinking Open is about to cut away, for its report. A header it cannot
+// read counts as none.
+func countRecords(f File, from, to, slotBytes int64) int {
+	buf := AlignedBuffer(BlockSize)
+	var rec record
+	n := 0
+	for off := from; off+BlockSize <= to; off += slotBytes {
+		if readFull(f, buf, off) == nil && decodeHeader(buf, &rec) == headerValid {
+			n++
+		}
+	}
+	return n
 }
 
 // checkHoles refuses (ErrInsufficientSpace) holes the file system's free

@@ -112,6 +112,11 @@ const (
 	DropDuplicate
 	// DropIOError: the header could not be read.
 	DropIOError
+	// DropCapacity: the record lay past a smaller Config.CapacityBytes, or
+	// in a slot file past a smaller Config.Files, and was cut away with
+	// that part of the store (counted before the cut; its header is gone
+	// with it).
+	DropCapacity
 )
 
 func (r DropReason) String() string {
@@ -130,6 +135,8 @@ func (r DropReason) String() string {
 		return "duplicate"
 	case DropIOError:
 		return "io-error"
+	case DropCapacity:
+		return "capacity"
 	default:
 		return "DropReason(?)"
 	}
@@ -140,7 +147,8 @@ type OpenReport struct {
 	// Records is the number of records indexed.
 	Records int
 	// Dropped counts discarded records by reason; their header blocks are
-	// zeroed so later opens do not see them again.
+	// zeroed so later opens do not see them again (those a smaller store
+	// cut away, DropCapacity, are gone with that part of it).
 	Dropped map[DropReason]int
 	// BadChains counts records indexed whose chain extension (Meta.Chain)
 	// did not verify: they open with no Chain, as records written before
