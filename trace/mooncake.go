@@ -139,6 +139,10 @@ const maxKeptErrors = 16
 // Invalid opts give an error wrapping ErrBadOptions; a line longer than
 // MaxLineBytes is a *ParseError wrapping ErrLineTooLong, skipped like any
 // other in Skip mode.
+//
+// r may be gzip-compressed (Read decompresses it) and may start with a
+// UTF-8 byte order mark (dropped); input in another compression it
+// recognises gives an error wrapping ErrCompressed before any line.
 func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	return read(r, opts, MaxLineBytes)
 }
@@ -184,7 +188,11 @@ func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
 	if err != nil {
 		return nil, Report{}, err
 	}
-	lr := lineReader{r: bufio.NewReaderSize(r, 1<<16), max: maxLine}
+	text, err := textOf(bufio.NewReaderSize(r, 1<<16))
+	if err != nil {
+		return nil, Report{}, err
+	}
+	lr := lineReader{r: text, max: maxLine}
 	var (
 		reqs   []Request
 		lines  []int   // reqs[i] is on line lines[i]
@@ -492,6 +500,8 @@ func parseLine(line int, b []byte, opts Options) (Request, stamp, *ParseError) {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
 			field = ute.Field
+		} else {
+			err = notJSONLines(b, err)
 		}
 		return Request{}, stamp{}, &ParseError{Line: line, Field: field, Err: err}
 	}
