@@ -126,7 +126,7 @@ func targets(r *Report) []Target {
 			// classic policy hits, Adaptive passes if it hits at all
 			// (+Inf) and there is nothing to judge if it does not (NaN).
 			limit := 1.0
-			if c.BestOverOPT < 0.5 {
+			if c.BestOverOPT == nil || *c.BestOverOPT < 0.5 {
 				limit = 1.1
 			}
 			ts = append(ts, newTarget(fmt.Sprintf("adaptive_over_best_classic@%d", c.CapacityBlocks),
@@ -228,8 +228,12 @@ func writeHuman(w io.Writer, r *Report) error {
 			for _, k := range tracePolicies {
 				p("%.2f%%\t", 100*c.HitRatio[policyName(k)])
 			}
-			p("%.2f%%\t%.2f%%\t%s\t%.3f\t%.3f\t%s\t%.0f, %.0f\t\n", 100*c.OPTHitRatio, 100*c.InfiniteHitRatio, c.BestPolicy,
-				c.BestOverOPT, c.AdaptiveOverOPT, formatValue(c.adaptiveOverBest()), c.NsPerRef["lru"], c.NsPerRef["adaptive"])
+			best := c.BestPolicy
+			if best == "" {
+				best = "-" // no classic policy hits
+			}
+			p("%.2f%%\t%.2f%%\t%s\t%s\t%s\t%s\t%.0f, %.0f\t\n", 100*c.OPTHitRatio, 100*c.InfiniteHitRatio, best,
+				formatValue(orNaN(c.BestOverOPT)), formatValue(orNaN(c.AdaptiveOverOPT)), formatValue(c.adaptiveOverBest()), c.NsPerRef["lru"], c.NsPerRef["adaptive"])
 		}
 		p("  adaptive memory: %.0f bytes per tracked id (65,536-block policy after a 1M-id scan)\n", t.AdaptiveBytesPerID)
 		p("\n")

@@ -57,15 +57,18 @@ type TraceCapacity struct {
 	HitRatio         map[string]float64 `json:"hit_ratio"` // by policy name: lru, fifo, s3fifo, arc, adaptive
 	OPTHitRatio      float64            `json:"opt_hit_ratio"`
 	InfiniteHitRatio float64            `json:"infinite_hit_ratio"`
-	// BestPolicy is the classic policy (not Adaptive) with the most hits.
-	BestPolicy  string  `json:"best_policy"`
-	BestOverOPT float64 `json:"best_over_opt"`
-	// AdaptiveOverOPT and AdaptiveOverBest compare the default policy with
-	// OPT and with the best classic policy. AdaptiveOverBest is null when
-	// the best classic policy has no hit: the ratio is then infinite if
-	// Adaptive hits (AdaptiveOverBestInfinite, as JSON holds no Inf) and
-	// undefined if it does not either.
-	AdaptiveOverOPT          float64  `json:"adaptive_over_opt"`
+	// BestPolicy is the classic policy (not Adaptive) with the most hits
+	// (the first in report order of those tied), "" when none hits.
+	BestPolicy string `json:"best_policy"`
+	// BestOverOPT and AdaptiveOverOPT are the best classic policy's and the
+	// default's hit ratios over OPT's, null when OPT has no hit (0/0: no
+	// policy hits either, as the ids are taken by prefix and OPT is exact).
+	BestOverOPT *float64 `json:"best_over_opt"`
+	// AdaptiveOverBest compares the default policy with the best classic
+	// one. It is null when the best classic policy has no hit: the ratio
+	// is then infinite if Adaptive hits (AdaptiveOverBestInfinite, as JSON
+	// holds no Inf) and undefined if it does not either.
+	AdaptiveOverOPT          *float64 `json:"adaptive_over_opt"`
 	AdaptiveOverBest         *float64 `json:"adaptive_over_best"`
 	AdaptiveOverBestInfinite bool     `json:"adaptive_over_best_infinite"`
 	// NsPerRef is the replay time per block reference, by policy: one
@@ -74,6 +77,23 @@ type TraceCapacity struct {
 }
 
 func policyName(k policy.Kind) string { return k.String() }
+
+// overOPT is x over OPT's hit ratio, null when OPT has no hit.
+func (c *TraceCapacity) overOPT(x float64) *float64 {
+	if c.OPTHitRatio <= 0 {
+		return nil
+	}
+	r := x / c.OPTHitRatio
+	return &r
+}
+
+// orNaN is *p, or NaN (printed n/a) for null.
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
 
 // adaptiveOverBest is AdaptiveOverBest as a number: +Inf when only Adaptive
 // hits, NaN when neither it nor any classic policy does.
@@ -139,7 +159,7 @@ func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
 			OPTHitRatio:      cachesim.OPT(reqs, c).HitRatio,
 			InfiniteHitRatio: inf.HitRatio,
 		}
-		best := -1.0
+		best := 0.0
 		for _, k := range tracePolicies {
 			// Built before the clock starts: NsPerRef is the replay's cost,
 			// not the policy's allocation (at 64k blocks LRU's New took as
@@ -160,10 +180,7 @@ func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
 			}
 		}
 		a := row.HitRatio[policyName(policy.Adaptive)]
-		if row.OPTHitRatio > 0 {
-			row.BestOverOPT = best / row.OPTHitRatio
-			row.AdaptiveOverOPT = a / row.OPTHitRatio
-		}
+		row.BestOverOPT, row.AdaptiveOverOPT = row.overOPT(best), row.overOPT(a)
 		if best > 0 {
 			ratio := a / best
 			row.AdaptiveOverBest = &ratio
