@@ -264,7 +264,8 @@ func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
 		Note: fmt.Sprintf("median of %d rounds, the paths interleaved; cost ratios: median of the rounds' ratios; ", replayRounds) +
 			"direct: one blockpool.Pool, Allocate (hashing included) + Commit + Deallocate per request; " +
 			"manager: kvtier.Manager (GPU tier only), one Step per request committing and freeing the previous one; " +
-			"manager_batch8: 8 requests per Step (a batch's requests do not hit each other's blocks, which are not computed yet when it is allocated: commit before cache, so its hits can be lower); prompt generation untimed"}
+			"manager_batch8: 8 requests per Step (a batch's requests do not hit each other's blocks, which are not computed yet when it is allocated: commit before cache, so its hits can be lower); " +
+			"hits: blocks found cached over blocks allocated, where a prompt's partly filled last block is allocated but never cached (full blocks only), so never a hit (the trace suite counts it like a full one); prompt generation untimed"}
 	// The paths, direct first (the cost ratios' base); metrics are kept
 	// for the first round only, one Manager a configuration.
 	paths := []struct {
