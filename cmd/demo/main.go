@@ -239,12 +239,18 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
+		if len(reqs) == 0 && len(rep.Errors) > 0 {
+			return nil, "", fmt.Errorf("the trace has no requests: all %d lines of %s are malformed, skipped by -skip-bad-lines; the first: %w",
+				rep.Skipped, o.tracePath, &rep.Errors[0])
+		}
 		name = o.tracePath
 		if o.limit > 0 && len(reqs) == o.limit {
 			name += fmt.Sprintf(", first %d requests", o.limit)
 		}
 		if rep.Skipped > 0 {
-			name += fmt.Sprintf(" (%d malformed lines skipped)", rep.Skipped)
+			// The first line's error says why, and often what to do
+			// (a -trace-block-tokens that reads the trace's ids).
+			name += fmt.Sprintf(" (%d of %d lines malformed, skipped; the first: %v)", rep.Skipped, rep.Lines, &rep.Errors[0])
 		}
 	}
 	return reqs, name, nil
