@@ -108,26 +108,39 @@ func (c *TraceCapacity) adaptiveOverBest() float64 {
 	}
 }
 
-// traceFile is the -trace file and how to read it: the -trace-block-tokens and
-// -time-unit flags.
+// traceFile is the -trace file and how to read it: the -trace-block-tokens,
+// -time-unit and -skip-bad-lines flags.
 type traceFile struct {
 	path        string // "" means the embedded sample
 	blockTokens int    // tokens per hash id
 	timeUnit    time.Duration
+	skipBad     bool // skip malformed lines (trace.Skip) instead of stopping at the first
 }
 
 // loadTrace reads the trace at f.path, of f.blockTokens tokens a hash id and
 // timestamps in units of f.timeUnit, or returns the embedded sample (path "";
 // the rest is then the sample's, Mooncake's 512 tokens and milliseconds),
-// with the name results carry and the block size in force.
+// with the name results carry and the block size in force. With f.skipBad
+// the name says how many lines were skipped and why the first was.
 func loadTrace(f traceFile) (reqs []trace.Request, name string, tokens int, err error) {
 	if f.path == "" {
 		return trace.Sample(), trace.SampleName, trace.BlockTokens, nil
 	}
-	if reqs, _, err = trace.ReadFile(f.path, trace.Options{BlockTokens: f.blockTokens, TimeUnit: f.timeUnit}); err != nil {
+	mode := trace.Stop
+	if f.skipBad {
+		mode = trace.Skip
+	}
+	reqs, rep, err := trace.ReadFile(f.path, trace.Options{OnError: mode, BlockTokens: f.blockTokens, TimeUnit: f.timeUnit})
+	if err != nil {
 		return nil, "", 0, err
 	}
-	return reqs, f.path, f.blockTokens, nil
+	name = f.path
+	if rep.Skipped > 0 {
+		// The first line's error says why, and often what to do (a
+		// -trace-block-tokens that reads the trace's ids).
+		name += fmt.Sprintf(" (%d of %d lines malformed, skipped; the first: %v)", rep.Skipped, rep.Lines, &rep.Errors[0])
+	}
+	return reqs, name, f.blockTokens, nil
 }
 
 func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
