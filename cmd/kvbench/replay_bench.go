@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kvtier/kvtier"
@@ -17,7 +18,10 @@ import (
 // (one blockpool.Pool on one goroutine) and through the Manager, one request
 // a call and in batches. Token t of hash id h is splitmix64(h*B+t) mod
 // replayVocab, B the block size, so that another implementation fed the same
-// trace (nano-vllm's BlockManager, say) sees the same prompts.
+// trace (nano-vllm's BlockManager, say) sees the same prompts; for an id so
+// large that h*B+t would pass 2^64 (2^55 and up at 512 tokens, where ids 0
+// and 2^55 would share a prompt), it is splitmix64(splitmix64(h)+t) mod
+// replayVocab.
 const (
 	replayVocab = 32000
 	replayBatch = 8
@@ -82,11 +86,18 @@ func splitmix64(x uint64) uint64 {
 // replayPrompt appends req's prompt to dst: in a trace of blockTokens tokens
 // a hash id, id h stands for tokens splitmix64(h*blockTokens+t) mod
 // replayVocab, t = 0..blockTokens-1, the last block cut to input_length.
+// An id too large for h*blockTokens+t to fit in 64 bits stands for
+// splitmix64(splitmix64(h)+t) instead: wrapped, ids that differ by a
+// multiple of 2^64/blockTokens would stand for the same prompt.
 func replayPrompt(dst []int64, req trace.Request, blockTokens int) []int64 {
 	start := len(dst)
+	linear := (math.MaxUint64 - uint64(blockTokens-1)) / uint64(blockTokens) // ids up to it: h*blockTokens+t does not wrap
 	for _, h := range req.HashIDs {
 		n := min(blockTokens, req.InputLength-(len(dst)-start))
 		base := uint64(h) * uint64(blockTokens)
+		if uint64(h) > linear {
+			base = splitmix64(uint64(h))
+		}
 		for t := range n {
 			dst = append(dst, int64(splitmix64(base+uint64(t))%replayVocab))
 		}

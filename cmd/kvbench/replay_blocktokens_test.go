@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvtier/kvtier/trace"
 )
 
 // TestReplayBlockTokens: -trace-block-tokens reaches the replay suite. A 16-token
@@ -147,5 +150,29 @@ func TestReplayPartialBlockNeverHits(t *testing.T) {
 	}
 	if !strings.Contains(rp.Note, "partly filled last block") {
 		t.Errorf("the note does not say a partly filled last block never hits: %q", rp.Note)
+	}
+}
+
+// TestReplayHugeIDsDistinct: two hash ids stand for two different prompts
+// however large they are. Token t of id h was splitmix64(h*B+t) for every
+// id, and h*B wraps past 2^64: at 512 tokens an id, ids 0 and 2^55 (or
+// 2^63-1 and 2^62-1) gave the same prompt, and a trace with no reuse at all
+// replayed at 50% hits. Ids below 2^64/B keep their tokens.
+func TestReplayHugeIDsDistinct(t *testing.T) {
+	for _, pair := range [][2]int64{{0, 1 << 55}, {1<<63 - 1, 1<<62 - 1}, {1 << 62, 1<<62 + 1<<55}} {
+		a := trace.Request{InputLength: 512, HashIDs: []int64{pair[0]}}
+		b := trace.Request{InputLength: 512, HashIDs: []int64{pair[1]}}
+		if pa, pb := replayPrompt(nil, a, 512), replayPrompt(nil, b, 512); slices.Equal(pa, pb) {
+			t.Errorf("ids %d and %d give the same 512-token prompt", pair[0], pair[1])
+		}
+	}
+	// Below 2^64/B the tokens are those documented: splitmix64(h*B+t).
+	small := trace.Request{InputLength: 3, HashIDs: []int64{1<<55 - 1}}
+	want := []int64{}
+	for tok := range 3 {
+		want = append(want, int64(splitmix64(uint64(1<<55-1)*512+uint64(tok))%replayVocab))
+	}
+	if got := replayPrompt(nil, small, 512); !slices.Equal(got, want) {
+		t.Errorf("id 2^55-1: tokens %v, want %v", got, want)
 	}
 }
