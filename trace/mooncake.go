@@ -562,10 +562,21 @@ func parseLine(line int, b []byte, opts Options) (Request, stamp, *ParseError) {
 	}
 	if want := (req.InputLength + blockTokens - 1) / blockTokens; len(req.HashIDs) != want {
 		return Request{}, stamp{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf(
-			"%d ids for input_length %d, want ceil(%d/%d) = %d%s", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want,
-			blockSizeHint(req.InputLength, len(req.HashIDs)))}
+			"%d ids for input_length %d, want ceil(%d/%d) = %d%s%s", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want,
+			floorHint(req.InputLength, len(req.HashIDs), blockTokens), blockSizeHint(req.InputLength, len(req.HashIDs)))}
 	}
 	return req, ts, nil
+}
+
+// floorHint says, for a line with floor(inputLength/blockTokens) ids where
+// the last block is partly filled, that the trace gave that block no id,
+// or "" for any other line.
+func floorHint(inputLength, ids, blockTokens int) string {
+	if inputLength%blockTokens == 0 || ids != inputLength/blockTokens {
+		return ""
+	}
+	return fmt.Sprintf(" (that is floor(%d/%d): the trace gives no id to the prompt's partly filled last block of %d tokens; every block needs one, the last included, as in Mooncake's traces)",
+		inputLength, blockTokens, inputLength%blockTokens)
 }
 
 // blockSizeHint suggests, for a line whose id count does not match the
