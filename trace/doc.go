@@ -27,9 +27,9 @@
 // (one member or several, as Dynamo writes .jsonl.gz) is decompressed as it
 // is read, its line numbers counted in the decompressed text. Input in
 // another compression Read recognises (zstd, xz, bzip2, zip) is refused
-// before any line with ErrCompressed; a JSON array of requests, or objects
-// pretty-printed over several lines, fails on line 1 with an error saying
-// so.
+// before any line with ErrCompressed, and UTF-16 text with ErrUTF16; a JSON
+// array of requests, or objects pretty-printed over several lines, fails on
+// line 1 with an error saying so.
 //
 // # Errors
 //

@@ -14,6 +14,11 @@ import (
 // zip archive): decompress it first. Gzip is read directly.
 var ErrCompressed = errors.New("kvtier: trace compressed in a format Read does not decompress")
 
+// ErrUTF16 is wrapped by the error Read returns, before any line, for input
+// that starts with a UTF-16 byte order mark (Windows PowerShell 5's >
+// writes such files): convert it to UTF-8 first.
+var ErrUTF16 = errors.New("kvtier: trace is UTF-16 text, not UTF-8")
+
 // gzipMagic starts a gzip member (RFC 1952).
 var gzipMagic = []byte{0x1f, 0x8b}
 
@@ -52,7 +57,11 @@ func textOf(r *bufio.Reader) (*bufio.Reader, error) {
 			}
 		}
 	}
-	if head, _ := r.Peek(len(utf8BOM)); bytes.Equal(head, utf8BOM) {
+	head, _ = r.Peek(len(utf8BOM))
+	if bytes.HasPrefix(head, []byte{0xff, 0xfe}) || bytes.HasPrefix(head, []byte{0xfe, 0xff}) {
+		return nil, fmt.Errorf("trace: the input starts with a UTF-16 byte order mark: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8): %w", ErrUTF16)
+	}
+	if bytes.Equal(head, utf8BOM) {
 		if _, err := r.Discard(len(utf8BOM)); err != nil {
 			return nil, err
 		}

@@ -106,3 +106,24 @@ func TestNotJSONLines(t *testing.T) {
 		}
 	}
 }
+
+// TestUTF16: a UTF-16 trace (Windows PowerShell 5's > writes one) is
+// refused before any line with ErrUTF16, not as line 1's "invalid
+// character 'ÿ'".
+func TestUTF16(t *testing.T) {
+	for name, bom := range map[string]string{"LE": "\xff\xfe", "BE": "\xfe\xff"} {
+		var b strings.Builder
+		b.WriteString(bom)
+		for _, c := range twoLines {
+			if name == "LE" {
+				b.WriteString(string([]byte{byte(c), 0}))
+			} else {
+				b.WriteString(string([]byte{0, byte(c)}))
+			}
+		}
+		_, _, err := Read(strings.NewReader(b.String()), Options{})
+		if !errors.Is(err, ErrUTF16) || errors.Is(err, ErrMalformed) {
+			t.Errorf("UTF-16%s: err %v, want ErrUTF16", name, err)
+		}
+	}
+}

@@ -142,7 +142,8 @@ const maxKeptErrors = 16
 //
 // r may be gzip-compressed (Read decompresses it) and may start with a
 // UTF-8 byte order mark (dropped); input in another compression it
-// recognises gives an error wrapping ErrCompressed before any line.
+// recognises gives an error wrapping ErrCompressed before any line, and
+// UTF-16 text (a UTF-16 byte order mark) one wrapping ErrUTF16.
 func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	return read(r, opts, MaxLineBytes)
 }
