@@ -31,6 +31,10 @@ const (
 	replayChunk = 512
 )
 
+// replayQuickRequests is how many of a trace's requests -quick replays: the
+// first, in time order.
+const replayQuickRequests = 600
+
 // replayRounds is how many times the suite replays each path at each pool
 // size, the paths interleaved.
 const replayRounds = 3
@@ -265,8 +269,9 @@ func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if quick && len(reqs) > 600 {
-		reqs = reqs[:600]
+	if quick && len(reqs) > replayQuickRequests {
+		name += fmt.Sprintf(", first %d of %d requests (-quick)", replayQuickRequests, len(reqs))
+		reqs = reqs[:replayQuickRequests]
 	}
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("trace %s has no requests", name)

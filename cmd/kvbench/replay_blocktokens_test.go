@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -174,5 +175,20 @@ func TestReplayHugeIDsDistinct(t *testing.T) {
 	}
 	if got := replayPrompt(nil, small, 512); !slices.Equal(got, want) {
 		t.Errorf("id 2^55-1: tokens %v, want %v", got, want)
+	}
+}
+
+// TestReplayQuickSaysFirstRequests: -quick replays only the first 600
+// requests of a longer trace, and the result's name says so. It named the
+// file alone beside "600 requests", which read as the trace's size.
+func TestReplayQuickSaysFirstRequests(t *testing.T) {
+	var b strings.Builder
+	for i := range 650 {
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": 20, "output_length": 1, "hash_ids": [%d, %d]}`+"\n", i, i%7, 1000+i)
+	}
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	rp := replay16(t, path, []byte(b.String())).Replay
+	if rp.Requests != 600 || !strings.Contains(rp.Trace, "first 600 of 650 requests") {
+		t.Errorf("trace %q, %d requests: want 600 and a name saying they are the first 600 of 650", rp.Trace, rp.Requests)
 	}
 }
