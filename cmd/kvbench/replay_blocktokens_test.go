@@ -192,3 +192,37 @@ func TestReplayQuickSaysFirstRequests(t *testing.T) {
 		t.Errorf("trace %q, %d requests: want 600 and a name saying they are the first 600 of 650", rp.Trace, rp.Requests)
 	}
 }
+
+// TestReplayTooShortToTime: a trace whose pass allocates a few blocks (one
+// request of 13 here) is replayed and its figures printed, but a pass of
+// microseconds times cold caches and the clock, not the paths: its targets
+// are N/A and the table says why. They were judged: a one-request trace
+// reported the Manager at 9.9x the direct cost, MISS.
+func TestReplayTooShortToTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "one.jsonl")
+	rep := replay16(t, path, []byte(`{"timestamp": 0, "input_length": 200, "output_length": 1, "hash_ids": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}`+"\n"))
+	rp := rep.Replay
+	if rp.Blocks != 13 || !rp.TooShort {
+		t.Fatalf("blocks %d, too short %v: want 13 and true", rp.Blocks, rp.TooShort)
+	}
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Name, "replay_") && tg.Status != "N/A" {
+			t.Errorf("target %s: %s, want N/A", tg.Name, tg.Status)
+		}
+	}
+	var human bytes.Buffer
+	if err := writeHuman(&human, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(human.String(), "too short to time") {
+		t.Errorf("the table does not say the pass is too short to time:\n%s", human.String())
+	}
+	// The embedded sample, which -quick replays, is long enough.
+	r, err := runReplay(traceFile{}, true, metricsSink{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TooShort {
+		t.Errorf("the embedded sample (%d blocks a pass) is called too short to time", r.Blocks)
+	}
+}

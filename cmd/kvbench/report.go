@@ -97,9 +97,10 @@ func targets(r *Report) []Target {
 			newTarget("remote_lookup_round_trips", rm.LookupRoundTrips, "<=", 1, true))
 	}
 	if rp := r.Replay; rp != nil {
-		// A skipped pool measured nothing: its targets are N/A (NaN).
+		// A skipped pool measured nothing, and a pass too short to time
+		// measured noise: their targets are N/A (NaN).
 		measured := func(p ReplayPool, v float64) float64 {
-			if p.Skipped != "" {
+			if p.Skipped != "" || rp.TooShort {
 				return math.NaN()
 			}
 			return v
@@ -256,6 +257,9 @@ func writeHuman(w io.Writer, r *Report) error {
 			if x.Skipped != "" {
 				p("  pool %d skipped: %s\n", x.PoolBlocks, x.Skipped)
 			}
+		}
+		if rp.TooShort {
+			p("  a pass allocates %d blocks, under %d: too short to time (cold caches and the clock, not the paths), so the replay targets are N/A\n", rp.Blocks, replayMinBlocks)
 		}
 		p("  %s\n\n", rp.Note)
 	}
