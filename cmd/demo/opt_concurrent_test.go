@@ -26,18 +26,17 @@ func TestOPTFootnoteConcurrentPrefix(t *testing.T) {
 	if err := os.WriteFile(path, []byte(line+line), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var table, js bytes.Buffer
-	args := []string{"-trace", path, "-plot", "", "-configs", "gpu", "-json", filepath.Join(t.TempDir(), "r.json")}
-	if err := run(context.Background(), args, &table, io.Discard, false); err != nil {
+	var table bytes.Buffer
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	if err := run(context.Background(), []string{"-trace", path, "-plot", "", "-configs", "gpu", "-json", jsonPath}, &table, io.Discard, false); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(args[len(args)-1])
+	b, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	js.Write(b)
 	var rep jsonReport
-	if err := json.Unmarshal(js.Bytes(), &rep); err != nil {
+	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
 	if c := rep.Configs[0]; c.HitRatio != 0 || c.OPTHitRatio != 0.5 {
