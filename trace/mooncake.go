@@ -49,7 +49,9 @@ type Options struct {
 	// twice as fast. A timestamp that, scaled, is no longer a time.Duration
 	// (about 292 years) is malformed.
 	TimeScale float64
-	// Limit stops after this many requests (0: no limit).
+	// Limit stops reading after this many requests (0: no limit): the
+	// first in the file, sorted and rebased like a whole file. On a trace
+	// not sorted by time they need not be the earliest.
 	Limit int
 	// BlockTokens is the number of tokens one hash id stands for in this
 	// file (0 means BlockTokens, Mooncake's 512). Read checks every line's
