@@ -16,8 +16,20 @@ var ErrNotChained = errors.New("kvtier: cachesim: trace ids are not chained")
 // id stands for its whole prefix, every request is a root-to-node path of one
 // forest, and OPT is exact. Both Mooncake traces and trace.Synthetic pass.
 func CheckChained(reqs []trace.Request) error {
-	const none = -1
-	pred := make(map[int64]int64)
+	// predecessor is an id's predecessor: the id before it, or none if it
+	// is first in its request (a flag apart, so that any int64, -1
+	// included, can be an id).
+	type predecessor struct {
+		id    int64
+		first bool
+	}
+	name := func(p predecessor) string {
+		if p.first {
+			return "none (first)"
+		}
+		return fmt.Sprint(p.id)
+	}
+	pred := make(map[int64]predecessor)
 	in := make(map[int64]int) // id -> last request index + 1 holding it
 	for i, r := range reqs {
 		for j, id := range r.HashIDs {
@@ -25,12 +37,12 @@ func CheckChained(reqs []trace.Request) error {
 				return fmt.Errorf("request %d repeats id %d: %w", i, id, ErrNotChained)
 			}
 			in[id] = i + 1
-			p := int64(none)
+			p := predecessor{first: true}
 			if j > 0 {
-				p = r.HashIDs[j-1]
+				p = predecessor{id: r.HashIDs[j-1]}
 			}
 			if old, ok := pred[id]; ok && old != p {
-				return fmt.Errorf("request %d: id %d follows %d, earlier %d (-1: first): %w", i, id, p, old, ErrNotChained)
+				return fmt.Errorf("request %d: id %d follows %s, earlier %s: %w", i, id, name(p), name(old), ErrNotChained)
 			}
 			pred[id] = p
 		}

@@ -140,6 +140,11 @@ func TestCheckChained(t *testing.T) {
 		{"two predecessors", reqs(ids(1, 3), ids(2, 3)), false},
 		{"root later inside", reqs(ids(1), ids(2, 1)), false},
 		{"inside later a root", reqs(ids(2, 1), ids(1)), false},
+		// Id -1 was also CheckChained's mark for "first in its request":
+		// 5 after -1 and 5 first passed as one predecessor.
+		{"after -1, later a root", reqs(ids(-1, 5), ids(5)), false},
+		{"a root, later after -1", reqs(ids(5), ids(-1, 5)), false},
+		{"chained under -1", reqs(ids(-1, 5), ids(-1, 6), ids(-1)), true},
 	}
 	for _, c := range cases {
 		err := CheckChained(c.tr)

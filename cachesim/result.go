@@ -17,7 +17,8 @@ type Result struct {
 	Evictions int64   // blocks evicted to get back down to capacity
 	// PromptTokens sums the requests' InputLength. HitTokens sums, per
 	// request, the tokens of its hit blocks: the whole prompt when every
-	// block hit, else hits x BlockTokens (Options.BlockTokens).
+	// block hit, else hits x BlockTokens (Options.BlockTokens); none for a
+	// request without hash ids.
 	PromptTokens, HitTokens int64
 	// TokenHitRatio is HitTokens / PromptTokens, 0 for no tokens. For OPT it
 	// is not a bound: OPT maximises block hits.
@@ -30,7 +31,7 @@ func (r *Result) count(req *trace.Request, hits, blockTokens int) {
 	r.BlockRefs += int64(len(req.HashIDs))
 	r.Hits += int64(hits)
 	r.PromptTokens += int64(req.InputLength)
-	if hits == len(req.HashIDs) {
+	if hits == len(req.HashIDs) && hits > 0 { // a request with no block finds no token
 		r.HitTokens += int64(req.InputLength)
 	} else {
 		r.HitTokens += int64(min(hits*blockTokens, req.InputLength))

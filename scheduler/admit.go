@@ -41,6 +41,7 @@ func (s *Scheduler) admitOnce(ctx context.Context, now time.Duration, budget *in
 	s.nw = s.nw[:0]
 	for charge > 0 && len(s.running)+len(s.nw) < s.cfg.MaxNumSeqs && len(s.nw) < s.waiting.len() {
 		q := s.waiting.at(len(s.nw))
+		s.promptOf(q)
 		s.nw = append(s.nw, q)
 		charge -= min(len(q.tokens), charge)
 	}

@@ -21,6 +21,16 @@
 // block: equal ids mean a reusable prefix block, and every id identifies its whole
 // prefix.
 //
+// The file is JSON Lines: one object a line, lines ending in "\n" or
+// "\r\n" (the last may end the file without one), blank lines skipped. A
+// UTF-8 byte order mark before the first line is dropped, and a gzip file
+// (one member or several, as Dynamo writes .jsonl.gz) is decompressed as it
+// is read, its line numbers counted in the decompressed text. Input in
+// another compression Read recognises (zstd, xz, bzip2, zip) is refused
+// before any line with ErrCompressed, and UTF-16 text with ErrUTF16; a JSON
+// array of requests, or objects pretty-printed over several lines, fails on
+// line 1 with an error saying so.
+//
 // # Errors
 //
 // A malformed line yields a *ParseError naming the line number and the field. With

@@ -49,7 +49,9 @@ type Options struct {
 	// twice as fast. A timestamp that, scaled, is no longer a time.Duration
 	// (about 292 years) is malformed.
 	TimeScale float64
-	// Limit stops after this many requests (0: no limit).
+	// Limit stops reading after this many requests (0: no limit): the
+	// first in the file, sorted and rebased like a whole file. On a trace
+	// not sorted by time they need not be the earliest.
 	Limit int
 	// BlockTokens is the number of tokens one hash id stands for in this
 	// file (0 means BlockTokens, Mooncake's 512). Read checks every line's
@@ -139,6 +141,11 @@ const maxKeptErrors = 16
 // Invalid opts give an error wrapping ErrBadOptions; a line longer than
 // MaxLineBytes is a *ParseError wrapping ErrLineTooLong, skipped like any
 // other in Skip mode.
+//
+// r may be gzip-compressed (Read decompresses it) and may start with a
+// UTF-8 byte order mark (dropped); input in another compression it
+// recognises gives an error wrapping ErrCompressed before any line, and
+// UTF-16 text (a UTF-16 byte order mark) one wrapping ErrUTF16.
 func Read(r io.Reader, opts Options) ([]Request, Report, error) {
 	return read(r, opts, MaxLineBytes)
 }
@@ -184,7 +191,11 @@ func read(r io.Reader, opts Options, maxLine int) ([]Request, Report, error) {
 	if err != nil {
 		return nil, Report{}, err
 	}
-	lr := lineReader{r: bufio.NewReaderSize(r, 1<<16), max: maxLine}
+	text, err := textOf(bufio.NewReaderSize(r, 1<<16))
+	if err != nil {
+		return nil, Report{}, err
+	}
+	lr := lineReader{r: text, max: maxLine}
 	var (
 		reqs   []Request
 		lines  []int   // reqs[i] is on line lines[i]
@@ -492,6 +503,8 @@ func parseLine(line int, b []byte, opts Options) (Request, stamp, *ParseError) {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
 			field = ute.Field
+		} else {
+			err = notJSONLines(b, err)
 		}
 		return Request{}, stamp{}, &ParseError{Line: line, Field: field, Err: err}
 	}
@@ -552,10 +565,21 @@ func parseLine(line int, b []byte, opts Options) (Request, stamp, *ParseError) {
 	}
 	if want := (req.InputLength + blockTokens - 1) / blockTokens; len(req.HashIDs) != want {
 		return Request{}, stamp{}, &ParseError{Line: line, Field: "hash_ids", Err: fmt.Errorf(
-			"%d ids for input_length %d, want ceil(%d/%d) = %d%s", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want,
-			blockSizeHint(req.InputLength, len(req.HashIDs)))}
+			"%d ids for input_length %d, want ceil(%d/%d) = %d%s%s", len(req.HashIDs), req.InputLength, req.InputLength, blockTokens, want,
+			floorHint(req.InputLength, len(req.HashIDs), blockTokens), blockSizeHint(req.InputLength, len(req.HashIDs)))}
 	}
 	return req, ts, nil
+}
+
+// floorHint says, for a line with floor(inputLength/blockTokens) ids where
+// the last block is partly filled, that the trace gave that block no id,
+// or "" for any other line.
+func floorHint(inputLength, ids, blockTokens int) string {
+	if inputLength%blockTokens == 0 || ids != inputLength/blockTokens {
+		return ""
+	}
+	return fmt.Sprintf(" (that is floor(%d/%d): the trace gives no id to the prompt's partly filled last block of %d tokens; every block needs one, the last included, as in Mooncake's traces)",
+		inputLength, blockTokens, inputLength%blockTokens)
 }
 
 // blockSizeHint suggests, for a line whose id count does not match the

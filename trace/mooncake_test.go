@@ -177,3 +177,16 @@ func TestReadBlockTokens(t *testing.T) {
 		t.Fatal("BlockTokens -1 accepted")
 	}
 }
+
+// TestLimitIsFileOrder: Limit keeps the first lines of the file, which
+// reading stops after, then sorts them: on a trace not sorted by time they
+// are not the earliest requests, and the rebase is to the earliest of them.
+func TestLimitIsFileOrder(t *testing.T) {
+	in := `{"timestamp": 50, "input_length": 10, "output_length": 1, "hash_ids": [5]}` + "\n" +
+		`{"timestamp": 20, "input_length": 10, "output_length": 1, "hash_ids": [2]}` + "\n" +
+		`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}` + "\n"
+	reqs, rep, err := Read(strings.NewReader(in), Options{Limit: 2})
+	if err != nil || len(reqs) != 2 || rep.Base != 20 || reqs[0].HashIDs[0] != 2 || reqs[1].HashIDs[0] != 5 || reqs[1].Timestamp != 30 {
+		t.Fatalf("%+v, %+v, %v; want the first two lines, sorted, rebased to 20", reqs, rep, err)
+	}
+}

@@ -126,3 +126,21 @@ func TestBlockSizeHint(t *testing.T) {
 		t.Fatalf("error %v, want no hint: 41 ids fit no block size for 40 tokens", err)
 	}
 }
+
+// TestFloorIDsHint: a trace that gives no id to a prompt's partly filled
+// last block (floor(input_length / block) ids, as Dynamo's datagen README
+// words the rule) fails with an error saying so; it named no cause, as no
+// power-of-two block size matches 13 ids for 6758 tokens.
+func TestFloorIDsHint(t *testing.T) {
+	ids := `[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]`
+	_, _, err := Read(strings.NewReader(`{"timestamp": 0, "input_length": 6758, "output_length": 1, "hash_ids": `+ids+`}`), Options{})
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Field != "hash_ids" || !strings.Contains(err.Error(), "floor(6758/512)") || !strings.Contains(err.Error(), "partly filled last block") {
+		t.Fatalf("error %v, want one saying the 13 ids are floor(6758/512), none for the partly filled last block", err)
+	}
+	// A whole number of blocks has no partly filled one: the ids are short.
+	_, _, err = Read(strings.NewReader(`{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [0]}`), Options{})
+	if err == nil || strings.Contains(err.Error(), "floor(") {
+		t.Fatalf("error %v, want no floor hint for 1 id of 1024 tokens", err)
+	}
+}

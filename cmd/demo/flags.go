@@ -223,7 +223,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var configs, pinPol, diskPol, ingest, diskIngest, onboard, preempt string
 	fs.StringVar(&o.tracePath, "trace", "", "Mooncake-format JSONL trace, e.g. ../shared/traces/conversation_trace.jsonl (default: the embedded 600-request sample)")
 	fs.BoolVar(&o.skipBad, "skip-bad-lines", false, "skip malformed trace lines instead of stopping at the first")
-	fs.IntVar(&o.limit, "limit", 0, "replay only the first N requests (0: all)")
+	fs.IntVar(&o.limit, "limit", 0, "replay only the first N requests of the file (0: all); of a trace not sorted by time, the first N lines, not the N earliest")
 	fs.Float64Var(&o.timeScale, "time-scale", 0, "multiply arrival times: 1 is the trace's own rate, 2 half of it (0: the scale that makes the trace a GPU load of -load)")
 	fs.Float64Var(&o.load, "load", defaultLoad, "with -time-scale 0: the share of the modelled GPU's time the trace's prefill and decode compute fills at the chosen arrival rate, with no cache")
 

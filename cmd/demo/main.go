@@ -160,7 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	fmt.Fprintln(table, "prefill tokens computed: what prefill steps computed, recomputation after a preemption included; a request preempted during its prefill counts the chunks it ran;")
 	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served at first admissions, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
 	fmt.Fprintln(table, "GPU busy: modelled time in steps (a decode step costs at least one read of the weights, however small its batch).")
-	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT, over the ids by prefix as chained hashes tell blocks apart), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (OPT maximises blocks, not tokens, so the ratio can pass 1 by a little).")
+	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT, over the ids by prefix as chained hashes tell blocks apart), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (OPT maximises blocks, not tokens, so the ratio can pass 1 by a little). "+
+		"OPT serves the requests one after another: a request that arrives while an earlier request still computes the same prefix cannot hit it (commit before cache), so a trace of identical prompts arriving together stays under OPT whatever the policy.")
 	fmt.Fprintf(table, "GPU -> pinned, ... (Llama-3-8B bytes): blocks moved over each link x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))
 	fmt.Fprintln(table, "denied writes: blocks not written down, over a tier's in-flight quota or short of room (TierStats.Denied, all tiers); timed-out loads: sched, loads the scheduler gave up on (-onboard timeout), manager, blocks of loads past the Manager's -read-deadline (TierStats.Timeouts, all tiers);")
@@ -239,12 +240,18 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
+		if len(reqs) == 0 && len(rep.Errors) > 0 {
+			return nil, "", fmt.Errorf("the trace has no requests: all %d lines of %s are malformed, skipped by -skip-bad-lines; the first: %w",
+				rep.Skipped, o.tracePath, &rep.Errors[0])
+		}
 		name = o.tracePath
 		if o.limit > 0 && len(reqs) == o.limit {
 			name += fmt.Sprintf(", first %d requests", o.limit)
 		}
 		if rep.Skipped > 0 {
-			name += fmt.Sprintf(" (%d malformed lines skipped)", rep.Skipped)
+			// The first line's error says why, and often what to do
+			// (a -trace-block-tokens that reads the trace's ids).
+			name += fmt.Sprintf(" (%d of %d lines malformed, skipped; the first: %v)", rep.Skipped, rep.Lines, &rep.Errors[0])
 		}
 	}
 	return reqs, name, nil

@@ -307,7 +307,12 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	row("served from GPU", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.GPU, f.Tokens) })
 	row("served from pinned", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Pinned, f.Tokens) })
 	row("served from shared tier", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Remote, f.Tokens) })
-	row("hit ratio", func(x fleetOutcome) string { return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio) })
+	row("hit ratio", func(x fleetOutcome) string {
+		if x.res.Requests == 0 {
+			return "-" // every request rejected: no prompt token to take a share of
+		}
+		return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio)
+	})
 	row("prefill tokens computed", func(x fleetOutcome) string { return fmt.Sprint(x.res.PrefillTokens) })
 	row("prefill compute saved", func(x fleetOutcome) string {
 		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Total().Seconds())
@@ -315,9 +320,15 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	row("  of which by the shared tier", func(x fleetOutcome) string {
 		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Remote.Seconds())
 	})
-	row("TTFT p50", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P50) })
-	row("TTFT p90", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P90) })
-	row("TTFT p99", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P99) })
+	ttft := func(x fleetOutcome, d time.Duration) string {
+		if x.res.Requests == 0 {
+			return "-" // no request served: no TTFT
+		}
+		return fmtDur(d)
+	}
+	row("TTFT p50", func(x fleetOutcome) string { return ttft(x, x.res.TTFT.P50) })
+	row("TTFT p90", func(x fleetOutcome) string { return ttft(x, x.res.TTFT.P90) })
+	row("TTFT p99", func(x fleetOutcome) string { return ttft(x, x.res.TTFT.P99) })
 	if err := tw.Flush(); err != nil {
 		return err
 	}

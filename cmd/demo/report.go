@@ -256,8 +256,16 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  served from GPU", func(c jsonConfig) string { return share(c.GPUTokens, c.PromptTokens) })
 	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.PromptTokens) })
 	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.PromptTokens) })
-	row("hit ratio", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
-	row("OPT at total capacity", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.OPTHitRatio) })
+	// A configuration that served no request (every one rejected) has no
+	// prompt token to take a share of and no TTFT: "-", not 0.
+	percent := func(c jsonConfig, v float64) string {
+		if c.PromptTokens == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f%%", 100*v)
+	}
+	row("hit ratio", func(c jsonConfig) string { return percent(c, c.HitRatio) })
+	row("OPT at total capacity", func(c jsonConfig) string { return percent(c, c.OPTHitRatio) })
 	row("hit ratio / OPT", func(c jsonConfig) string {
 		if c.OPTHitRatio == 0 {
 			return "-"
@@ -278,9 +286,15 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  by pinned hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Pinned, r.OfferedPrefillS) })
 	row("  by disk hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Disk, r.OfferedPrefillS) })
 	row("GPU busy (share of run)", func(c jsonConfig) string { return pct(c.GPUBusyS, c.DurationS) })
-	row("TTFT p50", func(c jsonConfig) string { return seconds(c.TTFTMillis.P50) })
-	row("TTFT p90", func(c jsonConfig) string { return seconds(c.TTFTMillis.P90) })
-	row("TTFT p99", func(c jsonConfig) string { return seconds(c.TTFTMillis.P99) })
+	ttft := func(c jsonConfig, msec float64) string {
+		if c.Requests == 0 {
+			return "-"
+		}
+		return seconds(msec)
+	}
+	row("TTFT p50", func(c jsonConfig) string { return ttft(c, c.TTFTMillis.P50) })
+	row("TTFT p90", func(c jsonConfig) string { return ttft(c, c.TTFTMillis.P90) })
+	row("TTFT p99", func(c jsonConfig) string { return ttft(c, c.TTFTMillis.P99) })
 	row("throughput (output tok/s)", func(c jsonConfig) string { return rate(c.OutputTokensPerS) })
 	row("run length (modelled)", func(c jsonConfig) string { return fmt.Sprintf("%.1f s", c.DurationS) })
 	for i := range 4 {

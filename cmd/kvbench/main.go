@@ -100,6 +100,7 @@ type options struct {
 	// not a cache's (the demo's -block-tokens).
 	traceBlockTokens int
 	timeUnit         time.Duration // the time one timestamp unit of the -trace file stands for
+	skipBad          bool          // -skip-bad-lines: skip the -trace file's malformed lines
 	dir              string        // parent of the disk suite's temp dir; "" means os.TempDir
 	redis            []string
 	cluster          bool
@@ -121,6 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	// cache's block size, so the old name said two things.
 	var oldBlockTokens int
 	fs.IntVar(&oldBlockTokens, "block-tokens", 512, "deprecated: the old name of -trace-block-tokens, which it sets (the demo's -block-tokens is the cache's block size, not the trace's)")
+	fs.BoolVar(&o.skipBad, "skip-bad-lines", false, "with -trace: skip the file's malformed lines (the result's trace name says how many and why the first was) instead of stopping at the first")
 	fs.DurationVar(&o.timeUnit, "time-unit", time.Millisecond, "the time one unit of the -trace file's timestamps stands for (Mooncake: 1ms; float seconds: 1s; nanoseconds: 1ns)")
 	var redisAddrs string
 	fs.StringVar(&redisAddrs, "redis", "", "Redis address(es), comma-separated, for the remote suite (several: a cluster)")
@@ -188,6 +190,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
+// traceFile is the -trace file and how the flags say to read it.
+func (o options) traceFile() traceFile {
+	return traceFile{path: o.tracePath, blockTokens: o.traceBlockTokens, timeUnit: o.timeUnit, skipBad: o.skipBad}
+}
+
 // traceBlockFlag is the name the trace's block size was given under: the
 // deprecated -block-tokens or -trace-block-tokens.
 func traceBlockFlag(given map[string]bool) string {
@@ -207,6 +214,8 @@ func checkUnused(fs *flag.FlagSet, o options) error {
 		return errors.New("-redis-cluster needs -redis ADDR: it says what kind of server that address is")
 	case (given["trace-block-tokens"] || given["block-tokens"]) && o.tracePath == "":
 		return fmt.Errorf("%s needs -trace FILE: it gives that file's block size, and the embedded sample has its own", traceBlockFlag(given))
+	case given["skip-bad-lines"] && o.tracePath == "":
+		return errors.New("-skip-bad-lines needs -trace FILE: the embedded sample has no malformed line")
 	case given["time-unit"] && o.tracePath == "":
 		return errors.New("-time-unit needs -trace FILE: it gives that file's timestamp unit, and the embedded sample has its own")
 	case given["trace"] && !o.suites[suiteTrace] && !o.suites[suiteReplay]:
@@ -288,14 +297,14 @@ func runSuites(o options, mx metricsSink) (*Report, error) {
 		rep.Copy = c
 	}
 	if o.suites[suiteTrace] {
-		t, err := runTrace(traceFile{o.tracePath, o.traceBlockTokens, o.timeUnit}, o.capacities)
+		t, err := runTrace(o.traceFile(), o.capacities)
 		if err != nil {
 			return nil, fmt.Errorf("trace suite: %w", err)
 		}
 		rep.Trace = t
 	}
 	if o.suites[suiteReplay] {
-		r, err := runReplay(traceFile{o.tracePath, o.traceBlockTokens, o.timeUnit}, o.quick, mx)
+		r, err := runReplay(o.traceFile(), o.quick, mx)
 		if err != nil {
 			return nil, fmt.Errorf("replay suite: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kvtier/kvtier"
@@ -17,7 +18,10 @@ import (
 // (one blockpool.Pool on one goroutine) and through the Manager, one request
 // a call and in batches. Token t of hash id h is splitmix64(h*B+t) mod
 // replayVocab, B the block size, so that another implementation fed the same
-// trace (nano-vllm's BlockManager, say) sees the same prompts.
+// trace (nano-vllm's BlockManager, say) sees the same prompts; for an id so
+// large that h*B+t would pass 2^64 (2^55 and up at 512 tokens, where ids 0
+// and 2^55 would share a prompt), it is splitmix64(splitmix64(h)+t) mod
+// replayVocab.
 const (
 	replayVocab = 32000
 	replayBatch = 8
@@ -26,6 +30,10 @@ const (
 	// MiB whatever the trace's length.
 	replayChunk = 512
 )
+
+// replayQuickRequests is how many of a trace's requests -quick replays: the
+// first, in time order.
+const replayQuickRequests = 600
 
 // replayRounds is how many times the suite replays each path at each pool
 // size, the paths interleaved.
@@ -49,8 +57,18 @@ type ReplayResult struct {
 	BlockTokens int          `json:"block_tokens"`
 	Blocks      int64        `json:"blocks"` // blocks allocated per pass (partial last blocks included)
 	Pools       []ReplayPool `json:"pools"`
-	Note        string       `json:"note"`
+	// TooShort is set when a pass allocates fewer than replayMinBlocks
+	// blocks: its figures are printed, but a pass of microseconds times
+	// cold caches and the clock more than the paths, so the replay targets
+	// are N/A.
+	TooShort bool   `json:"too_short,omitempty"`
+	Note     string `json:"note"`
 }
+
+// replayMinBlocks is the fewest blocks a pass must allocate for the replay
+// targets to be judged: at the direct core's 1-2 M blocks/s, 5-10 ms a
+// pass. The embedded sample's 600 requests allocate about 14k.
+const replayMinBlocks = 10_000
 
 // ReplayPool is one pool size's row: blocks allocated and freed per second and
 // the share of them served as hits, by path.
@@ -82,11 +100,18 @@ func splitmix64(x uint64) uint64 {
 // replayPrompt appends req's prompt to dst: in a trace of blockTokens tokens
 // a hash id, id h stands for tokens splitmix64(h*blockTokens+t) mod
 // replayVocab, t = 0..blockTokens-1, the last block cut to input_length.
+// An id too large for h*blockTokens+t to fit in 64 bits stands for
+// splitmix64(splitmix64(h)+t) instead: wrapped, ids that differ by a
+// multiple of 2^64/blockTokens would stand for the same prompt.
 func replayPrompt(dst []int64, req trace.Request, blockTokens int) []int64 {
 	start := len(dst)
+	linear := (math.MaxUint64 - uint64(blockTokens-1)) / uint64(blockTokens) // ids up to it: h*blockTokens+t does not wrap
 	for _, h := range req.HashIDs {
 		n := min(blockTokens, req.InputLength-(len(dst)-start))
 		base := uint64(h) * uint64(blockTokens)
+		if uint64(h) > linear {
+			base = splitmix64(uint64(h))
+		}
 		for t := range n {
 			dst = append(dst, int64(splitmix64(base+uint64(t))%replayVocab))
 		}
@@ -254,8 +279,9 @@ func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if quick && len(reqs) > 600 {
-		reqs = reqs[:600]
+	if quick && len(reqs) > replayQuickRequests {
+		name += fmt.Sprintf(", first %d of %d requests (-quick)", replayQuickRequests, len(reqs))
+		reqs = reqs[:replayQuickRequests]
 	}
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("trace %s has no requests", name)
@@ -264,7 +290,8 @@ func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
 		Note: fmt.Sprintf("median of %d rounds, the paths interleaved; cost ratios: median of the rounds' ratios; ", replayRounds) +
 			"direct: one blockpool.Pool, Allocate (hashing included) + Commit + Deallocate per request; " +
 			"manager: kvtier.Manager (GPU tier only), one Step per request committing and freeing the previous one; " +
-			"manager_batch8: 8 requests per Step (a batch's requests do not hit each other's blocks, which are not computed yet when it is allocated: commit before cache, so its hits can be lower); prompt generation untimed"}
+			"manager_batch8: 8 requests per Step (a batch's requests do not hit each other's blocks, which are not computed yet when it is allocated: commit before cache, so its hits can be lower); " +
+			"hits: blocks found cached over blocks allocated, where a prompt's partly filled last block is allocated but never cached (full blocks only), so never a hit (the trace suite counts it like a full one); prompt generation untimed"}
 	// The paths, direct first (the cost ratios' base); metrics are kept
 	// for the first round only, one Manager a configuration.
 	paths := []struct {
@@ -329,5 +356,6 @@ func runReplay(f traceFile, quick bool, mx metricsSink) (*ReplayResult, error) {
 		row.Batch8OverDirectCost = cost(2)
 		r.Pools = append(r.Pools, row)
 	}
+	r.TooShort = r.Blocks < replayMinBlocks
 	return r, nil
 }

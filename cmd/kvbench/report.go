@@ -97,9 +97,10 @@ func targets(r *Report) []Target {
 			newTarget("remote_lookup_round_trips", rm.LookupRoundTrips, "<=", 1, true))
 	}
 	if rp := r.Replay; rp != nil {
-		// A skipped pool measured nothing: its targets are N/A (NaN).
+		// A skipped pool measured nothing, and a pass too short to time
+		// measured noise: their targets are N/A (NaN).
 		measured := func(p ReplayPool, v float64) float64 {
-			if p.Skipped != "" {
+			if p.Skipped != "" || rp.TooShort {
 				return math.NaN()
 			}
 			return v
@@ -126,7 +127,7 @@ func targets(r *Report) []Target {
 			// classic policy hits, Adaptive passes if it hits at all
 			// (+Inf) and there is nothing to judge if it does not (NaN).
 			limit := 1.0
-			if c.BestOverOPT < 0.5 {
+			if c.BestOverOPT == nil || *c.BestOverOPT < 0.5 {
 				limit = 1.1
 			}
 			ts = append(ts, newTarget(fmt.Sprintf("adaptive_over_best_classic@%d", c.CapacityBlocks),
@@ -228,8 +229,12 @@ func writeHuman(w io.Writer, r *Report) error {
 			for _, k := range tracePolicies {
 				p("%.2f%%\t", 100*c.HitRatio[policyName(k)])
 			}
-			p("%.2f%%\t%.2f%%\t%s\t%.3f\t%.3f\t%s\t%.0f, %.0f\t\n", 100*c.OPTHitRatio, 100*c.InfiniteHitRatio, c.BestPolicy,
-				c.BestOverOPT, c.AdaptiveOverOPT, formatValue(c.adaptiveOverBest()), c.NsPerRef["lru"], c.NsPerRef["adaptive"])
+			best := c.BestPolicy
+			if best == "" {
+				best = "-" // no classic policy hits
+			}
+			p("%.2f%%\t%.2f%%\t%s\t%s\t%s\t%s\t%.0f, %.0f\t\n", 100*c.OPTHitRatio, 100*c.InfiniteHitRatio, best,
+				formatValue(orNaN(c.BestOverOPT)), formatValue(orNaN(c.AdaptiveOverOPT)), formatValue(c.adaptiveOverBest()), c.NsPerRef["lru"], c.NsPerRef["adaptive"])
 		}
 		p("  adaptive memory: %.0f bytes per tracked id (65,536-block policy after a 1M-id scan)\n", t.AdaptiveBytesPerID)
 		p("\n")
@@ -252,6 +257,9 @@ func writeHuman(w io.Writer, r *Report) error {
 			if x.Skipped != "" {
 				p("  pool %d skipped: %s\n", x.PoolBlocks, x.Skipped)
 			}
+		}
+		if rp.TooShort {
+			p("  a pass allocates %d blocks, under %d: too short to time (cold caches and the clock, not the paths), so the replay targets are N/A\n", rp.Blocks, replayMinBlocks)
 		}
 		p("  %s\n\n", rp.Note)
 	}

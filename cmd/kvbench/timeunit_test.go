@@ -23,14 +23,14 @@ func TestTimeUnitReachesTrace(t *testing.T) {
 	if err != nil || o.timeUnit != time.Millisecond {
 		t.Fatalf("default -time-unit: %v %v, want 1ms", o.timeUnit, err)
 	}
-	if _, _, _, err := loadTrace(traceFile{o.tracePath, o.traceBlockTokens, o.timeUnit}); err == nil {
+	if _, _, _, err := loadTrace(o.traceFile()); err == nil {
 		t.Fatal("a 3-hour ns trace read as ms: no error")
 	}
 	o, err = parseFlags([]string{"-suite", "trace", "-trace", path, "-time-unit", "1ns"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs, _, _, err := loadTrace(traceFile{o.tracePath, o.traceBlockTokens, o.timeUnit})
+	reqs, _, _, err := loadTrace(o.traceFile())
 	if err != nil || len(reqs) != 2 || reqs[1].Timestamp != (3*time.Hour).Milliseconds() {
 		t.Fatalf("-time-unit 1ns: %+v %v, want the second request at 3h", reqs, err)
 	}

@@ -57,15 +57,18 @@ type TraceCapacity struct {
 	HitRatio         map[string]float64 `json:"hit_ratio"` // by policy name: lru, fifo, s3fifo, arc, adaptive
 	OPTHitRatio      float64            `json:"opt_hit_ratio"`
 	InfiniteHitRatio float64            `json:"infinite_hit_ratio"`
-	// BestPolicy is the classic policy (not Adaptive) with the most hits.
-	BestPolicy  string  `json:"best_policy"`
-	BestOverOPT float64 `json:"best_over_opt"`
-	// AdaptiveOverOPT and AdaptiveOverBest compare the default policy with
-	// OPT and with the best classic policy. AdaptiveOverBest is null when
-	// the best classic policy has no hit: the ratio is then infinite if
-	// Adaptive hits (AdaptiveOverBestInfinite, as JSON holds no Inf) and
-	// undefined if it does not either.
-	AdaptiveOverOPT          float64  `json:"adaptive_over_opt"`
+	// BestPolicy is the classic policy (not Adaptive) with the most hits
+	// (the first in report order of those tied), "" when none hits.
+	BestPolicy string `json:"best_policy"`
+	// BestOverOPT and AdaptiveOverOPT are the best classic policy's and the
+	// default's hit ratios over OPT's, null when OPT has no hit (0/0: no
+	// policy hits either, as the ids are taken by prefix and OPT is exact).
+	BestOverOPT *float64 `json:"best_over_opt"`
+	// AdaptiveOverBest compares the default policy with the best classic
+	// one. It is null when the best classic policy has no hit: the ratio
+	// is then infinite if Adaptive hits (AdaptiveOverBestInfinite, as JSON
+	// holds no Inf) and undefined if it does not either.
+	AdaptiveOverOPT          *float64 `json:"adaptive_over_opt"`
 	AdaptiveOverBest         *float64 `json:"adaptive_over_best"`
 	AdaptiveOverBestInfinite bool     `json:"adaptive_over_best_infinite"`
 	// NsPerRef is the replay time per block reference, by policy: one
@@ -74,6 +77,23 @@ type TraceCapacity struct {
 }
 
 func policyName(k policy.Kind) string { return k.String() }
+
+// overOPT is x over OPT's hit ratio, null when OPT has no hit.
+func (c *TraceCapacity) overOPT(x float64) *float64 {
+	if c.OPTHitRatio <= 0 {
+		return nil
+	}
+	r := x / c.OPTHitRatio
+	return &r
+}
+
+// orNaN is *p, or NaN (printed n/a) for null.
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
 
 // adaptiveOverBest is AdaptiveOverBest as a number: +Inf when only Adaptive
 // hits, NaN when neither it nor any classic policy does.
@@ -88,26 +108,39 @@ func (c *TraceCapacity) adaptiveOverBest() float64 {
 	}
 }
 
-// traceFile is the -trace file and how to read it: the -trace-block-tokens and
-// -time-unit flags.
+// traceFile is the -trace file and how to read it: the -trace-block-tokens,
+// -time-unit and -skip-bad-lines flags.
 type traceFile struct {
 	path        string // "" means the embedded sample
 	blockTokens int    // tokens per hash id
 	timeUnit    time.Duration
+	skipBad     bool // skip malformed lines (trace.Skip) instead of stopping at the first
 }
 
 // loadTrace reads the trace at f.path, of f.blockTokens tokens a hash id and
 // timestamps in units of f.timeUnit, or returns the embedded sample (path "";
 // the rest is then the sample's, Mooncake's 512 tokens and milliseconds),
-// with the name results carry and the block size in force.
+// with the name results carry and the block size in force. With f.skipBad
+// the name says how many lines were skipped and why the first was.
 func loadTrace(f traceFile) (reqs []trace.Request, name string, tokens int, err error) {
 	if f.path == "" {
 		return trace.Sample(), trace.SampleName, trace.BlockTokens, nil
 	}
-	if reqs, _, err = trace.ReadFile(f.path, trace.Options{BlockTokens: f.blockTokens, TimeUnit: f.timeUnit}); err != nil {
+	mode := trace.Stop
+	if f.skipBad {
+		mode = trace.Skip
+	}
+	reqs, rep, err := trace.ReadFile(f.path, trace.Options{OnError: mode, BlockTokens: f.blockTokens, TimeUnit: f.timeUnit})
+	if err != nil {
 		return nil, "", 0, err
 	}
-	return reqs, f.path, f.blockTokens, nil
+	name = f.path
+	if rep.Skipped > 0 {
+		// The first line's error says why, and often what to do (a
+		// -trace-block-tokens that reads the trace's ids).
+		name += fmt.Sprintf(" (%d of %d lines malformed, skipped; the first: %v)", rep.Skipped, rep.Lines, &rep.Errors[0])
+	}
+	return reqs, name, f.blockTokens, nil
 }
 
 func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
@@ -139,7 +172,7 @@ func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
 			OPTHitRatio:      cachesim.OPT(reqs, c).HitRatio,
 			InfiniteHitRatio: inf.HitRatio,
 		}
-		best := -1.0
+		best := 0.0
 		for _, k := range tracePolicies {
 			// Built before the clock starts: NsPerRef is the replay's cost,
 			// not the policy's allocation (at 64k blocks LRU's New took as
@@ -160,10 +193,7 @@ func runTrace(f traceFile, capacities []int) (*TraceResult, error) {
 			}
 		}
 		a := row.HitRatio[policyName(policy.Adaptive)]
-		if row.OPTHitRatio > 0 {
-			row.BestOverOPT = best / row.OPTHitRatio
-			row.AdaptiveOverOPT = a / row.OPTHitRatio
-		}
+		row.BestOverOPT, row.AdaptiveOverOPT = row.overOPT(best), row.overOPT(a)
 		if best > 0 {
 			ratio := a / best
 			row.AdaptiveOverBest = &ratio

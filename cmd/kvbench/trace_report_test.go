@@ -98,7 +98,13 @@ func TestReportAdaptiveHitsWhereNoClassicDoes(t *testing.T) {
 		t.Errorf("target %+v (value %v): want PASS, value null, infinite", tg, tg.Value)
 	}
 
+	if c.BestPolicy != "" || c.BestOverOPT == nil || *c.BestOverOPT != 0 {
+		t.Errorf("best_policy %q, best_over_opt %v: want \"\" (no classic hits) and 0", c.BestPolicy, c.BestOverOPT)
+	}
 	row := traceRow(t, out, 1)
+	if best := row[len(row)-6]; best != "-" {
+		t.Errorf("best classic column %q, want - (no classic policy hits):\n%s", best, out)
+	}
 	if adaptiveOverBest := row[len(row)-3]; adaptiveOverBest != "inf" {
 		t.Errorf("adaptive/best column %q, want inf:\n%s", adaptiveOverBest, out)
 	}
@@ -109,6 +115,9 @@ func TestReportAdaptiveHitsWhereNoClassicDoes(t *testing.T) {
 
 // TestReportNoPolicyHits replays a trace that never reuses a block: no
 // policy hits, adaptive/best is 0/0 and the target has nothing to judge.
+// OPT does not hit either: best/opt and adaptive/opt are 0/0 too, null in
+// the JSON and n/a in the table (they printed 0.000, as if OPT had hits no
+// policy got), and no classic policy is named best (lru was, with none).
 func TestReportNoPolicyHits(t *testing.T) {
 	var chains [][]int
 	for i := range 20 {
@@ -124,9 +133,16 @@ func TestReportNoPolicyHits(t *testing.T) {
 	if tg := rep.Targets[0]; tg.Status != "N/A" || tg.Value != nil || tg.Infinite {
 		t.Errorf("target %+v: want N/A, value null, not infinite", tg)
 	}
+	if c.OPTHitRatio != 0 || c.BestOverOPT != nil || c.AdaptiveOverOPT != nil || c.BestPolicy != "" {
+		t.Errorf("opt %v, best_over_opt %v, adaptive_over_opt %v, best_policy %q: want 0, null, null, \"\"",
+			c.OPTHitRatio, c.BestOverOPT, c.AdaptiveOverOPT, c.BestPolicy)
+	}
 	row := traceRow(t, out, 4)
 	if adaptiveOverBest := row[len(row)-3]; adaptiveOverBest != "n/a" {
 		t.Errorf("adaptive/best column %q, want n/a:\n%s", adaptiveOverBest, out)
+	}
+	if best, bestOverOPT, adaptiveOverOPT := row[len(row)-6], row[len(row)-5], row[len(row)-4]; best != "-" || bestOverOPT != "n/a" || adaptiveOverOPT != "n/a" {
+		t.Errorf("best classic %q, best/opt %q, adaptive/opt %q: want -, n/a, n/a:\n%s", best, bestOverOPT, adaptiveOverOPT, out)
 	}
 }
 
