@@ -307,7 +307,17 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	row("served from GPU", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.GPU, f.Tokens) })
 	row("served from pinned", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Pinned, f.Tokens) })
 	row("served from shared tier", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Remote, f.Tokens) })
-	row("hit ratio", func(x fleetOutcome) string { return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio) })
+	// With no request served (every one rejected) there is no hit ratio
+	// and no TTFT: "-", not a 0 no request measured.
+	served := func(x fleetOutcome, f func() string) string {
+		if x.res.Requests == 0 {
+			return "-"
+		}
+		return f()
+	}
+	row("hit ratio", func(x fleetOutcome) string {
+		return served(x, func() string { return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio) })
+	})
 	row("prefill tokens computed", func(x fleetOutcome) string { return fmt.Sprint(x.res.PrefillTokens) })
 	row("prefill compute saved", func(x fleetOutcome) string {
 		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Total().Seconds())
@@ -315,9 +325,9 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	row("  of which by the shared tier", func(x fleetOutcome) string {
 		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Remote.Seconds())
 	})
-	row("TTFT p50", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P50) })
-	row("TTFT p90", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P90) })
-	row("TTFT p99", func(x fleetOutcome) string { return fmtDur(x.res.TTFT.P99) })
+	row("TTFT p50", func(x fleetOutcome) string { return served(x, func() string { return fmtDur(x.res.TTFT.P50) }) })
+	row("TTFT p90", func(x fleetOutcome) string { return served(x, func() string { return fmtDur(x.res.TTFT.P90) }) })
+	row("TTFT p99", func(x fleetOutcome) string { return served(x, func() string { return fmtDur(x.res.TTFT.P99) }) })
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -51,8 +51,10 @@ func blockBytes(spec gpu.ModelSpec, blockTokens int) int {
 	return l.BlockBytes()
 }
 
+// jsonTTFT is in milliseconds; all zero when no request was served
+// (requests 0: every one rejected), which the table shows as "-".
 type jsonTTFT struct {
-	P50, P90, P99, Max, Mean float64 // milliseconds
+	P50, P90, P99, Max, Mean float64
 }
 
 // jsonPoint is one series interval. PromptTokens and HitTokens are those
@@ -256,8 +258,20 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  served from GPU", func(c jsonConfig) string { return share(c.GPUTokens, c.PromptTokens) })
 	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.PromptTokens) })
 	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.PromptTokens) })
-	row("hit ratio", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
-	row("OPT at total capacity", func(c jsonConfig) string { return fmt.Sprintf("%.2f%%", 100*c.OPTHitRatio) })
+	// A configuration that served no request (every one rejected) has no
+	// hit ratio, TTFT or throughput: "-", not a 0 no request measured.
+	served := func(c jsonConfig, f func() string) string {
+		if c.Requests == 0 {
+			return "-"
+		}
+		return f()
+	}
+	row("hit ratio", func(c jsonConfig) string {
+		return served(c, func() string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
+	})
+	row("OPT at total capacity", func(c jsonConfig) string {
+		return served(c, func() string { return fmt.Sprintf("%.2f%%", 100*c.OPTHitRatio) })
+	})
 	row("hit ratio / OPT", func(c jsonConfig) string {
 		if c.OPTHitRatio == 0 {
 			return "-"
@@ -278,10 +292,10 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  by pinned hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Pinned, r.OfferedPrefillS) })
 	row("  by disk hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Disk, r.OfferedPrefillS) })
 	row("GPU busy (share of run)", func(c jsonConfig) string { return pct(c.GPUBusyS, c.DurationS) })
-	row("TTFT p50", func(c jsonConfig) string { return seconds(c.TTFTMillis.P50) })
-	row("TTFT p90", func(c jsonConfig) string { return seconds(c.TTFTMillis.P90) })
-	row("TTFT p99", func(c jsonConfig) string { return seconds(c.TTFTMillis.P99) })
-	row("throughput (output tok/s)", func(c jsonConfig) string { return rate(c.OutputTokensPerS) })
+	row("TTFT p50", func(c jsonConfig) string { return served(c, func() string { return seconds(c.TTFTMillis.P50) }) })
+	row("TTFT p90", func(c jsonConfig) string { return served(c, func() string { return seconds(c.TTFTMillis.P90) }) })
+	row("TTFT p99", func(c jsonConfig) string { return served(c, func() string { return seconds(c.TTFTMillis.P99) }) })
+	row("throughput (output tok/s)", func(c jsonConfig) string { return served(c, func() string { return rate(c.OutputTokensPerS) }) })
 	row("run length (modelled)", func(c jsonConfig) string { return fmt.Sprintf("%.1f s", c.DurationS) })
 	for i := range 4 {
 		name := r.Configs[0].Links[i].Name

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// tableRow returns the cells of the table row labelled label in s, or nil
+// (labels right-aligned, as the multi-node table's are, match too).
+func tableRow(s, label string) []string {
+	for _, line := range strings.Split(s, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(line, " "), label); ok && strings.HasPrefix(rest, "  ") {
+			return strings.Fields(rest)
+		}
+	}
+	return nil
+}
+
+// TestNothingServed: when every request is rejected (none fits in a
+// one-block GPU), no request has a time to first token, a hit ratio or a
+// throughput: the table says "-" for them. It printed "0 ms" for every TTFT
+// percentile and "0.00%" for the hit ratio and OPT, figures of requests
+// that never ran.
+func TestNothingServed(t *testing.T) {
+	_, table := runJSON(t, []string{"-gpu-blocks", "1", "-limit", "20", "-configs", "gpu,pinned"})
+	for _, label := range []string{"TTFT p50", "TTFT p90", "TTFT p99", "hit ratio", "OPT at total capacity", "hit ratio / OPT", "throughput (output tok/s)"} {
+		cells := tableRow(table, label)
+		if len(cells) != 2 || cells[0] != "-" || cells[1] != "-" {
+			t.Errorf("row %q: %q, want \"-\" in both columns: no request was served\n%s", label, cells, table)
+		}
+	}
+	if cells := tableRow(table, "requests served"); len(cells) != 2 || cells[0] != "0" {
+		t.Errorf("requests served: %q, want 0", cells)
+	}
+}
+
+// TestFleetNothingServed: the multi-node table says "-" for the TTFT
+// percentiles and the hit ratio when every request is rejected, as the
+// tier comparison's does ("0 ms" and "0.0%" before).
+func TestFleetNothingServed(t *testing.T) {
+	var out, stderr bytes.Buffer
+	args := []string{"-gpu-blocks", "1", "-limit", "20", "-nodes", "2", "-route", "rr", "-plot", ""}
+	if err := run(context.Background(), args, &out, &stderr, false); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for _, label := range []string{"TTFT p50", "TTFT p90", "TTFT p99", "hit ratio"} {
+		cells := tableRow(out.String(), label)
+		if len(cells) != 1 || cells[0] != "-" {
+			t.Errorf("row %q: %q, want \"-\": no request was served\n%s", label, cells, out.String())
+		}
+	}
+}
