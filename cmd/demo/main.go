@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		diskRoot = root.dir
 	}
 
-	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %s\n", name, len(reqs), blockSizes(o))
+	fmt.Fprintf(table, "kvtier demo: %s: %s, %s\n", name, count(len(reqs), "request"), blockSizes(o))
 	fmt.Fprintln(table, capacityLine(o))
 	fmt.Fprintln(table, work.describe(o.timeScale, o.load, autoScale))
 	if tooLong > 0 {
@@ -193,6 +193,19 @@ func blocksAndTokens(n int, o options) string {
 	return fmt.Sprintf("%s %s (%s %s)", commas(int64(n)), plural(int64(n), "block"), commas(t), plural(t, "token"))
 }
 
+// count reads "n word", with an s unless n is one.
+func count(n int, word string) string {
+	return fmt.Sprintf("%d %s", n, plural(int64(n), word))
+}
+
+// firstRequests names the first n requests of a trace cut by -limit.
+func firstRequests(n int) string {
+	if n == 1 {
+		return "first request"
+	}
+	return fmt.Sprintf("first %d requests", n)
+}
+
 // plural returns word, with an s unless n is one.
 func plural(n int64, word string) string {
 	if n == 1 {
@@ -241,7 +254,7 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 		}
 		name = o.tracePath
 		if o.limit > 0 && len(reqs) == o.limit {
-			name += fmt.Sprintf(", first %d requests", o.limit)
+			name += ", " + firstRequests(o.limit)
 		}
 		if rep.Skipped > 0 {
 			name += fmt.Sprintf(" (%d malformed lines skipped)", rep.Skipped)
@@ -255,7 +268,7 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 func limitedSampleName(n, total int) string {
 	whole := fmt.Sprintf("first %d requests", total)
 	if strings.Contains(trace.SampleName, whole) {
-		return strings.Replace(trace.SampleName, whole, fmt.Sprintf("first %d requests", n), 1)
+		return strings.Replace(trace.SampleName, whole, firstRequests(n), 1)
 	}
 	return fmt.Sprintf("%s, of which the first %d", trace.SampleName, n)
 }

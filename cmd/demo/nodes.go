@@ -263,8 +263,8 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	if len(outs) == 0 {
 		return errors.New("-nodes: no configuration to run")
 	}
-	fmt.Fprintf(table, "kvtier demo, %d replicas: %s: %d requests, %s; each replica GPU %s + pinned %s",
-		o.nodes, name, len(reqs), blockSizes(o), blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o))
+	fmt.Fprintf(table, "kvtier demo, %s: %s: %s, %s; each replica GPU %s + pinned %s",
+		count(o.nodes, "replica"), name, count(len(reqs), "request"), blockSizes(o), blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o))
 	if len(o.redis) > 0 {
 		fmt.Fprintf(table, "; shared tier: Redis at %s", strings.Join(o.redis, ","))
 	}
@@ -347,14 +347,14 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 func fleetArrivals(w offered, scale float64, n int, load float64, autoScale bool) string {
 	if w.Span <= 0 {
 		return fmt.Sprintf("every request that can run arrives at once, or there is one at most: no arrival rate for -load or -time-scale to scale\n"+
-			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched), all at time 0, split across %d replicas",
-			w.Prefill.Seconds(), w.Decode.Seconds(), n)
+			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched), all at time 0, split across %s",
+			w.Prefill.Seconds(), w.Decode.Seconds(), count(n, "replica"))
 	}
 	if autoScale {
 		return fmt.Sprintf("arrivals at %s (the time scale chosen for -load %g, divided by %d): the fleet gets %d times the traffic one GPU gets in the single-node run",
 			arrivalRate(scale), load, n, n)
 	}
-	return fmt.Sprintf("arrivals at %s (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across %d replicas", arrivalRate(scale), n)
+	return fmt.Sprintf("arrivals at %s (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across %s", arrivalRate(scale), count(n, "replica"))
 }
 
 func fmtDur(d time.Duration) string {

@@ -52,3 +52,24 @@ func TestFleetNothingServed(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderCounts: the headers say "1 request" and "1 replica", not "1
+// requests" and "1 replicas".
+func TestHeaderCounts(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-limit", "1", "-configs", "gpu"}, ": 1 request, 512-token blocks"},
+		{[]string{"-limit", "1", "-nodes", "1", "-route", "rr"}, "kvtier demo, 1 replica: "},
+		{[]string{"-limit", "1", "-nodes", "1", "-route", "rr"}, ": 1 request, 512-token blocks"},
+	} {
+		var out, stderr bytes.Buffer
+		if err := run(context.Background(), append(tc.args, "-plot", ""), &out, &stderr, false); err != nil {
+			t.Fatalf("%v\n%s", err, stderr.String())
+		}
+		if first := strings.SplitN(out.String(), "\n", 2)[0]; !strings.Contains(first, tc.want) {
+			t.Errorf("%v: header %q lacks %q", tc.args, first, tc.want)
+		}
+	}
+}
