@@ -160,6 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	fmt.Fprintln(table, "prefill tokens computed: what prefill steps computed, recomputation after a preemption included; a request preempted during its prefill counts the chunks it ran;")
 	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served at first admissions, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
 	fmt.Fprintln(table, "GPU busy: modelled time in steps (a decode step costs at least one read of the weights, however small its batch).")
+	fmt.Fprintln(table, "run length: the modelled time from the first arrival to the end of the last step; throughput: output tokens over the run length. Arrivals come at the rate above whatever the GPU does (an open loop), so a configuration that keeps up with them has the trace's output rate: the columns differ in TTFT and GPU busy, not throughput.")
 	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT, over the ids by prefix as chained hashes tell blocks apart), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (OPT maximises blocks, not tokens, so the ratio can pass 1 by a little).")
 	fmt.Fprintf(table, "GPU -> pinned, ... (Llama-3-8B bytes): blocks moved over each link x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
 		bytesIEC(rep.ModelBlockBytes), o.blockTokens, bytesIEC(int64(rep.BlockBytes)))

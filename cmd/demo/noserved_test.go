@@ -73,3 +73,17 @@ func TestHeaderCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestLegendExplainsThroughput: every column's throughput row reads the
+// same on the default run, as the arrivals are an open loop; the legend
+// says so and what the run length is, which it did not (a reader took the
+// equal throughputs for the tiers buying nothing).
+func TestLegendExplainsThroughput(t *testing.T) {
+	_, table := runJSON(t, []string{"-limit", "20", "-configs", "gpu"})
+	for _, want := range []string{"throughput: output tokens over the run length", "run length: the modelled time from the first arrival to the end of the last step",
+		"open loop"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("legend lacks %q:\n%s", want, table)
+		}
+	}
+}
