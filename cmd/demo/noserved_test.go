@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/scheduler"
 )
 
 // tableRow returns the cells of the table row labelled label in s, or nil
@@ -85,5 +90,24 @@ func TestLegendExplainsThroughput(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("legend lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestPlotHitAxisIsAShare: the hit-ratio panel plots a share of prompt
+// tokens (0 to 1) and its axis says so; it read "prompt tokens served from
+// a cache tier", a count, over ticks of 0.08 and 0.16.
+func TestPlotHitAxisIsAShare(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.svg")
+	series := []scheduler.SeriesPoint{{AdmittedTokens: 100, HitTokens: 10}, {Start: time.Second, AdmittedTokens: 100, HitTokens: 30}}
+	out := outcome{tiers: gpuOnly, ttfts: []time.Duration{time.Second}, res: scheduler.Result{Series: series, SeriesInterval: time.Second}}
+	if err := writePlot(path, []outcome{out}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("share of prompt tokens hit")) {
+		t.Errorf("the hit-ratio axis does not say it is a share of prompt tokens")
 	}
 }
