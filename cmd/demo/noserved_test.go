@@ -111,3 +111,15 @@ func TestPlotHitAxisIsAShare(t *testing.T) {
 		t.Errorf("the hit-ratio axis does not say it is a share of prompt tokens")
 	}
 }
+
+// TestProgressNamesTheRunClock: the progress bar shows the run's logical
+// clock, arrivals stretched by the time scale, and names it so; it said
+// "trace time", which on the default run reached 760 s of a 201 s trace.
+func TestProgressNamesTheRunClock(t *testing.T) {
+	var b bytes.Buffer
+	p := &progressBar{w: &b, label: "gpu"}
+	p.update(scheduler.Progress{Finished: 1, Total: 1, Now: 760 * time.Second})
+	if s := b.String(); !strings.Contains(s, "modelled time   760.0 s") || strings.Contains(s, "trace time") {
+		t.Errorf("progress line %q: want the run's clock called modelled time", s)
+	}
+}
