@@ -363,8 +363,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			bad("disk-blocks", fmt.Errorf("%d must be > 0 for the %s configuration", o.diskBlocks, t))
 		}
 	}
-	if o.limit < 0 || o.maxOutput < 0 {
-		bad("limit/-max-output", errors.New("must be >= 0"))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"limit", o.limit}, {"max-output", o.maxOutput}} {
+		if f.v < 0 {
+			bad(f.name, fmt.Errorf("%d must be >= 0", f.v))
+		}
 	}
 	if !(o.timeScale >= 0) || o.timeScale > 1e6 {
 		bad("time-scale", fmt.Errorf("%v must be in [0, 1e6]", o.timeScale))
@@ -372,8 +377,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if !(o.load > 0) || o.load > 10 {
 		bad("load", fmt.Errorf("%v must be in (0, 10]", o.load))
 	}
-	if o.readDeadline < 0 || o.onboardTimeout < 0 || o.onboardPer1K < 0 {
-		bad("read-deadline/-onboard-timeout", errors.New("durations must be >= 0"))
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"read-deadline", o.readDeadline}, {"onboard-timeout", o.onboardTimeout}, {"onboard-timeout-per-1k", o.onboardPer1K}} {
+		if f.v < 0 {
+			bad(f.name, fmt.Errorf("%v must be >= 0", f.v))
+		}
 	}
 	if o.seriesInterval <= 0 {
 		bad("series-interval", fmt.Errorf("%v must be > 0", o.seriesInterval))
