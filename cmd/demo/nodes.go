@@ -318,7 +318,7 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	row("hit ratio", func(x fleetOutcome) string {
 		return served(x, func() string { return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio) })
 	})
-	row("prefill tokens computed", func(x fleetOutcome) string { return fmt.Sprint(x.res.PrefillTokens) })
+	row("prefill tokens computed", func(x fleetOutcome) string { return commas(x.res.PrefillTokens) })
 	row("prefill compute saved", func(x fleetOutcome) string {
 		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Total().Seconds())
 	})

@@ -123,3 +123,17 @@ func TestProgressNamesTheRunClock(t *testing.T) {
 		t.Errorf("progress line %q: want the run's clock called modelled time", s)
 	}
 }
+
+// TestFleetTokensWithCommas: the multi-node table writes token counts as
+// the tier table does, with thousands separators ("7637281" before).
+func TestFleetTokensWithCommas(t *testing.T) {
+	var out, stderr bytes.Buffer
+	args := []string{"-limit", "20", "-nodes", "2", "-route", "rr", "-plot", ""}
+	if err := run(context.Background(), args, &out, &stderr, false); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	cells := tableRow(out.String(), "prefill tokens computed")
+	if len(cells) != 1 || !strings.Contains(cells[0], ",") {
+		t.Errorf("prefill tokens computed: %q, want thousands separators\n%s", cells, out.String())
+	}
+}
