@@ -19,7 +19,7 @@ import (
 )
 
 // writePlot draws, side by side, the TTFT distribution (a CDF on a log time
-// axis) and the hit ratio over trace time of every configuration, and writes
+// axis) and the hit ratio over the run's modelled time of every configuration, and writes
 // it to path as PNG or SVG by its extension.
 func writePlot(path string, outs []outcome) (err error) {
 	format, err := plotFormat(path)
