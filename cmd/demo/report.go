@@ -136,9 +136,9 @@ type jsonConfig struct {
 type jsonReport struct {
 	Trace           string       `json:"trace"`
 	TraceRequests   int          `json:"trace_requests"`
-	TraceSpanS      float64      `json:"trace_span_s"`      // first to last arrival, at the trace's rate
+	TraceSpanS      float64      `json:"trace_span_s"`      // first to last arrival of the requests served (the rejected left out, as in the offered work), at the trace's rate
 	TimeScale       float64      `json:"time_scale"`        // arrivals stretched by this
-	OfferedPrefillS float64      `json:"offered_prefill_s"` // compute of every prompt with no cache
+	OfferedPrefillS float64      `json:"offered_prefill_s"` // compute of every served prompt with no cache
 	OfferedDecodeS  float64      `json:"offered_decode_s"`
 	OfferedLoad     float64      `json:"offered_load"` // (prefill + decode) / (span x scale)
 	BlockTokens     int          `json:"block_tokens"`
