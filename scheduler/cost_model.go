@@ -98,9 +98,10 @@ type Analytic struct {
 //   - AttentionNSPerPair 1.06: QKᵀ and AV cost 4 × 4096 FLOPs per (query, key) pair per
 //     layer, × 32 layers = 524 kFLOP; at 495 TFLOPS ≈ 1.06 ns per pair.
 //   - WeightRead 6 ms: 16.06 GB / 3.35 TB/s = 4.8 ms at peak; decode kernels
-//     reach roughly 80% of peak bandwidth, so 6.0 ms (estimate). That is a
-//     batch-1 decode of ~165 tokens/s, in line with published batch-1 Llama-3-8B
-//     H100 figures of 150–200 tokens/s.
+//     reach roughly 80% of peak bandwidth, so 6.0 ms (estimate). The weight
+//     read alone would allow 167 tokens/s at batch 1; with StepOverhead and
+//     PerSeq a batch-1 decode step at 1k context takes 7.07 ms, about 141
+//     tokens/s (TestAnalyticDefaults), the model's single-stream rate.
 //   - KVReadNSPerToken 49: 128 KiB / (3.35 TB/s × 0.8).
 //   - PerSeq 20 µs and StepOverhead 1 ms: sampling, detokenisation and
 //     scheduling overheads on the CPU (estimates).

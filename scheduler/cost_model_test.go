@@ -60,9 +60,11 @@ func TestAnalyticDefaults(t *testing.T) {
 	if m.BytesPerToken != 128<<10 {
 		t.Fatalf("KV bytes per token %d, want 128 KiB", m.BytesPerToken)
 	}
-	// Batch-1 decode: weights read once at 80% of 3.35 TB/s, plus overheads:
-	// about 7 ms a token, ~140-165 tokens/s.
-	within("batch-1 decode", m.StepTime([]Work{{Tokens: 1, Context: 1000}}), 7*time.Millisecond, 0.05)
+	// Batch-1 decode: weights read once at 80% of 3.35 TB/s (5.99 ms), the
+	// step overhead (1 ms), one sequence (20 µs) and 1,001 tokens of KV
+	// (49 µs): 7.07 ms a token, 141 tokens/s, as the doc above Analytic's
+	// figures says (it said ~165 tokens/s, the weight read's alone).
+	within("batch-1 decode", m.StepTime([]Work{{Tokens: 1, Context: 1000}}), 7066*time.Microsecond, 0.005)
 	// An 8k-token prefill: 8192/30k s dense + 8192²/2 × 1.06 ns attention ≈ 309 ms.
 	within("8k prefill", m.StepTime([]Work{{Tokens: 8192}}), 309*time.Millisecond, 0.03)
 	// 1k tokens = 131 MB: 2.6 ms over PCIe Gen5 at 50 GB/s, 18.7 ms from NVMe at 7 GB/s, plus latency.

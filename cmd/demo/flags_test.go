@@ -54,6 +54,13 @@ func TestFlagsRejectedAtParse(t *testing.T) {
 		{[]string{"-events-replay", "tcp://127.0.0.1:5558"}, "-events-replay: answers replays of the -events publisher: add -events"},
 		{[]string{"-vocab", "1"}, "-vocab: 1 must be >= 2"},
 		{[]string{"-vocab", "0"}, "-vocab: 0 must be >= 2"},
+		// Each flag named alone, with its value: "-limit/-max-output: must
+		// be >= 0" did not say which was wrong.
+		{[]string{"-limit", "-1"}, "-limit: -1 must be >= 0"},
+		{[]string{"-max-output", "-2"}, "-max-output: -2 must be >= 0"},
+		{[]string{"-read-deadline", "-1s"}, "-read-deadline: -1s must be >= 0"},
+		{[]string{"-onboard-timeout", "-1ms"}, "-onboard-timeout: -1ms must be >= 0"},
+		{[]string{"-onboard-timeout-per-1k", "-1ms"}, "-onboard-timeout-per-1k: -1ms must be >= 0"},
 	} {
 		_, err := parseFlags(c.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -70,11 +70,14 @@ func offeredWork(reqs []trace.Request, cost scheduler.WorkCoster, maxOutput int)
 //	0.35     8.64       53%      2.7 s    9.6 s  21.7 s   (prompt lengths: the floor)
 //	0.60     5.04       82%      3.3 s   12.2 s  22.4 s
 //	0.70     4.32       90%      3.8 s   15.7 s  28.2 s
-//	0.80     3.78       95%      6.1 s   22.7 s  36.7 s
-//	0.85     3.56       97%      9.3 s   27.5 s  42.1 s
+//	0.80     3.78       95%      6.0 s   22.6 s  36.5 s
+//	0.85     3.56       97%      9.3 s   27.3 s  41.9 s
 //	0.90     3.36       98%     14.5 s   34.1 s  48.2 s
-//	1.01     3 (old)    99.6%   28.4 s   67.2 s  82.1 s
+//	1.01     3 (old)    99.6%   28.4 s   67.1 s  82.1 s
 //
+// (go run ./cmd/demo -configs gpu -load L, and -time-scale 3 for the last
+// row; re-run on 2026-11-28, where the 0.80, 0.85 and 1.01 rows had drifted
+// by up to 0.2 s since they were measured.)
 // 0.8 is near saturation, where the trace's bursts (up to twice its mean
 // rate over 10 s) queue for a while, and not past it; on the full
 // conversation trace it chooses a scale of 3.6 (GPU-only TTFT p50 4.2 s,

@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		diskRoot = root.dir
 	}
 
-	fmt.Fprintf(table, "kvtier demo: %s: %d requests, %s\n", name, len(reqs), blockSizes(o))
+	fmt.Fprintf(table, "kvtier demo: %s: %s, %s\n", name, count(len(reqs), "request"), blockSizes(o))
 	fmt.Fprintln(table, capacityLine(o))
 	fmt.Fprintln(table, work.describe(o.timeScale, o.load, autoScale))
 	if tooLong > 0 {
@@ -160,6 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	fmt.Fprintln(table, "prefill tokens computed: what prefill steps computed, recomputation after a preemption included; a request preempted during its prefill counts the chunks it ran;")
 	fmt.Fprintf(table, "prefill compute saved: the cost model's compute for the prompt tokens each tier served at first admissions, as a share of the %.1f s a run with no cache computes;\n", rep.OfferedPrefillS)
 	fmt.Fprintln(table, "GPU busy: modelled time in steps (a decode step costs at least one read of the weights, however small its batch).")
+	fmt.Fprintln(table, "run length: the modelled time from the first arrival to the end of the last step; throughput: output tokens over the run length. Arrivals come at the rate above whatever the GPU does (an open loop), so a configuration that keeps up with them has the trace's output rate: the columns differ in TTFT and GPU busy, not throughput.")
 	fmt.Fprintln(table, "OPT: Belady's MIN with every tier's blocks as one cache (cachesim.OPT, over the ids by prefix as chained hashes tell blocks apart), the most block hits any policy can get, shown as a share of prompt tokens; hit ratio / OPT compares the run with it (OPT maximises blocks, not tokens, so the ratio can pass 1 by a little). "+
 		"OPT serves the requests one after another: a request that arrives while an earlier request still computes the same prefix cannot hit it (commit before cache), so a trace of identical prompts arriving together stays under OPT whatever the policy.")
 	fmt.Fprintf(table, "GPU -> pinned, ... (Llama-3-8B bytes): blocks moved over each link x %s (a %d-token block of Llama-3-8B); the demo's own blocks hold %s each.\n",
@@ -192,6 +193,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 func blocksAndTokens(n int, o options) string {
 	t := int64(n) * int64(o.blockTokens)
 	return fmt.Sprintf("%s %s (%s %s)", commas(int64(n)), plural(int64(n), "block"), commas(t), plural(t, "token"))
+}
+
+// count reads "n word", with an s unless n is one.
+func count(n int, word string) string {
+	return fmt.Sprintf("%d %s", n, plural(int64(n), word))
+}
+
+// firstRequests names the first n requests of a trace cut by -limit.
+func firstRequests(n int) string {
+	if n == 1 {
+		return "first request"
+	}
+	return fmt.Sprintf("first %d requests", n)
 }
 
 // plural returns word, with an s unless n is one.
@@ -246,7 +260,7 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 		}
 		name = o.tracePath
 		if o.limit > 0 && len(reqs) == o.limit {
-			name += fmt.Sprintf(", first %d requests", o.limit)
+			name += ", " + firstRequests(o.limit)
 		}
 		if rep.Skipped > 0 {
 			// The first line's error says why, and often what to do
@@ -262,7 +276,7 @@ func loadTrace(o options) ([]trace.Request, string, error) {
 func limitedSampleName(n, total int) string {
 	whole := fmt.Sprintf("first %d requests", total)
 	if strings.Contains(trace.SampleName, whole) {
-		return strings.Replace(trace.SampleName, whole, fmt.Sprintf("first %d requests", n), 1)
+		return strings.Replace(trace.SampleName, whole, firstRequests(n), 1)
 	}
 	return fmt.Sprintf("%s, of which the first %d", trace.SampleName, n)
 }

@@ -188,7 +188,7 @@ func TestRunJSONAndPlot(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
-	if !strings.Contains(table, "] ") || !strings.Contains(table, "requests, trace time") {
+	if !strings.Contains(table, "] ") || !strings.Contains(table, "requests, modelled time") {
 		t.Errorf("-progress drew no progress bar:\n%s", table)
 	}
 	b, err := os.ReadFile(png)

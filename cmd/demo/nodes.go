@@ -263,8 +263,8 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	if len(outs) == 0 {
 		return errors.New("-nodes: no configuration to run")
 	}
-	fmt.Fprintf(table, "kvtier demo, %d replicas: %s: %d requests, %s; each replica GPU %s + pinned %s",
-		o.nodes, name, len(reqs), blockSizes(o), blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o))
+	fmt.Fprintf(table, "kvtier demo, %s: %s: %s, %s; each replica GPU %s + pinned %s",
+		count(o.nodes, "replica"), name, count(len(reqs), "request"), blockSizes(o), blocksAndTokens(o.gpuBlocks, o), blocksAndTokens(o.pinnedBlocks, o))
 	if len(o.redis) > 0 {
 		fmt.Fprintf(table, "; shared tier: Redis at %s", strings.Join(o.redis, ","))
 	}
@@ -307,28 +307,27 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 	row("served from GPU", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.GPU, f.Tokens) })
 	row("served from pinned", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Pinned, f.Tokens) })
 	row("served from shared tier", func(x fleetOutcome) string { f := x.res.FirstAdmissions(); return pct(f.Remote, f.Tokens) })
-	row("hit ratio", func(x fleetOutcome) string {
+	// With no request served (every one rejected) there is no hit ratio
+	// and no TTFT: "-", not a 0 no request measured.
+	served := func(x fleetOutcome, f func() string) string {
 		if x.res.Requests == 0 {
-			return "-" // every request rejected: no prompt token to take a share of
+			return "-"
 		}
-		return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio)
+		return f()
+	}
+	row("hit ratio", func(x fleetOutcome) string {
+		return served(x, func() string { return fmt.Sprintf("%.1f%%", 100*x.res.HitRatio) })
 	})
-	row("prefill tokens computed", func(x fleetOutcome) string { return fmt.Sprint(x.res.PrefillTokens) })
+	row("prefill tokens computed", func(x fleetOutcome) string { return commas(x.res.PrefillTokens) })
 	row("prefill compute saved", func(x fleetOutcome) string {
 		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Total().Seconds())
 	})
 	row("  of which by the shared tier", func(x fleetOutcome) string {
 		return fmt.Sprintf("%.1f s", x.res.FirstAdmissions().PrefillSaved.Remote.Seconds())
 	})
-	ttft := func(x fleetOutcome, d time.Duration) string {
-		if x.res.Requests == 0 {
-			return "-" // no request served: no TTFT
-		}
-		return fmtDur(d)
-	}
-	row("TTFT p50", func(x fleetOutcome) string { return ttft(x, x.res.TTFT.P50) })
-	row("TTFT p90", func(x fleetOutcome) string { return ttft(x, x.res.TTFT.P90) })
-	row("TTFT p99", func(x fleetOutcome) string { return ttft(x, x.res.TTFT.P99) })
+	row("TTFT p50", func(x fleetOutcome) string { return served(x, func() string { return fmtDur(x.res.TTFT.P50) }) })
+	row("TTFT p90", func(x fleetOutcome) string { return served(x, func() string { return fmtDur(x.res.TTFT.P90) }) })
+	row("TTFT p99", func(x fleetOutcome) string { return served(x, func() string { return fmtDur(x.res.TTFT.P99) }) })
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -348,14 +347,14 @@ func runFleet(ctx context.Context, o options, reqs []trace.Request, name string,
 func fleetArrivals(w offered, scale float64, n int, load float64, autoScale bool) string {
 	if w.Span <= 0 {
 		return fmt.Sprintf("every request that can run arrives at once, or there is one at most: no arrival rate for -load or -time-scale to scale\n"+
-			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched), all at time 0, split across %d replicas",
-			w.Prefill.Seconds(), w.Decode.Seconds(), n)
+			"offered GPU work: with no cache, %.1f s of prefill and %.1f s of decode compute (batched), all at time 0, split across %s",
+			w.Prefill.Seconds(), w.Decode.Seconds(), count(n, "replica"))
 	}
 	if autoScale {
 		return fmt.Sprintf("arrivals at %s (the time scale chosen for -load %g, divided by %d): the fleet gets %d times the traffic one GPU gets in the single-node run",
 			arrivalRate(scale), load, n, n)
 	}
-	return fmt.Sprintf("arrivals at %s (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across %d replicas", arrivalRate(scale), n)
+	return fmt.Sprintf("arrivals at %s (-time-scale): the traffic one GPU gets in a single-node run at this scale, split across %s", arrivalRate(scale), count(n, "replica"))
 }
 
 func fmtDur(d time.Duration) string {

@@ -19,7 +19,7 @@ import (
 )
 
 // writePlot draws, side by side, the TTFT distribution (a CDF on a log time
-// axis) and the hit ratio over trace time of every configuration, and writes
+// axis) and the hit ratio over the run's modelled time of every configuration, and writes
 // it to path as PNG or SVG by its extension.
 func writePlot(path string, outs []outcome) (err error) {
 	format, err := plotFormat(path)
@@ -39,7 +39,7 @@ func writePlot(path string, outs []outcome) (err error) {
 	hits := plot.New()
 	hits.Title.Text = "Prefix hit ratio over time (cumulative)"
 	hits.X.Label.Text = "run time (s)"
-	hits.Y.Label.Text = "prompt tokens served from a cache tier (first admissions)"
+	hits.Y.Label.Text = "share of prompt tokens hit (first admissions)"
 	hits.Y.Min = 0
 	hits.Legend.Top, hits.Legend.Left = true, true
 	hits.Add(plotter.NewGrid())

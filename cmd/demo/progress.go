@@ -37,7 +37,7 @@ func (p *progressBar) update(pr scheduler.Progress) {
 	if pr.Total > 0 {
 		done = width * pr.Finished / pr.Total
 	}
-	fmt.Fprintf(p.w, "\r%-16s [%s%s] %6d/%d requests, trace time %7.1f s, %d steps",
+	fmt.Fprintf(p.w, "\r%-16s [%s%s] %6d/%d requests, modelled time %7.1f s, %d steps",
 		p.label, strings.Repeat("#", done), strings.Repeat(".", width-done), pr.Finished, pr.Total, pr.Now.Seconds(), pr.Steps)
 	p.drawn = true
 }

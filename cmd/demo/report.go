@@ -51,8 +51,10 @@ func blockBytes(spec gpu.ModelSpec, blockTokens int) int {
 	return l.BlockBytes()
 }
 
+// jsonTTFT is in milliseconds; all zero when no request was served
+// (requests 0: every one rejected), which the table shows as "-".
 type jsonTTFT struct {
-	P50, P90, P99, Max, Mean float64 // milliseconds
+	P50, P90, P99, Max, Mean float64
 }
 
 // jsonPoint is one series interval. PromptTokens and HitTokens are those
@@ -134,9 +136,9 @@ type jsonConfig struct {
 type jsonReport struct {
 	Trace           string       `json:"trace"`
 	TraceRequests   int          `json:"trace_requests"`
-	TraceSpanS      float64      `json:"trace_span_s"`      // first to last arrival, at the trace's rate
+	TraceSpanS      float64      `json:"trace_span_s"`      // first to last arrival of the requests served (the rejected left out, as in the offered work), at the trace's rate
 	TimeScale       float64      `json:"time_scale"`        // arrivals stretched by this
-	OfferedPrefillS float64      `json:"offered_prefill_s"` // compute of every prompt with no cache
+	OfferedPrefillS float64      `json:"offered_prefill_s"` // compute of every served prompt with no cache
 	OfferedDecodeS  float64      `json:"offered_decode_s"`
 	OfferedLoad     float64      `json:"offered_load"` // (prefill + decode) / (span x scale)
 	BlockTokens     int          `json:"block_tokens"`
@@ -257,15 +259,19 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  served from pinned", func(c jsonConfig) string { return share(c.PinnedTokens, c.PromptTokens) })
 	row("  served from disk", func(c jsonConfig) string { return share(c.DiskTokens, c.PromptTokens) })
 	// A configuration that served no request (every one rejected) has no
-	// prompt token to take a share of and no TTFT: "-", not 0.
-	percent := func(c jsonConfig, v float64) string {
-		if c.PromptTokens == 0 {
+	// hit ratio, TTFT or throughput: "-", not a 0 no request measured.
+	served := func(c jsonConfig, f func() string) string {
+		if c.Requests == 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%.2f%%", 100*v)
+		return f()
 	}
-	row("hit ratio", func(c jsonConfig) string { return percent(c, c.HitRatio) })
-	row("OPT at total capacity", func(c jsonConfig) string { return percent(c, c.OPTHitRatio) })
+	row("hit ratio", func(c jsonConfig) string {
+		return served(c, func() string { return fmt.Sprintf("%.2f%%", 100*c.HitRatio) })
+	})
+	row("OPT at total capacity", func(c jsonConfig) string {
+		return served(c, func() string { return fmt.Sprintf("%.2f%%", 100*c.OPTHitRatio) })
+	})
 	row("hit ratio / OPT", func(c jsonConfig) string {
 		if c.OPTHitRatio == 0 {
 			return "-"
@@ -286,16 +292,10 @@ func printTable(w io.Writer, r jsonReport) {
 	row("  by pinned hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Pinned, r.OfferedPrefillS) })
 	row("  by disk hits", func(c jsonConfig) string { return pct(c.PrefillSavedS.Disk, r.OfferedPrefillS) })
 	row("GPU busy (share of run)", func(c jsonConfig) string { return pct(c.GPUBusyS, c.DurationS) })
-	ttft := func(c jsonConfig, msec float64) string {
-		if c.Requests == 0 {
-			return "-"
-		}
-		return seconds(msec)
-	}
-	row("TTFT p50", func(c jsonConfig) string { return ttft(c, c.TTFTMillis.P50) })
-	row("TTFT p90", func(c jsonConfig) string { return ttft(c, c.TTFTMillis.P90) })
-	row("TTFT p99", func(c jsonConfig) string { return ttft(c, c.TTFTMillis.P99) })
-	row("throughput (output tok/s)", func(c jsonConfig) string { return rate(c.OutputTokensPerS) })
+	row("TTFT p50", func(c jsonConfig) string { return served(c, func() string { return seconds(c.TTFTMillis.P50) }) })
+	row("TTFT p90", func(c jsonConfig) string { return served(c, func() string { return seconds(c.TTFTMillis.P90) }) })
+	row("TTFT p99", func(c jsonConfig) string { return served(c, func() string { return seconds(c.TTFTMillis.P99) }) })
+	row("throughput (output tok/s)", func(c jsonConfig) string { return served(c, func() string { return rate(c.OutputTokensPerS) }) })
 	row("run length (modelled)", func(c jsonConfig) string { return fmt.Sprintf("%.1f s", c.DurationS) })
 	for i := range 4 {
 		name := r.Configs[0].Links[i].Name
