@@ -18,6 +18,7 @@ import (
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/gpu/tier"
 	"github.com/kvtier/kvtier/policy"
+	"github.com/kvtier/kvtier/remote"
 )
 
 // Ingestion policies for writing GPU blocks down to pinned memory.
@@ -38,7 +39,8 @@ type RemoteConfig struct {
 	Username, Password string
 	TLS                *tls.Config
 	// Prefix starts every key (default "kvtier"); TTL bounds a block's life
-	// (default 1h); ChunkBytes is the size of each value (default 1 MiB).
+	// (default 1h, else at least 1s); ChunkBytes is the size of each value
+	// (default 1 MiB, at most 512 MiB, Redis's largest string).
 	Prefix     string
 	TTL        time.Duration
 	ChunkBytes int
@@ -50,6 +52,9 @@ type RemoteConfig struct {
 	WriteQuotaBytes int64
 	ReadTimeout     time.Duration
 }
+
+// remoteMaxChunkBytes is remote.Config.ChunkBytes' bound: Redis's largest string.
+const remoteMaxChunkBytes = 512 << 20
 
 // DefaultDiskWriteQuota is Config.DiskWriteQuota's default: disk writes in
 // flight. (actors.DefaultDiskWriteQuota, 64, is the disk actor's own
@@ -378,8 +383,13 @@ func (c Config) withDefaults() (Config, error) {
 		if _, err := events.ParseFormat(e.Format); err != nil {
 			errs = append(errs, &ConfigError{Field: "Events.Format", Value: e.Format, Reason: "must be map or array", Err: err})
 		}
-		if e.BufferSteps < 0 || e.QueueSize < 0 || e.SubscriberQueue < 0 || e.DPRank < 0 {
-			bad("Events", *e, "BufferSteps, QueueSize, SubscriberQueue and DPRank must be >= 0")
+		for _, f := range [...]struct {
+			name string
+			v    int
+		}{{"Events.BufferSteps", e.BufferSteps}, {"Events.QueueSize", e.QueueSize}, {"Events.SubscriberQueue", e.SubscriberQueue}, {"Events.DPRank", e.DPRank}} {
+			if f.v < 0 {
+				bad(f.name, f.v, "must be >= 0")
+			}
 		}
 		if e.Linger < 0 {
 			bad("Events.Linger", e.Linger, "must be >= 0 (0: the default, 1s)")
@@ -397,6 +407,14 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if r.ReadTimeout < 0 {
 			bad("Remote.ReadTimeout", r.ReadTimeout, "must be >= 0 (0: 1s)")
+		}
+		// remote.New's own bounds, checked here so that a bad value is a
+		// *ConfigError before New allocates anything.
+		if r.TTL != 0 && r.TTL < time.Second {
+			errs = append(errs, &ConfigError{Field: "Remote.TTL", Value: r.TTL, Reason: "must be >= 1s (0: 1h)", Err: remote.ErrBadConfig})
+		}
+		if r.ChunkBytes < 0 || r.ChunkBytes > remoteMaxChunkBytes {
+			errs = append(errs, &ConfigError{Field: "Remote.ChunkBytes", Value: r.ChunkBytes, Reason: "must be in [1, 512 MiB] (0: 1 MiB)", Err: remote.ErrBadConfig})
 		}
 	}
 	if c.DiskDir != "" {
@@ -450,7 +468,9 @@ func (c Config) withDefaults() (Config, error) {
 func (c Config) checkGeometry() []error {
 	l, err := gpu.NewLayoutKind(c.Model, c.BlockTokens, c.Layout)
 	if err != nil {
-		return []error{&ConfigError{Field: "Model", Value: c.Model, Reason: err.Error()}}
+		// Model and Layout were checked alone: a block too large for an int
+		// is BlockTokens' fault as much as the model's.
+		return []error{&ConfigError{Field: "BlockTokens", Value: c.BlockTokens, Reason: fmt.Sprintf("blocks of %d tokens of model %v: %v", c.BlockTokens, c.Model, err), Err: err}}
 	}
 	bb := int64(l.BlockBytes())
 	var errs []error
@@ -460,6 +480,8 @@ func (c Config) checkGeometry() []error {
 	page := int64(os.Getpagesize())
 	if stride := (bb + page - 1) / page * page; c.PinnedBytes > 0 && c.PinnedBytes/stride < 1 {
 		errs = append(errs, &ConfigError{Field: "PinnedBytes", Value: c.PinnedBytes, Reason: fmt.Sprintf("less than one %d-byte pinned slot", stride)})
+	} else if c.PinnedBytes/stride > math.MaxInt32 { // pinned.New's bound
+		errs = append(errs, &ConfigError{Field: "PinnedBytes", Value: c.PinnedBytes, Reason: fmt.Sprintf("more than %d pinned slots of %d bytes", math.MaxInt32, stride)})
 	}
 	if slot := disk.SlotBytes(int(bb)); c.DiskDir != "" && (slot <= 0 || c.DiskBytes/slot < 1) {
 		errs = append(errs, &ConfigError{Field: "DiskBytes", Value: c.DiskBytes, Reason: fmt.Sprintf("less than one %d-byte disk slot", slot)})
