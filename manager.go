@@ -509,25 +509,37 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 	return askDown(ctx, m, pid, m.downOf(pid), call, msg, reply)
 }
 
-// askDown is ask, giving up with ErrTierDown once down is closed: pid's
-// actor, or one that msg must pass through, stopped for good.
-func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan struct{}, call *messages.Call, msg any, reply chan T) (T, error) {
-	var zero T
+// callable is what every call checks before it sends anything: a nil
+// context, a closed Manager, a failed one, an ended context (for a
+// state-changing call, wrapped in ErrCanceled). A call that answers without
+// an actor (Swap without a pinned tier, EventsSeq without Config.Events)
+// checks it too, so that it answers as every other call does.
+func (m *Manager) callable(ctx context.Context, changing bool) error {
 	if ctx == nil {
-		return zero, ErrNilContext
+		return ErrNilContext
 	}
 	select {
 	case <-m.done:
-		return zero, ErrClosed
+		return ErrClosed
 	default:
 	}
 	select { // after done: a closed Manager says so, failed or not
 	case <-m.failed:
-		return zero, ErrFailed
+		return ErrFailed
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return zero, cancelErr(err, call != nil)
+		return cancelErr(err, changing)
+	}
+	return nil
+}
+
+// askDown is ask, giving up with ErrTierDown once down is closed: pid's
+// actor, or one that msg must pass through, stopped for good.
+func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan struct{}, call *messages.Call, msg any, reply chan T) (T, error) {
+	var zero T
+	if err := m.callable(ctx, call != nil); err != nil {
+		return zero, err
 	}
 	select { // back-pressure: a slot per call in flight
 	case m.calls <- struct{}{}:
@@ -900,6 +912,9 @@ func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error)
 // pinned tier.
 func (m *Manager) Swap(ctx context.Context, seqs []uint64) ([]error, error) {
 	if m.pinPID == nil {
+		if err := m.callable(ctx, true /* changing */); err != nil {
+			return nil, err
+		}
 		return nil, ErrNoLowerTier
 	}
 	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Swap: true, Reply: make(chan *messages.FreeBatchResult, 1)}
