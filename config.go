@@ -24,6 +24,8 @@ import (
 // Ingestion policies for writing GPU blocks down to pinned memory.
 type Ingestion = actors.Ingestion
 
+// The ingestion policies (Config.Ingestion, Config.DiskIngestion): see
+// messages.IngestEvict, IngestAll and IngestHot.
 const (
 	IngestEvict = actors.IngestEvict
 	IngestAll   = actors.IngestAll
@@ -292,11 +294,12 @@ type EventsConfig struct {
 // ErrBadConfig is wrapped by every validation error of New.
 var ErrBadConfig = errors.New("kvtier: bad config")
 
-// ConfigError names the invalid field.
+// ConfigError names the invalid field. New returns every invalid field's
+// error joined (errors.Join); errors.As finds the first.
 type ConfigError struct {
-	Field  string
-	Value  any
-	Reason string
+	Field  string // the field's path from Config, e.g. "Remote.TTL"
+	Value  any    // the value refused
+	Reason string // what the field must be
 	// Err is the error of the package that refused Value (events.ErrBadConfig
 	// for an unknown Events.Format), or nil.
 	Err error

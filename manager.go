@@ -748,7 +748,13 @@ func (m *Manager) Step(ctx context.Context, req StepRequest) (StepResult, error)
 	return StepResult{CommitErrs: c.merge(r.Commit.Errs), FreeErrs: r.Free.Errs, Appends: appendResults(r.Append), Allocs: r.Allocate.Results}, nil
 }
 
-// Allocate allocates one sequence.
+// Allocate allocates one sequence: its block table, leading hits shared,
+// loads from lower tiers started (see the package doc). It fails, holding
+// nothing and with a nil Ready, with ErrSequenceExists, ErrEmptySequence,
+// ErrTokenOutOfRange, ErrTooLong, ErrBadArgument (a negative Lookahead or
+// MaxSeqLen) or ErrNoSpace (a *blockpool.NoSpaceError: too few free GPU
+// blocks, now or ever); and as every call with ErrCanceled, ErrClosed or
+// ErrFailed. The sequence is held until Free, FreeBatch or Swap.
 func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, error) {
 	res, err := m.AllocateBatch(ctx, []AllocRequest{req})
 	if err != nil {
@@ -870,7 +876,11 @@ func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]Append
 	return appendResults(r), r.Err
 }
 
-// Append adds decoded tokens to one sequence and returns the blocks it took.
+// Append adds decoded tokens to one sequence and returns the blocks it took:
+// the new tail of its block table, nil when the tokens fit in blocks it held.
+// It appends all the tokens or none: it fails, changing nothing, with
+// ErrUnknownSequence, ErrTokenOutOfRange or ErrNoSpace (too few free GPU
+// blocks; it does not wait for some). AppendBatch takes a Lookahead too.
 func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) ([]BlockID, error) {
 	res, err := m.AppendBatch(ctx, []AppendItem{{Seq: seq, Tokens: tokens}})
 	if err != nil {
@@ -925,7 +935,8 @@ func (m *Manager) Swap(ctx context.Context, seqs []uint64) ([]error, error) {
 	return r.Errs, r.Err
 }
 
-// Free frees one sequence.
+// Free frees one sequence (see FreeBatch): ErrUnknownSequence if it is not
+// held.
 func (m *Manager) Free(ctx context.Context, seq uint64) error {
 	errs, err := m.FreeBatch(ctx, []uint64{seq})
 	if err != nil {
