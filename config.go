@@ -147,7 +147,7 @@ type Config struct {
 	DiskSync bool
 
 	Ingestion Ingestion // default IngestEvict
-	HotHits   int       // IngestHot: hits before a block is written down (default 2)
+	HotHits   int       // under IngestHot (Ingestion or DiskIngestion): hits before a block is written down (default 2)
 	// OffloadThreshold: above this fraction of GPU blocks holding data, free
 	// cached blocks are offloaded ahead of need (default 0.85, in (0, 1]).
 	OffloadThreshold float64

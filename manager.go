@@ -752,8 +752,9 @@ func (m *Manager) Step(ctx context.Context, req StepRequest) (StepResult, error)
 // loads from lower tiers started (see the package doc). It fails, holding
 // nothing and with a nil Ready, with ErrSequenceExists, ErrEmptySequence,
 // ErrTokenOutOfRange, ErrTooLong, ErrBadArgument (a negative Lookahead or
-// MaxSeqLen) or ErrNoSpace (a *blockpool.NoSpaceError: too few free GPU
-// blocks, now or ever); and as every call with ErrCanceled, ErrClosed or
+// MaxSeqLen) or ErrNoSpace (a *blockpool.NoSpaceError: more blocks than the
+// GPU has free once the offloads ahead of need it waits for are out, or
+// than it has at all); and as every call with ErrCanceled, ErrClosed or
 // ErrFailed. The sequence is held until Free, FreeBatch or Swap.
 func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, error) {
 	res, err := m.AllocateBatch(ctx, []AllocRequest{req})
@@ -880,7 +881,8 @@ func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]Append
 // the new tail of its block table, nil when the tokens fit in blocks it held.
 // It appends all the tokens or none: it fails, changing nothing, with
 // ErrUnknownSequence, ErrTokenOutOfRange or ErrNoSpace (too few free GPU
-// blocks; it does not wait for some). AppendBatch takes a Lookahead too.
+// blocks: it waits only for blocks an offload ahead of need is copying out,
+// never for a Free). AppendBatch takes a Lookahead too.
 func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) ([]BlockID, error) {
 	res, err := m.AppendBatch(ctx, []AppendItem{{Seq: seq, Tokens: tokens}})
 	if err != nil {
