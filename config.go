@@ -488,6 +488,8 @@ func (c Config) checkGeometry() []error {
 	}
 	if slot := disk.SlotBytes(int(bb)); c.DiskDir != "" && (slot <= 0 || c.DiskBytes/slot < 1) {
 		errs = append(errs, &ConfigError{Field: "DiskBytes", Value: c.DiskBytes, Reason: fmt.Sprintf("less than one %d-byte disk slot", slot)})
+	} else if c.DiskDir != "" && c.DiskBytes/slot > disk.MaxSlots {
+		errs = append(errs, &ConfigError{Field: "DiskBytes", Value: c.DiskBytes, Reason: fmt.Sprintf("more than %d disk slots of %d bytes", disk.MaxSlots, slot), Err: disk.ErrInvalidConfig})
 	}
 	if r := c.Remote; r != nil && r.WriteQuotaBytes > 0 && r.WriteQuotaBytes < bb {
 		errs = append(errs, &ConfigError{Field: "Remote.WriteQuotaBytes", Value: r.WriteQuotaBytes, Reason: fmt.Sprintf("less than one %d-byte block: every write would be denied", bb)})

@@ -6,16 +6,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/remote"
 )
 
 // TestConfigErrorNamesField: every refused value comes back from New as a
 // *ConfigError naming the field the caller set, wrapping ErrBadConfig, before
-// New allocates anything. Remote.TTL, Remote.ChunkBytes and a PinnedBytes of
-// too many slots were refused only later, by the tier's own constructor, with
-// no *ConfigError; a negative Events count was named "Events" with the whole
+// New allocates anything. Remote.TTL, Remote.ChunkBytes and a PinnedBytes or
+// DiskBytes of too many slots were refused only later, by the tier's own
+// constructor (the disk's not at all), with no *ConfigError; a negative Events count was named "Events" with the whole
 // struct as its value; an overflowing BlockTokens was named "Model".
 func TestConfigErrorNamesField(t *testing.T) {
+	dir := t.TempDir()
 	rem := func(r RemoteConfig) *RemoteConfig { r.Addrs = []string{"127.0.0.1:1"}; return &r }
 	cases := []struct {
 		name  string
@@ -31,6 +33,7 @@ func TestConfigErrorNamesField(t *testing.T) {
 		{"Events.DPRank negative", Config{GPUBlocks: 4, Events: &EventsConfig{Endpoint: "tcp://*:0", DPRank: -1}}, "Events.DPRank", nil},
 		{"BlockTokens overflowing a block", Config{GPUBlocks: 4, BlockTokens: math.MaxInt}, "BlockTokens", nil},
 		{"PinnedBytes of too many slots", Config{GPUBlocks: 4, PinnedBytes: math.MaxInt64}, "PinnedBytes", nil},
+		{"DiskBytes of too many slots", Config{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: dir, DiskBytes: math.MaxInt64}, "DiskBytes", disk.ErrInvalidConfig},
 	}
 	for _, c := range cases {
 		m, err := New(c.cfg)
