@@ -66,7 +66,8 @@ const DefaultDiskWriteQuota = 256
 // Config configures a Manager. New validates it and never modifies it; zero
 // fields take the defaults documented on each.
 type Config struct {
-	// GPUBlocks is the number of GPU blocks (required, >= 1).
+	// GPUBlocks is the number of GPU blocks (required, in [1, 2^31-1]; New
+	// also refuses more than the machine's memory holds the metadata of).
 	GPUBlocks int
 	// BlockTokens is the number of tokens per block (default 16).
 	BlockTokens int
@@ -351,6 +352,8 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.GPUBlocks <= 0 {
 		bad("GPUBlocks", c.GPUBlocks, "must be >= 1")
+	} else if c.GPUBlocks > math.MaxInt32 { // blockpool.New's bound: block ids are int32
+		bad("GPUBlocks", c.GPUBlocks, fmt.Sprintf("must be <= %d", math.MaxInt32))
 	}
 	count("BlockTokens", &c.BlockTokens, 16, "must be >= 1")
 	if c.Model == (gpu.ModelSpec{}) {

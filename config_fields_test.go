@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/disk"
+	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/remote"
 )
 
@@ -15,7 +16,8 @@ import (
 // New allocates anything. Remote.TTL, Remote.ChunkBytes and a PinnedBytes or
 // DiskBytes of too many slots were refused only later, by the tier's own
 // constructor (the disk's not at all), with no *ConfigError; a negative Events count was named "Events" with the whole
-// struct as its value; an overflowing BlockTokens was named "Model".
+// struct as its value; an overflowing BlockTokens was named "Model"; a
+// GPUBlocks past int32 block ids or the machine's memory had no *ConfigError.
 func TestConfigErrorNamesField(t *testing.T) {
 	dir := t.TempDir()
 	rem := func(r RemoteConfig) *RemoteConfig { r.Addrs = []string{"127.0.0.1:1"}; return &r }
@@ -32,6 +34,8 @@ func TestConfigErrorNamesField(t *testing.T) {
 		{"Events.QueueSize negative", Config{GPUBlocks: 4, Events: &EventsConfig{Endpoint: "tcp://*:0", QueueSize: -1}}, "Events.QueueSize", nil},
 		{"Events.DPRank negative", Config{GPUBlocks: 4, Events: &EventsConfig{Endpoint: "tcp://*:0", DPRank: -1}}, "Events.DPRank", nil},
 		{"BlockTokens overflowing a block", Config{GPUBlocks: 4, BlockTokens: math.MaxInt}, "BlockTokens", nil},
+		{"GPUBlocks past int32 block ids", Config{GPUBlocks: math.MaxInt32 + 1, BlockTokens: 1}, "GPUBlocks", nil},
+		{"GPUBlocks whose metadata exceeds memory", Config{GPUBlocks: math.MaxInt32, BlockTokens: 1 << 20}, "GPUBlocks", gpu.ErrOutOfMemory},
 		{"PinnedBytes of too many slots", Config{GPUBlocks: 4, PinnedBytes: math.MaxInt64}, "PinnedBytes", nil},
 		{"DiskBytes of too many slots", Config{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: dir, DiskBytes: math.MaxInt64}, "DiskBytes", disk.ErrInvalidConfig},
 	}

@@ -183,8 +183,9 @@ func New(cfg Config) (*Manager, error) {
 	// The pool's slices are made with make, whose failure kills the process:
 	// refuse sizes no machine of this memory backs, with an error.
 	if mem, ok := gpu.SystemMemory(); ok && uint64(blockpool.MetadataBytes(pcfg)) > mem {
-		return nil, fmt.Errorf("%w: %w: the block pool's metadata for %d blocks of %d tokens needs %d bytes, the machine has %d (RAM + swap)",
-			ErrBadConfig, gpu.ErrOutOfMemory, c.GPUBlocks, c.BlockTokens, blockpool.MetadataBytes(pcfg), mem)
+		return nil, &ConfigError{Field: "GPUBlocks", Value: c.GPUBlocks, Err: gpu.ErrOutOfMemory,
+			Reason: fmt.Sprintf("the block pool's metadata for %d blocks of %d tokens needs %d bytes, the machine has %d (RAM + swap)",
+				c.GPUBlocks, c.BlockTokens, blockpool.MetadataBytes(pcfg), mem)}
 	}
 	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), stopped: make(chan struct{}), failed: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
 		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
