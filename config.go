@@ -261,7 +261,8 @@ type EventsConfig struct {
 	// A bound port 0 ("tcp://*:0", "tcp://[::1]:0") picks a free one:
 	// Manager.EventEndpoints says which; a connecting endpoint with port 0
 	// ("tcp://127.0.0.1:0") is refused (events.ErrBadEndpoint), as nothing
-	// listens there.
+	// listens there. New refuses an endpoint it cannot use, this one or
+	// ReplayEndpoint, with a *ConfigError naming the field.
 	Endpoint string
 	// ReplayEndpoint, when set, is the ROUTER socket for replay (vLLM's
 	// protocol) and snapshot requests.

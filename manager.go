@@ -266,6 +266,13 @@ func New(cfg Config) (*Manager, error) {
 			FirstSeq: uint64(time.Now().UnixNano())})
 		src := actors.NewEventsSource(m.system)
 		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize, SubscriberQueue: e.SubscriberQueue, Linger: e.Linger}, src); err != nil {
+			if ee, ok := errors.AsType[*events.EndpointError](err); ok {
+				field := "Events.Endpoint"
+				if ee.Socket == "ROUTER" {
+					field = "Events.ReplayEndpoint"
+				}
+				return fail(&ConfigError{Field: field, Value: ee.Endpoint, Reason: ee.Err.Error(), Err: err})
+			}
 			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
 		}
 		m.evPID = root.Spawn(m.props(actors.NewEventsActor(actors.EventsConfig{Publisher: pub, Server: m.evServer, Log: c.Logger.Named("events")})))
