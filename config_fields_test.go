@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvtier/kvtier/disk"
 	"github.com/kvtier/kvtier/gpu"
+	"github.com/kvtier/kvtier/pinned"
 	"github.com/kvtier/kvtier/remote"
 )
 
@@ -17,7 +18,8 @@ import (
 // DiskBytes of too many slots were refused only later, by the tier's own
 // constructor (the disk's not at all), with no *ConfigError; a negative Events count was named "Events" with the whole
 // struct as its value; an overflowing BlockTokens was named "Model"; a
-// GPUBlocks past int32 block ids or the machine's memory had no *ConfigError.
+// GPUBlocks past int32 block ids or the machine's memory, or a PinnedBytes
+// the device cannot back, had no *ConfigError.
 func TestConfigErrorNamesField(t *testing.T) {
 	dir := t.TempDir()
 	rem := func(r RemoteConfig) *RemoteConfig { r.Addrs = []string{"127.0.0.1:1"}; return &r }
@@ -36,6 +38,7 @@ func TestConfigErrorNamesField(t *testing.T) {
 		{"BlockTokens overflowing a block", Config{GPUBlocks: 4, BlockTokens: math.MaxInt}, "BlockTokens", nil},
 		{"GPUBlocks past int32 block ids", Config{GPUBlocks: math.MaxInt32 + 1, BlockTokens: 1}, "GPUBlocks", nil},
 		{"GPUBlocks whose metadata exceeds memory", Config{GPUBlocks: math.MaxInt32, BlockTokens: 1 << 20}, "GPUBlocks", gpu.ErrOutOfMemory},
+		{"PinnedBytes the device cannot back", Config{GPUBlocks: 4, BlockTokens: 1 << 14, PinnedBytes: 1 << 48}, "PinnedBytes", pinned.ErrAlloc},
 		{"PinnedBytes of too many slots", Config{GPUBlocks: 4, PinnedBytes: math.MaxInt64}, "PinnedBytes", nil},
 		{"DiskBytes of too many slots", Config{GPUBlocks: 4, PinnedBytes: 1 << 20, DiskDir: dir, DiskBytes: math.MaxInt64}, "DiskBytes", disk.ErrInvalidConfig},
 	}

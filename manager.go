@@ -222,8 +222,8 @@ func New(cfg Config) (*Manager, error) {
 	if c.PinnedBytes > 0 {
 		m.pinned, err = pinned.New(pinned.Config{CapacityBytes: c.PinnedBytes, SlotBytes: layout.BlockBytes(), Policy: c.PinnedPolicy, Lock: c.PinnedLock,
 			Alloc: pinned.DeviceAlloc(m.device)}) // copy targets must be the device's host memory (cuMemAllocHost on CUDA)
-		if err != nil {
-			return fail(fmt.Errorf("%w: pinned tier: %w", ErrBadConfig, err))
+		if err != nil { // a valid size the device cannot back (pinned.ErrAlloc)
+			return fail(&ConfigError{Field: "PinnedBytes", Value: c.PinnedBytes, Reason: err.Error(), Err: err})
 		}
 	}
 	if m.system = c.System; m.system == nil {
