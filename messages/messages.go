@@ -449,7 +449,7 @@ type TierStats struct {
 	// prefetches), neither as hits nor as misses, so its hit ratio among
 	// what it was asked is Hits / (Hits + Misses + those served from below).
 	Hits, Misses uint64
-	Evictions    uint64
+	Evictions    uint64 // blocks the tier dropped to make room (its policy's victims)
 	// Offloaded: for the GPU and pinned tiers, blocks they wrote down to
 	// the tier(s) below; for the bottom tiers (disk, remote), blocks
 	// written into them — the same copies, seen from below, so a sum over
@@ -473,11 +473,19 @@ type TierStats struct {
 	// later part of a split load whose earlier part fell short — as misses
 	// counted under that part's reason (Timeouts for a late one). Ready
 	// waits for their copy either way.
-	Overdue  uint64
+	Overdue uint64
+	// InFlight is the work under way now, a gauge in each tier's own unit,
+	// so compare it over time, not across tiers: the GPU's offload and
+	// fetch operations, the pinned tier's blocks being offloaded into it,
+	// the disk's block writes, read jobs and copies, the remote tier's
+	// requests.
 	InFlight int
 	// Down says the tier's actor stopped for good after repeated failures
 	// (the other fields are then zero): its blocks are no longer served.
-	Down  bool               `json:",omitempty"`
+	Down bool `json:",omitempty"`
+	// Extra holds the tier's own gauges and counters by name (the GPU's
+	// "free" and "copy_up_us_per_block", the pinned tier's "locked", the
+	// disk's "io_direct", ...).
 	Extra map[string]float64 `json:",omitempty"`
 	// Tokens (the GPU tier only) is what allocations asked and found, by
 	// namespace label: a tenant salt the Manager's MetricsNamespaces names,
