@@ -226,7 +226,8 @@ type Config struct {
 	// Device is the GPU (default gpu.Default(): host memory, or CUDA under the
 	// cuda build tag). A Device passed in is not closed by Close.
 	Device gpu.Device
-	// System, when set, hosts kvtier's actors inside the caller's actor system.
+	// System, when set, hosts kvtier's actors inside the caller's actor
+	// system; Close stops them, not the System (one New made is shut down).
 	System *actor.ActorSystem
 	// Logger receives kvtier's logs (default: none).
 	Logger *zap.Logger
