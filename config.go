@@ -294,7 +294,8 @@ type EventsConfig struct {
 	DPRank int
 }
 
-// ErrBadConfig is wrapped by every validation error of New.
+// ErrBadConfig is wrapped by every validation error of New, each a
+// *ConfigError naming the field (errors.As).
 var ErrBadConfig = errors.New("kvtier: bad config")
 
 // ConfigError names the invalid field. New returns every invalid field's

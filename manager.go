@@ -212,8 +212,8 @@ func New(cfg Config) (*Manager, error) {
 	// After the arena, which is larger and fails with an error when it
 	// cannot be had.
 	pool, err := blockpool.New(pcfg)
-	if err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
+	if err != nil { // checked by withDefaults: not expected
+		return fail(&ConfigError{Field: "GPUBlocks", Value: c.GPUBlocks, Reason: err.Error(), Err: err})
 	}
 	stream, err := m.device.NewStream(m.arena)
 	if err != nil {
@@ -273,7 +273,7 @@ func New(cfg Config) (*Manager, error) {
 				}
 				return fail(&ConfigError{Field: field, Value: ee.Endpoint, Reason: ee.Err.Error(), Err: err})
 			}
-			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
+			return fail(&ConfigError{Field: "Events", Value: e.Endpoint, Reason: err.Error(), Err: err})
 		}
 		m.evPID = root.Spawn(m.props(actors.NewEventsActor(actors.EventsConfig{Publisher: pub, Server: m.evServer, Log: c.Logger.Named("events")})))
 		src.Bind(m.evPID)
@@ -283,8 +283,8 @@ func New(cfg Config) (*Manager, error) {
 		r := c.Remote
 		m.remote, err = remote.New(remote.Config{Addrs: r.Addrs, Cluster: r.Cluster, Username: r.Username, Password: r.Password, TLS: r.TLS,
 			Prefix: r.Prefix, TTL: r.TTL, ChunkBytes: r.ChunkBytes, PayloadBytes: layout.BlockBytes(), Fingerprint: fingerprint(c, layout), Log: c.Logger.Named("remote")})
-		if err != nil {
-			return fail(fmt.Errorf("%w: remote tier: %w", ErrBadConfig, err))
+		if err != nil { // checked by withDefaults: not expected
+			return fail(&ConfigError{Field: "Remote", Value: r.Addrs, Reason: err.Error(), Err: err})
 		}
 		if perr := m.remote.Ping(context.Background()); perr != nil { // not fatal: misses until it answers
 			c.Logger.Warn("kvtier remote tier: server not answering yet", zap.Error(perr))
