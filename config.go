@@ -18,11 +18,14 @@ import (
 	"github.com/kvtier/kvtier/gpu"
 	"github.com/kvtier/kvtier/gpu/tier"
 	"github.com/kvtier/kvtier/policy"
+	"github.com/kvtier/kvtier/remote"
 )
 
 // Ingestion policies for writing GPU blocks down to pinned memory.
 type Ingestion = actors.Ingestion
 
+// The ingestion policies (Config.Ingestion, Config.DiskIngestion): see
+// messages.IngestEvict, IngestAll and IngestHot.
 const (
 	IngestEvict = actors.IngestEvict
 	IngestAll   = actors.IngestAll
@@ -38,7 +41,8 @@ type RemoteConfig struct {
 	Username, Password string
 	TLS                *tls.Config
 	// Prefix starts every key (default "kvtier"); TTL bounds a block's life
-	// (default 1h); ChunkBytes is the size of each value (default 1 MiB).
+	// (default 1h, else at least 1s); ChunkBytes is the size of each value
+	// (default 1 MiB, at most 512 MiB, Redis's largest string).
 	Prefix     string
 	TTL        time.Duration
 	ChunkBytes int
@@ -51,6 +55,9 @@ type RemoteConfig struct {
 	ReadTimeout     time.Duration
 }
 
+// remoteMaxChunkBytes is remote.Config.ChunkBytes' bound: Redis's largest string.
+const remoteMaxChunkBytes = 512 << 20
+
 // DefaultDiskWriteQuota is Config.DiskWriteQuota's default: disk writes in
 // flight. (actors.DefaultDiskWriteQuota, 64, is the disk actor's own
 // default, which New never uses: it always passes this one or the field.)
@@ -59,7 +66,8 @@ const DefaultDiskWriteQuota = 256
 // Config configures a Manager. New validates it and never modifies it; zero
 // fields take the defaults documented on each.
 type Config struct {
-	// GPUBlocks is the number of GPU blocks (required, >= 1).
+	// GPUBlocks is the number of GPU blocks (required, in [1, 2^31-1]; New
+	// also refuses more than the machine's memory holds the metadata of).
 	GPUBlocks int
 	// BlockTokens is the number of tokens per block (default 16).
 	BlockTokens int
@@ -140,7 +148,7 @@ type Config struct {
 	DiskSync bool
 
 	Ingestion Ingestion // default IngestEvict
-	HotHits   int       // IngestHot: hits before a block is written down (default 2)
+	HotHits   int       // under IngestHot (Ingestion or DiskIngestion): hits before a block is written down (default 2)
 	// OffloadThreshold: above this fraction of GPU blocks holding data, free
 	// cached blocks are offloaded ahead of need (default 0.85, in (0, 1]).
 	OffloadThreshold float64
@@ -218,7 +226,8 @@ type Config struct {
 	// Device is the GPU (default gpu.Default(): host memory, or CUDA under the
 	// cuda build tag). A Device passed in is not closed by Close.
 	Device gpu.Device
-	// System, when set, hosts kvtier's actors inside the caller's actor system.
+	// System, when set, hosts kvtier's actors inside the caller's actor
+	// system; Close stops them, not the System (one New made is shut down).
 	System *actor.ActorSystem
 	// Logger receives kvtier's logs (default: none).
 	Logger *zap.Logger
@@ -253,7 +262,8 @@ type EventsConfig struct {
 	// A bound port 0 ("tcp://*:0", "tcp://[::1]:0") picks a free one:
 	// Manager.EventEndpoints says which; a connecting endpoint with port 0
 	// ("tcp://127.0.0.1:0") is refused (events.ErrBadEndpoint), as nothing
-	// listens there.
+	// listens there. New refuses an endpoint it cannot use, this one or
+	// ReplayEndpoint, with a *ConfigError naming the field.
 	Endpoint string
 	// ReplayEndpoint, when set, is the ROUTER socket for replay (vLLM's
 	// protocol) and snapshot requests.
@@ -284,14 +294,16 @@ type EventsConfig struct {
 	DPRank int
 }
 
-// ErrBadConfig is wrapped by every validation error of New.
+// ErrBadConfig is wrapped by every validation error of New, each a
+// *ConfigError naming the field (errors.As).
 var ErrBadConfig = errors.New("kvtier: bad config")
 
-// ConfigError names the invalid field.
+// ConfigError names the invalid field. New returns every invalid field's
+// error joined (errors.Join); errors.As finds the first.
 type ConfigError struct {
-	Field  string
-	Value  any
-	Reason string
+	Field  string // the field's path from Config, e.g. "Remote.TTL"
+	Value  any    // the value refused
+	Reason string // what the field must be
 	// Err is the error of the package that refused Value (events.ErrBadConfig
 	// for an unknown Events.Format), or nil.
 	Err error
@@ -343,6 +355,8 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.GPUBlocks <= 0 {
 		bad("GPUBlocks", c.GPUBlocks, "must be >= 1")
+	} else if c.GPUBlocks > math.MaxInt32 { // blockpool.New's bound: block ids are int32
+		bad("GPUBlocks", c.GPUBlocks, fmt.Sprintf("must be <= %d", math.MaxInt32))
 	}
 	count("BlockTokens", &c.BlockTokens, 16, "must be >= 1")
 	if c.Model == (gpu.ModelSpec{}) {
@@ -378,8 +392,13 @@ func (c Config) withDefaults() (Config, error) {
 		if _, err := events.ParseFormat(e.Format); err != nil {
 			errs = append(errs, &ConfigError{Field: "Events.Format", Value: e.Format, Reason: "must be map or array", Err: err})
 		}
-		if e.BufferSteps < 0 || e.QueueSize < 0 || e.SubscriberQueue < 0 || e.DPRank < 0 {
-			bad("Events", *e, "BufferSteps, QueueSize, SubscriberQueue and DPRank must be >= 0")
+		for _, f := range [...]struct {
+			name string
+			v    int
+		}{{"Events.BufferSteps", e.BufferSteps}, {"Events.QueueSize", e.QueueSize}, {"Events.SubscriberQueue", e.SubscriberQueue}, {"Events.DPRank", e.DPRank}} {
+			if f.v < 0 {
+				bad(f.name, f.v, "must be >= 0")
+			}
 		}
 		if e.Linger < 0 {
 			bad("Events.Linger", e.Linger, "must be >= 0 (0: the default, 1s)")
@@ -397,6 +416,14 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if r.ReadTimeout < 0 {
 			bad("Remote.ReadTimeout", r.ReadTimeout, "must be >= 0 (0: 1s)")
+		}
+		// remote.New's own bounds, checked here so that a bad value is a
+		// *ConfigError before New allocates anything.
+		if r.TTL != 0 && r.TTL < time.Second {
+			errs = append(errs, &ConfigError{Field: "Remote.TTL", Value: r.TTL, Reason: "must be >= 1s (0: 1h)", Err: remote.ErrBadConfig})
+		}
+		if r.ChunkBytes < 0 || r.ChunkBytes > remoteMaxChunkBytes {
+			errs = append(errs, &ConfigError{Field: "Remote.ChunkBytes", Value: r.ChunkBytes, Reason: "must be in [1, 512 MiB] (0: 1 MiB)", Err: remote.ErrBadConfig})
 		}
 	}
 	if c.DiskDir != "" {
@@ -450,7 +477,9 @@ func (c Config) withDefaults() (Config, error) {
 func (c Config) checkGeometry() []error {
 	l, err := gpu.NewLayoutKind(c.Model, c.BlockTokens, c.Layout)
 	if err != nil {
-		return []error{&ConfigError{Field: "Model", Value: c.Model, Reason: err.Error()}}
+		// Model and Layout were checked alone: a block too large for an int
+		// is BlockTokens' fault as much as the model's.
+		return []error{&ConfigError{Field: "BlockTokens", Value: c.BlockTokens, Reason: fmt.Sprintf("blocks of %d tokens of model %v: %v", c.BlockTokens, c.Model, err), Err: err}}
 	}
 	bb := int64(l.BlockBytes())
 	var errs []error
@@ -460,9 +489,13 @@ func (c Config) checkGeometry() []error {
 	page := int64(os.Getpagesize())
 	if stride := (bb + page - 1) / page * page; c.PinnedBytes > 0 && c.PinnedBytes/stride < 1 {
 		errs = append(errs, &ConfigError{Field: "PinnedBytes", Value: c.PinnedBytes, Reason: fmt.Sprintf("less than one %d-byte pinned slot", stride)})
+	} else if c.PinnedBytes/stride > math.MaxInt32 { // pinned.New's bound
+		errs = append(errs, &ConfigError{Field: "PinnedBytes", Value: c.PinnedBytes, Reason: fmt.Sprintf("more than %d pinned slots of %d bytes", math.MaxInt32, stride)})
 	}
 	if slot := disk.SlotBytes(int(bb)); c.DiskDir != "" && (slot <= 0 || c.DiskBytes/slot < 1) {
 		errs = append(errs, &ConfigError{Field: "DiskBytes", Value: c.DiskBytes, Reason: fmt.Sprintf("less than one %d-byte disk slot", slot)})
+	} else if c.DiskDir != "" && c.DiskBytes/slot > disk.MaxSlots {
+		errs = append(errs, &ConfigError{Field: "DiskBytes", Value: c.DiskBytes, Reason: fmt.Sprintf("more than %d disk slots of %d bytes", disk.MaxSlots, slot), Err: disk.ErrInvalidConfig})
 	}
 	if r := c.Remote; r != nil && r.WriteQuotaBytes > 0 && r.WriteQuotaBytes < bb {
 		errs = append(errs, &ConfigError{Field: "Remote.WriteQuotaBytes", Value: r.WriteQuotaBytes, Reason: fmt.Sprintf("less than one %d-byte block: every write would be denied", bb)})

@@ -24,7 +24,7 @@ func (m *Manager) EventEndpoints() (pub, replay string) {
 // applied the batches up to it holds what the tiers hold.
 func (m *Manager) EventsSeq(ctx context.Context) (seq uint64, ok bool, err error) {
 	if m.evPID == nil {
-		return 0, false, nil
+		return 0, false, m.callable(ctx, false /* changing */)
 	}
 	reply := make(chan messages.EventsSeq, 1)
 	req := &messages.EventsSync{Reply: reply}

@@ -11,18 +11,20 @@ import (
 // TestEventsErrorsTyped: New's errors for the events config wrap both
 // ErrBadConfig and the events package's sentinel, so a caller can branch on
 // either: an endpoint events cannot use (events.ErrBadEndpoint) and an
-// unknown format (events.ErrBadConfig, and a *ConfigError naming the field).
+// unknown format (events.ErrBadConfig), each a *ConfigError naming the
+// field (the endpoints' errors named none).
 func TestEventsErrorsTyped(t *testing.T) {
 	for _, c := range []struct {
-		ev   EventsConfig
-		want error
+		ev    EventsConfig
+		want  error
+		field string
 	}{
-		{EventsConfig{Endpoint: "inproc://kv"}, events.ErrBadEndpoint},
-		{EventsConfig{Endpoint: "tcp://*:notaport"}, events.ErrBadEndpoint},
-		{EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "udp://*:0"}, events.ErrBadEndpoint},
-		{EventsConfig{Endpoint: "tcp://router"}, events.ErrBadEndpoint},
-		{EventsConfig{Endpoint: "tcp://127.0.0.1:0"}, events.ErrBadEndpoint}, // connects, to port 0
-		{EventsConfig{Endpoint: "tcp://*:0", Format: "xml"}, events.ErrBadConfig},
+		{EventsConfig{Endpoint: "inproc://kv"}, events.ErrBadEndpoint, "Events.Endpoint"},
+		{EventsConfig{Endpoint: "tcp://*:notaport"}, events.ErrBadEndpoint, "Events.Endpoint"},
+		{EventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "udp://*:0"}, events.ErrBadEndpoint, "Events.ReplayEndpoint"},
+		{EventsConfig{Endpoint: "tcp://router"}, events.ErrBadEndpoint, "Events.Endpoint"},
+		{EventsConfig{Endpoint: "tcp://127.0.0.1:0"}, events.ErrBadEndpoint, "Events.Endpoint"}, // connects, to port 0
+		{EventsConfig{Endpoint: "tcp://*:0", Format: "xml"}, events.ErrBadConfig, "Events.Format"},
 	} {
 		m, err := New(Config{GPUBlocks: 8, Events: &c.ev})
 		if m != nil {
@@ -30,6 +32,9 @@ func TestEventsErrorsTyped(t *testing.T) {
 		}
 		if !errors.Is(err, ErrBadConfig) || !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want ErrBadConfig and %v", c.ev, err, c.want)
+		}
+		if ce, ok := errors.AsType[*ConfigError](err); !ok || ce.Field != c.field {
+			t.Errorf("%+v: %v, want a *ConfigError for %s", c.ev, err, c.field)
 		}
 	}
 	_, err := New(Config{GPUBlocks: 8, Events: &EventsConfig{Endpoint: "tcp://*:0", Format: "xml"}})

@@ -183,8 +183,9 @@ func New(cfg Config) (*Manager, error) {
 	// The pool's slices are made with make, whose failure kills the process:
 	// refuse sizes no machine of this memory backs, with an error.
 	if mem, ok := gpu.SystemMemory(); ok && uint64(blockpool.MetadataBytes(pcfg)) > mem {
-		return nil, fmt.Errorf("%w: %w: the block pool's metadata for %d blocks of %d tokens needs %d bytes, the machine has %d (RAM + swap)",
-			ErrBadConfig, gpu.ErrOutOfMemory, c.GPUBlocks, c.BlockTokens, blockpool.MetadataBytes(pcfg), mem)
+		return nil, &ConfigError{Field: "GPUBlocks", Value: c.GPUBlocks, Err: gpu.ErrOutOfMemory,
+			Reason: fmt.Sprintf("the block pool's metadata for %d blocks of %d tokens needs %d bytes, the machine has %d (RAM + swap)",
+				c.GPUBlocks, c.BlockTokens, blockpool.MetadataBytes(pcfg), mem)}
 	}
 	m := &Manager{cfg: c, layout: layout, done: make(chan struct{}), stopped: make(chan struct{}), failed: make(chan struct{}), closeMu: make(chan struct{}, 1), calls: make(chan struct{}, c.MaxPendingCalls),
 		layoutFP: fmt.Sprintf("%016x", fingerprint(c, layout))}
@@ -211,8 +212,8 @@ func New(cfg Config) (*Manager, error) {
 	// After the arena, which is larger and fails with an error when it
 	// cannot be had.
 	pool, err := blockpool.New(pcfg)
-	if err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
+	if err != nil { // checked by withDefaults: not expected
+		return fail(&ConfigError{Field: "GPUBlocks", Value: c.GPUBlocks, Reason: err.Error(), Err: err})
 	}
 	stream, err := m.device.NewStream(m.arena)
 	if err != nil {
@@ -221,8 +222,8 @@ func New(cfg Config) (*Manager, error) {
 	if c.PinnedBytes > 0 {
 		m.pinned, err = pinned.New(pinned.Config{CapacityBytes: c.PinnedBytes, SlotBytes: layout.BlockBytes(), Policy: c.PinnedPolicy, Lock: c.PinnedLock,
 			Alloc: pinned.DeviceAlloc(m.device)}) // copy targets must be the device's host memory (cuMemAllocHost on CUDA)
-		if err != nil {
-			return fail(fmt.Errorf("%w: pinned tier: %w", ErrBadConfig, err))
+		if err != nil { // a valid size the device cannot back (pinned.ErrAlloc)
+			return fail(&ConfigError{Field: "PinnedBytes", Value: c.PinnedBytes, Reason: err.Error(), Err: err})
 		}
 	}
 	if m.system = c.System; m.system == nil {
@@ -265,7 +266,14 @@ func New(cfg Config) (*Manager, error) {
 			FirstSeq: uint64(time.Now().UnixNano())})
 		src := actors.NewEventsSource(m.system)
 		if m.evServer, err = events.Listen(events.ServerConfig{Endpoint: e.Endpoint, ReplayEndpoint: e.ReplayEndpoint, Topic: e.Topic, QueueSize: e.QueueSize, SubscriberQueue: e.SubscriberQueue, Linger: e.Linger}, src); err != nil {
-			return fail(fmt.Errorf("%w: %w", ErrBadConfig, err))
+			if ee, ok := errors.AsType[*events.EndpointError](err); ok {
+				field := "Events.Endpoint"
+				if ee.Socket == "ROUTER" {
+					field = "Events.ReplayEndpoint"
+				}
+				return fail(&ConfigError{Field: field, Value: ee.Endpoint, Reason: ee.Err.Error(), Err: err})
+			}
+			return fail(&ConfigError{Field: "Events", Value: e.Endpoint, Reason: err.Error(), Err: err})
 		}
 		m.evPID = root.Spawn(m.props(actors.NewEventsActor(actors.EventsConfig{Publisher: pub, Server: m.evServer, Log: c.Logger.Named("events")})))
 		src.Bind(m.evPID)
@@ -275,8 +283,8 @@ func New(cfg Config) (*Manager, error) {
 		r := c.Remote
 		m.remote, err = remote.New(remote.Config{Addrs: r.Addrs, Cluster: r.Cluster, Username: r.Username, Password: r.Password, TLS: r.TLS,
 			Prefix: r.Prefix, TTL: r.TTL, ChunkBytes: r.ChunkBytes, PayloadBytes: layout.BlockBytes(), Fingerprint: fingerprint(c, layout), Log: c.Logger.Named("remote")})
-		if err != nil {
-			return fail(fmt.Errorf("%w: remote tier: %w", ErrBadConfig, err))
+		if err != nil { // checked by withDefaults: not expected
+			return fail(&ConfigError{Field: "Remote", Value: r.Addrs, Reason: err.Error(), Err: err})
 		}
 		if perr := m.remote.Ping(context.Background()); perr != nil { // not fatal: misses until it answers
 			c.Logger.Warn("kvtier remote tier: server not answering yet", zap.Error(perr))
@@ -509,25 +517,37 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 	return askDown(ctx, m, pid, m.downOf(pid), call, msg, reply)
 }
 
-// askDown is ask, giving up with ErrTierDown once down is closed: pid's
-// actor, or one that msg must pass through, stopped for good.
-func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan struct{}, call *messages.Call, msg any, reply chan T) (T, error) {
-	var zero T
+// callable is what every call checks before it sends anything: a nil
+// context, a closed Manager, a failed one, an ended context (for a
+// state-changing call, wrapped in ErrCanceled). A call that answers without
+// an actor (Swap without a pinned tier, EventsSeq without Config.Events)
+// checks it too, so that it answers as every other call does.
+func (m *Manager) callable(ctx context.Context, changing bool) error {
 	if ctx == nil {
-		return zero, ErrNilContext
+		return ErrNilContext
 	}
 	select {
 	case <-m.done:
-		return zero, ErrClosed
+		return ErrClosed
 	default:
 	}
 	select { // after done: a closed Manager says so, failed or not
 	case <-m.failed:
-		return zero, ErrFailed
+		return ErrFailed
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return zero, cancelErr(err, call != nil)
+		return cancelErr(err, changing)
+	}
+	return nil
+}
+
+// askDown is ask, giving up with ErrTierDown once down is closed: pid's
+// actor, or one that msg must pass through, stopped for good.
+func askDown[T any](ctx context.Context, m *Manager, pid *actor.PID, down <-chan struct{}, call *messages.Call, msg any, reply chan T) (T, error) {
+	var zero T
+	if err := m.callable(ctx, call != nil); err != nil {
+		return zero, err
 	}
 	select { // back-pressure: a slot per call in flight
 	case m.calls <- struct{}{}:
@@ -736,7 +756,14 @@ func (m *Manager) Step(ctx context.Context, req StepRequest) (StepResult, error)
 	return StepResult{CommitErrs: c.merge(r.Commit.Errs), FreeErrs: r.Free.Errs, Appends: appendResults(r.Append), Allocs: r.Allocate.Results}, nil
 }
 
-// Allocate allocates one sequence.
+// Allocate allocates one sequence: its block table, leading hits shared,
+// loads from lower tiers started (see the package doc). It fails, holding
+// nothing and with a nil Ready, with ErrSequenceExists, ErrEmptySequence,
+// ErrTokenOutOfRange, ErrTooLong, ErrBadArgument (a negative Lookahead or
+// MaxSeqLen) or ErrNoSpace (a *blockpool.NoSpaceError: more blocks than the
+// GPU has free once the offloads ahead of need it waits for are out, or
+// than it has at all); and as every call with ErrCanceled, ErrClosed or
+// ErrFailed. The sequence is held until Free, FreeBatch or Swap.
 func (m *Manager) Allocate(ctx context.Context, req AllocRequest) (AllocResult, error) {
 	res, err := m.AllocateBatch(ctx, []AllocRequest{req})
 	if err != nil {
@@ -858,7 +885,12 @@ func (m *Manager) AppendBatch(ctx context.Context, items []AppendItem) ([]Append
 	return appendResults(r), r.Err
 }
 
-// Append adds decoded tokens to one sequence and returns the blocks it took.
+// Append adds decoded tokens to one sequence and returns the blocks it took:
+// the new tail of its block table, nil when the tokens fit in blocks it held.
+// It appends all the tokens or none: it fails, changing nothing, with
+// ErrUnknownSequence, ErrTokenOutOfRange or ErrNoSpace (too few free GPU
+// blocks: it waits only for blocks an offload ahead of need is copying out,
+// never for a Free). AppendBatch takes a Lookahead too.
 func (m *Manager) Append(ctx context.Context, seq uint64, tokens []int64) ([]BlockID, error) {
 	res, err := m.AppendBatch(ctx, []AppendItem{{Seq: seq, Tokens: tokens}})
 	if err != nil {
@@ -900,6 +932,9 @@ func (m *Manager) FreeBatch(ctx context.Context, seqs []uint64) ([]error, error)
 // pinned tier.
 func (m *Manager) Swap(ctx context.Context, seqs []uint64) ([]error, error) {
 	if m.pinPID == nil {
+		if err := m.callable(ctx, true /* changing */); err != nil {
+			return nil, err
+		}
 		return nil, ErrNoLowerTier
 	}
 	msg := &messages.FreeBatch{Seqs: append([]uint64(nil), seqs...), Swap: true, Reply: make(chan *messages.FreeBatchResult, 1)}
@@ -910,7 +945,8 @@ func (m *Manager) Swap(ctx context.Context, seqs []uint64) ([]error, error) {
 	return r.Errs, r.Err
 }
 
-// Free frees one sequence.
+// Free frees one sequence (see FreeBatch): ErrUnknownSequence if it is not
+// held.
 func (m *Manager) Free(ctx context.Context, seq uint64) error {
 	errs, err := m.FreeBatch(ctx, []uint64{seq})
 	if err != nil {

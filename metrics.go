@@ -110,7 +110,7 @@ func (x *metricsSet) register() error {
 			for _, d := range done {
 				x.reg.Unregister(d)
 			}
-			return fmt.Errorf("%w: Registerer: %w", ErrBadConfig, err)
+			return &ConfigError{Field: "Registerer", Value: fmt.Sprintf("%T", x.reg), Reason: err.Error(), Err: err}
 		}
 		done = append(done, c)
 	}

@@ -181,16 +181,18 @@ func TestMetricsScrapeMatchesStats(t *testing.T) {
 }
 
 // TestMetricsRegistration: a second Manager on the same Registerer fails
-// New with ErrBadConfig (its series would collide); Close unregisters, so
-// the next Manager registers again.
+// New with a *ConfigError for Registerer (its series would collide; it was
+// a bare ErrBadConfig naming no field); Close unregisters, so the next
+// Manager registers again.
 func TestMetricsRegistration(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := New(Config{GPUBlocks: 4, BlockTokens: bt, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{GPUBlocks: 4, BlockTokens: bt, Registerer: reg}); !errors.Is(err, ErrBadConfig) {
-		t.Fatalf("a second Manager on one registry: %v, want ErrBadConfig", err)
+	_, err = New(Config{GPUBlocks: 4, BlockTokens: bt, Registerer: reg})
+	if ce, ok := errors.AsType[*ConfigError](err); !ok || ce.Field != "Registerer" || !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("a second Manager on one registry: %v, want a *ConfigError for Registerer", err)
 	}
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)

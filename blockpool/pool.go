@@ -267,7 +267,7 @@ func (p *Pool) checkLookahead(n int) error {
 		return fmt.Errorf("%w: lookahead %d", ErrBadArgument, n)
 	}
 	if n > p.cfg.NumBlocks*p.cfg.BlockSize {
-		return &NoSpaceError{Needed: n/p.cfg.BlockSize + 1, Free: p.numFree()}
+		return &NoSpaceError{Needed: (n-1)/p.cfg.BlockSize + 1, Free: p.numFree()} // ceil, without n+BlockSize's overflow
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package disk
 
 import (
 	"fmt"
+	"math"
 
 	"go.uber.org/zap"
 
@@ -16,7 +17,8 @@ type Config struct {
 	// it exists with looser permissions (see OSFS).
 	Dir string
 	// CapacityBytes bounds the total size of the slot files. The store has
-	// CapacityBytes / SlotBytes(PayloadBytes) slots, at least Files.
+	// CapacityBytes / SlotBytes(PayloadBytes) slots, at least Files and at
+	// most MaxSlots.
 	CapacityBytes int64
 	// PayloadBytes is the largest payload one block may carry. Each slot is
 	// one BlockSize header block plus PayloadBytes rounded up to BlockSize.
@@ -95,6 +97,10 @@ type Chain struct {
 	LoRA string
 }
 
+// MaxSlots is the most slots a Store has: slot numbers are int32. Open
+// refuses a CapacityBytes of more with ErrInvalidConfig.
+const MaxSlots = math.MaxInt32
+
 // SlotBytes returns the on-disk size of one slot for a payload size: one
 // header block plus the payload rounded up to BlockSize.
 func SlotBytes(payloadBytes int) int64 { return BlockSize + roundUp(int64(payloadBytes)) }
@@ -122,6 +128,9 @@ func (c Config) withDefaults() (Config, error) {
 	if slots := c.CapacityBytes / SlotBytes(c.PayloadBytes); slots < int64(c.Files) {
 		return c, fmt.Errorf("%w: CapacityBytes %d holds %d slots of %d bytes, need at least %d (Files)",
 			ErrInvalidConfig, c.CapacityBytes, slots, SlotBytes(c.PayloadBytes), c.Files)
+	} else if slots > MaxSlots {
+		return c, fmt.Errorf("%w: CapacityBytes %d holds %d slots of %d bytes, at most %d",
+			ErrInvalidConfig, c.CapacityBytes, slots, SlotBytes(c.PayloadBytes), MaxSlots)
 	}
 	if c.FS == nil {
 		c.FS = OSFS{}

@@ -134,7 +134,9 @@ func isPortZero(port string) bool {
 	return err == nil && n == 0
 }
 
-// Subscriber receives a publisher's batches (a SUB socket).
+// Subscriber receives a publisher's batches (a SUB socket). Its methods
+// are safe for concurrent use: Close, from another goroutine, ends a Recv
+// that waits.
 type Subscriber struct {
 	topic  string
 	cfg    clientConfig

@@ -11,7 +11,8 @@ import (
 var ErrGap = errors.New("kvtier: events: sequence gap")
 
 // View is a consumer's picture of one publisher's residency, built from
-// its batches: what a KV-aware router keeps per replica.
+// its batches: what a KV-aware router keeps per replica. It is not safe for
+// concurrent use: a router that reads it from several goroutines guards it.
 type View struct {
 	seq    uint64
 	ts     float64 // the last batch applied's timestamp
@@ -115,7 +116,8 @@ func applyEvents(held map[place]map[uint64]struct{}, evs []Event) {
 }
 
 // Residency returns the hashes each medium holds in any KV cache group,
-// sorted; mediums holding none are left out. For a hybrid model a hash a
+// sorted; mediums holding none are left out. The map and its slices are
+// new, the caller's. For a hybrid model a hash a
 // sliding-window group has dropped is still held while the full-attention
 // group holds it (GroupResidency tells the groups apart).
 func (v *View) Residency() map[Medium][]uint64 {
@@ -135,7 +137,7 @@ func (v *View) Residency() map[Medium][]uint64 {
 
 // GroupResidency returns the hashes each medium holds in KV cache group g
 // (vLLM's group_idx; 0 for a model with one group), sorted; mediums holding
-// none are left out.
+// none are left out. The map and its slices are new, the caller's.
 func (v *View) GroupResidency(g int) map[Medium][]uint64 {
 	sets := map[Medium]map[uint64]struct{}{}
 	for at, s := range v.held {

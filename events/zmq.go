@@ -60,6 +60,23 @@ const (
 	ReplayFailed = "failed"
 )
 
+// EndpointError says which of its sockets Listen could not set up, on
+// which endpoint, and why: Err wraps ErrBadEndpoint for an endpoint that
+// does not parse or resolve, or is the listener's error (an address in
+// use, a permission refused).
+type EndpointError struct {
+	Socket   string // "PUB" (ServerConfig.Endpoint) or "ROUTER" (ServerConfig.ReplayEndpoint)
+	Endpoint string
+	Err      error
+}
+
+func (e *EndpointError) Error() string {
+	return fmt.Sprintf("kvtier: events: %s on %q: %v", e.Socket, e.Endpoint, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *EndpointError) Unwrap() error { return e.Err }
+
 // ReplayError is a replay or snapshot request the server received and
 // could not answer, as its failure marker said. It matches ErrNoReplay, and
 // context.DeadlineExceeded when the code is ReplayTimedOut (the server's
@@ -186,7 +203,8 @@ type Server struct {
 }
 
 // Listen binds the sockets and starts serving. src answers the replay
-// socket; it may be nil only without a ReplayEndpoint.
+// socket; it may be nil only without a ReplayEndpoint. An endpoint it cannot
+// use fails it with an *EndpointError naming the socket.
 func Listen(cfg ServerConfig, src Source) (*Server, error) {
 	if cfg.ReplayEndpoint != "" && src == nil {
 		return nil, fmt.Errorf("kvtier: events: ROUTER on %q: no Source to answer it: %w", cfg.ReplayEndpoint, ErrBadConfig)
@@ -210,12 +228,12 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 		ln, err := listenEndpoint(cfg.Endpoint)
 		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("kvtier: events: PUB on %q: %w", cfg.Endpoint, err)
+			return nil, &EndpointError{Socket: "PUB", Endpoint: cfg.Endpoint, Err: err}
 		}
 		s.ln = ln
 	} else if err := checkConnectEndpoint(cfg.Endpoint); err != nil {
 		cancel()
-		return nil, fmt.Errorf("kvtier: events: PUB endpoint %q: %w", cfg.Endpoint, err)
+		return nil, &EndpointError{Socket: "PUB", Endpoint: cfg.Endpoint, Err: err}
 	}
 	if cfg.ReplayEndpoint != "" {
 		rln, err := listenEndpoint(cfg.ReplayEndpoint)
@@ -224,7 +242,7 @@ func Listen(cfg ServerConfig, src Source) (*Server, error) {
 				_ = s.ln.Close()
 			}
 			cancel()
-			return nil, fmt.Errorf("kvtier: events: ROUTER on %q: %w", cfg.ReplayEndpoint, err)
+			return nil, &EndpointError{Socket: "ROUTER", Endpoint: cfg.ReplayEndpoint, Err: err}
 		}
 		s.rln = rln
 		s.conns.Add(1)

@@ -53,7 +53,10 @@ type Device interface {
 // arena from NewArena stores each block contiguously; one from NewKVArena
 // places blocks by its Layout's kind. Block offsets in WriteBlock,
 // ReadBlock and stream copies are always offsets in the block's host form
-// ([layer][kv][token][head][dim]), whatever the kind.
+// ([layer][kv][token][head][dim]), whatever the kind. An Arena is safe for
+// concurrent use, as a Device is; what its bytes hold when two accesses to
+// the same bytes overlap (a write and a read or another write) is not
+// defined, as for any memory.
 type Arena interface {
 	NumBlocks() int
 	BlockBytes() int

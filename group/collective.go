@@ -25,15 +25,15 @@ var (
 	// ErrAborted is wrapped by every error of a reduction some rank left
 	// (its context ended, it failed) and by an allocation some rank could
 	// not make: the whole group gives up on the request.
-	ErrAborted = errors.New("kvtier/group: aborted")
+	ErrAborted = errors.New("kvtier: group: aborted")
 	// ErrClosed answers reductions on a closed Local.
-	ErrClosed = errors.New("kvtier/group: collective closed")
+	ErrClosed = errors.New("kvtier: group: collective closed")
 	// ErrBadConfig is wrapped by every validation error of NewRank, RankConfig
 	// and NewLocal.
-	ErrBadConfig = errors.New("kvtier/group: bad config")
+	ErrBadConfig = errors.New("kvtier: group: bad config")
 	// ErrNilContext refuses a reduction called with a nil context: it
 	// arrives nowhere and changes nothing.
-	ErrNilContext = errors.New("kvtier/group: nil context")
+	ErrNilContext = errors.New("kvtier: group: nil context")
 )
 
 // RankError says which rank made reduction Op fail, and why. It matches
@@ -45,7 +45,7 @@ type RankError struct {
 }
 
 func (e *RankError) Error() string {
-	return fmt.Sprintf("kvtier/group: rank %d left reduction %d: %v", e.Rank, e.Op, e.Err)
+	return fmt.Sprintf("kvtier: group: rank %d left reduction %d: %v", e.Rank, e.Op, e.Err)
 }
 
 // Unwrap makes errors.Is match ErrAborted and the cause.
@@ -59,7 +59,7 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("kvtier/group: %s = %v: %s", e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("kvtier: group: config %s = %v: %s", e.Field, e.Value, e.Reason)
 }
 
 // Unwrap makes errors.Is(err, ErrBadConfig) hold.

@@ -41,7 +41,7 @@ func NewLocal(n int) (*Local, error) {
 // Rank returns rank r's side of the collective.
 func (l *Local) Rank(r int) Collective {
 	if r < 0 || r >= l.n {
-		panic(fmt.Sprintf("kvtier/group: rank %d of a group of %d", r, l.n))
+		panic(fmt.Sprintf("kvtier: group: rank %d of a group of %d", r, l.n))
 	}
 	return localRank{l: l, rank: r}
 }
@@ -52,7 +52,7 @@ func (l *Local) Rank(r int) Collective {
 // in [0, n), as for Rank.
 func (l *Local) Fail(rank int, err error) {
 	if rank < 0 || rank >= l.n {
-		panic(fmt.Sprintf("kvtier/group: Fail of rank %d of a group of %d", rank, l.n))
+		panic(fmt.Sprintf("kvtier: group: Fail of rank %d of a group of %d", rank, l.n))
 	}
 	select {
 	case l.in <- failMsg{rank: rank, err: err}:

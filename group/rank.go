@@ -130,7 +130,7 @@ func (r *Rank) allocate(ctx context.Context, req AllocRequest) (AllocResult, err
 	out.LocalHit = max(local, 0)
 	h, err := r.reduce(ctx, int64(local))
 	if err != nil {
-		return out, fmt.Errorf("kvtier/group: agreeing on the hit of sequence %d: %w", req.Seq, err)
+		return out, fmt.Errorf("kvtier: group: agreeing on the hit of sequence %d: %w", req.Seq, err)
 	}
 	out.AgreedHit = int(max(h, 0))
 	held, v, lerr := r.load(ctx, req, out.AgreedHit)
@@ -153,7 +153,7 @@ func (r *Rank) allocate(ctx context.Context, req AllocRequest) (AllocResult, err
 					err = errors.Join(err, ferr)
 				}
 			}
-			return out, fmt.Errorf("kvtier/group: agreeing on the valid prefix of sequence %d: %w", req.Seq, err)
+			return out, fmt.Errorf("kvtier: group: agreeing on the valid prefix of sequence %d: %w", req.Seq, err)
 		}
 		if int(a) == prev { // every rank holds exactly a
 			out.Blocks, out.ValidTokens = held, int(a)
@@ -260,7 +260,7 @@ func (r *Rank) Commit(ctx context.Context, seq uint64, tokens int) (int, error) 
 	a, err := r.reduce(ctx, local)
 	if err != nil {
 		r.c.failures.Add(1)
-		return 0, errors.Join(cerr, fmt.Errorf("kvtier/group: agreeing on the commit of sequence %d: %w", seq, err))
+		return 0, errors.Join(cerr, fmt.Errorf("kvtier: group: agreeing on the commit of sequence %d: %w", seq, err))
 	}
 	a = max(a, 0)
 	r.c.commits.Add(1)
@@ -280,7 +280,7 @@ func (r *Rank) Lookup(ctx context.Context, req kvtier.LookupRequest) (int, error
 	a, err := r.reduce(ctx, int64(local))
 	if err != nil {
 		r.c.failures.Add(1)
-		return 0, fmt.Errorf("kvtier/group: agreeing on a lookup: %w", err)
+		return 0, fmt.Errorf("kvtier: group: agreeing on a lookup: %w", err)
 	}
 	return int(max(a, 0)), nil
 }

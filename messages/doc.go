@@ -2,6 +2,17 @@
 // Manager to the tier actors, and the tier actors' requests and replies to each
 // other.
 //
+// # What an embedder uses
+//
+// A program that embeds kvtier names these types through the root package's
+// aliases (kvtier.AllocRequest, ...), and this package documents their fields:
+// AllocRequest, AllocResult, OnboardOutcome and Completion (AllocResult.Ready),
+// AppendItem, CommitItem, Tier with its constants and TierTokens, TierStats and
+// EventStats, Ingestion with its constants, ErrStopped (kvtier.ErrClosed),
+// ErrCanceled and ErrFailed. Every other type is the actors' own protocol:
+// exported because the actors live in several packages, not for callers, and
+// it changes with them.
+//
 // # Rules
 //
 // Every message is a pointer to a struct and is read-only once sent. Slices in a
@@ -12,7 +23,8 @@
 //
 // # Flows
 //
-//	Manager -> GPU actor:     AllocateBatch, AppendBatch, FreeBatch, Query, Flush, Stats
+//	Manager -> GPU actor:     AllocateBatch, AppendBatch, CommitBatch, FreeBatch, StepBatch,
+//	                          Withdraw, Query, Flush, StatsRequest, ResidencyQuery, EventsSync
 //	GPU -> index -> GPU:      Lookup / LookupResult (which lower tier holds a chain)
 //	GPU -> pinned -> GPU:     OffloadRequest / OffloadGrant, then OffloadDone
 //	                          FetchRequest / FetchGrant, then FetchRelease

@@ -115,20 +115,29 @@ func (t Tier) String() string {
 
 // AllocRequest asks for a sequence's blocks.
 type AllocRequest struct {
-	Seq    uint64
+	// Seq names the sequence in every later call (Append, Commit, Free,
+	// Swap); it must not be held already (ErrSequenceExists) and is free
+	// for reuse once the sequence is freed.
+	Seq uint64
+	// Tokens is the prompt, at least one token (ErrEmptySequence), each in
+	// [0, Config.VocabSize) when VocabSize is set (ErrTokenOutOfRange). It
+	// is read during the call only (see "Ownership" in package kvtier).
 	Tokens []int64
 	Salt   string // tenant salt; different salts never share a block
 	// LoRA names the adapter the sequence runs with ("" for the base model);
 	// different adapters never share a block.
 	LoRA string
 	// Lookahead adds blocks for this many tokens past Tokens, for the caller
-	// to write before it appends their tokens (speculative decoding).
+	// to write before it appends their tokens (speculative decoding). A
+	// negative Lookahead is refused (ErrBadArgument), one past the GPU's
+	// whole capacity gets ErrNoSpace.
 	Lookahead int
 	// MaxSeqLen, when > 0, bounds the prompt: longer prompts are cut to
-	// MaxSeqLen tokens when Truncate is set and denied (ErrTooLong) otherwise.
+	// their first MaxSeqLen tokens when Truncate is set (AllocResult.Truncated
+	// says how many went) and denied (ErrTooLong) otherwise.
 	// 0 means no bound; a negative MaxSeqLen is refused (ErrBadArgument).
 	MaxSeqLen int
-	Truncate  bool
+	Truncate  bool // see MaxSeqLen
 	// MaxHitTokens, when > 0, caps the leading tokens served from any tier
 	// (GPU hits plus loads), rounded down to whole blocks; < 0 serves none.
 	// Blocks past the cap are fresh, for the caller to compute. A
@@ -234,13 +243,14 @@ func (c *Completion) Done() <-chan struct{} {
 	return *c.done.Load() // set meanwhile: closed, or another waiter's
 }
 
-// Outcome returns the outcome; valid once Done is closed.
+// Outcome waits until Done is closed and returns the outcome.
 func (c *Completion) Outcome() OnboardOutcome {
 	<-c.Done()
 	return c.out
 }
 
-// Complete sets the outcome. Only the owning actor calls it, once.
+// Complete sets the outcome. Only the owning actor calls it, once: a
+// second call panics.
 func (c *Completion) Complete(o OnboardOutcome) {
 	c.out = o
 	if !c.done.CompareAndSwap(nil, closed) {
@@ -270,8 +280,14 @@ type AllocateBatchResult struct {
 // AppendItem adds decoded tokens to one sequence and keeps slots for
 // Lookahead more tokens after them.
 type AppendItem struct {
-	Seq       uint64
-	Tokens    []int64
+	Seq uint64 // a sequence held (ErrUnknownSequence otherwise)
+	// Tokens are the decoded tokens, appended all or nothing, each in
+	// [0, Config.VocabSize) when VocabSize is set (ErrTokenOutOfRange).
+	// None only makes room for Lookahead. Read during the call only.
+	Tokens []int64
+	// Lookahead makes the block table cover at least this many tokens past
+	// the sequence's last: it is not added to an earlier lookahead, and
+	// slots already held stay. Negative is refused (ErrBadArgument).
 	Lookahead int
 }
 
@@ -296,9 +312,15 @@ type AppendBatchResult struct {
 // compute), but every copy that reads them to a lower tier waits for the
 // fence on the copy stream.
 type CommitItem struct {
-	Seq    uint64
+	Seq uint64 // a sequence held (ErrUnknownSequence otherwise)
+	// Tokens is how many leading tokens of the sequence are computed, a
+	// total, not an increment: kvtier.AllTokens for every token it holds; more
+	// than it holds, or negative otherwise, is ErrBadCommit. A count below
+	// what is committed already uncommits nothing.
 	Tokens int
-	After  gpu.Fence
+	// After, when not nil, is the fence of the pass that computes the KV
+	// (see package kvtier's "Contract"); nil: the KV is written already.
+	After gpu.Fence
 	// Class, when not 0, is the request's class as the engine knows it
 	// now (policy.Hint.Class): at its last commit, when it has finished,
 	// policy.OutputClass of the tokens it generated. It replaces the class
@@ -427,7 +449,7 @@ type TierStats struct {
 	// prefetches), neither as hits nor as misses, so its hit ratio among
 	// what it was asked is Hits / (Hits + Misses + those served from below).
 	Hits, Misses uint64
-	Evictions    uint64
+	Evictions    uint64 // blocks the tier dropped to make room (its policy's victims)
 	// Offloaded: for the GPU and pinned tiers, blocks they wrote down to
 	// the tier(s) below; for the bottom tiers (disk, remote), blocks
 	// written into them — the same copies, seen from below, so a sum over
@@ -451,11 +473,19 @@ type TierStats struct {
 	// later part of a split load whose earlier part fell short — as misses
 	// counted under that part's reason (Timeouts for a late one). Ready
 	// waits for their copy either way.
-	Overdue  uint64
+	Overdue uint64
+	// InFlight is the work under way now, a gauge in each tier's own unit,
+	// so compare it over time, not across tiers: the GPU's offload and
+	// fetch operations, the pinned tier's blocks being offloaded into it,
+	// the disk's block writes, read jobs and copies, the remote tier's
+	// requests.
 	InFlight int
 	// Down says the tier's actor stopped for good after repeated failures
 	// (the other fields are then zero): its blocks are no longer served.
-	Down  bool               `json:",omitempty"`
+	Down bool `json:",omitempty"`
+	// Extra holds the tier's own gauges and counters by name (the GPU's
+	// "free" and "copy_up_us_per_block", the pinned tier's "locked", the
+	// disk's "io_direct", ...).
 	Extra map[string]float64 `json:",omitempty"`
 	// Tokens (the GPU tier only) is what allocations asked and found, by
 	// namespace label: a tenant salt the Manager's MetricsNamespaces names,
