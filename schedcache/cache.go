@@ -69,6 +69,19 @@ func noBlocks(err error) error {
 	return err
 }
 
+// keepOne is the MaxHitTokens that leaves a sequence of n tokens one to
+// compute, as the engine contract asks (README, "Keep a token to compute"):
+// n-1, rounded down to whole blocks by the Manager, so a fully cached
+// prompt of whole blocks recomputes its last block, as vLLM does, instead of
+// computing its last token into a committed block other sequences share. A
+// one-token sequence passes -1 (0 means no cap).
+func keepOne(n int) int {
+	if n <= 1 {
+		return -1
+	}
+	return n - 1
+}
+
 // Allocate implements scheduler.Cache with one Manager.AllocateInOrder:
 // the scheduler admits first come, first served, so once a sequence gets no
 // blocks the ones after it are not tried (they would be freed again, their
@@ -76,7 +89,7 @@ func noBlocks(err error) error {
 func (c *Cache) Allocate(ctx context.Context, reqs []scheduler.AllocReq) ([]scheduler.AllocOutcome, error) {
 	c.reqs = c.reqs[:0]
 	for _, r := range reqs {
-		c.reqs = append(c.reqs, kvtier.AllocRequest{Seq: uint64(r.Seq), Tokens: r.Tokens, Salt: r.Salt})
+		c.reqs = append(c.reqs, kvtier.AllocRequest{Seq: uint64(r.Seq), Tokens: r.Tokens, Salt: r.Salt, MaxHitTokens: keepOne(len(r.Tokens))})
 	}
 	res, err := c.m.AllocateInOrder(ctx, c.reqs)
 	clear(c.reqs) // drop references to the scheduler's token slices

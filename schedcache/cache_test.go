@@ -352,3 +352,29 @@ func TestAllocateWithdrawnPartFreesTheRest(t *testing.T) {
 		}
 	}
 }
+
+// TestFullyCachedPromptKeepsItsLastBlock: a prompt of whole blocks, all
+// cached, is allocated with its last block to compute (the engine
+// contract's MaxHitTokens = len-1, rounded down to blocks), as vLLM does; a
+// one-token prompt gets no hit. The adaptor asked for no cap: the Manager
+// served the whole prompt, and the scheduler computed its last token into
+// a committed block other sequences share.
+func TestFullyCachedPromptKeepsItsLastBlock(t *testing.T) {
+	ctx := context.Background()
+	c := New(newManager(t, kvtier.Config{GPUBlocks: 8}), Options{})
+	p := seqTokens(10, 2*blockTokens)
+	allocOne(t, c, 1, p)
+	if err := c.Free(ctx, []scheduler.SeqID{1}); err != nil {
+		t.Fatal(err)
+	}
+	if o := allocOne(t, c, 2, p); o.GPUTokens != blockTokens {
+		t.Fatalf("a fully cached 2-block prompt: %d GPU tokens, want %d (its last block kept to compute)", o.GPUTokens, blockTokens)
+	}
+	longer := append(append([]int64(nil), p...), 99)
+	if o := allocOne(t, c, 3, longer); o.GPUTokens != 2*blockTokens {
+		t.Fatalf("the prompt and one token more: %d GPU tokens, want %d (both full blocks)", o.GPUTokens, 2*blockTokens)
+	}
+	if o := allocOne(t, c, 4, p[:1]); o.GPUTokens != 0 {
+		t.Fatalf("a one-token prompt: %d GPU tokens, want 0", o.GPUTokens)
+	}
+}
