@@ -43,7 +43,10 @@ var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 // is no part of line 1. The caller closes nothing: the gzip reader holds
 // no resource beyond r.
 func textOf(r *bufio.Reader) (*bufio.Reader, error) {
-	head, _ := r.Peek(8) // shorter at the end of the input; a read error shows again at the first line
+	head, err := peek(r, 8)
+	if err != nil {
+		return nil, err
+	}
 	if bytes.HasPrefix(head, gzipMagic) {
 		zr, err := gzip.NewReader(r)
 		if err != nil {
@@ -57,7 +60,9 @@ func textOf(r *bufio.Reader) (*bufio.Reader, error) {
 			}
 		}
 	}
-	head, _ = r.Peek(len(utf8BOM))
+	if head, err = peek(r, len(utf8BOM)); err != nil {
+		return nil, err
+	}
 	if bytes.HasPrefix(head, []byte{0xff, 0xfe}) || bytes.HasPrefix(head, []byte{0xfe, 0xff}) {
 		return nil, fmt.Errorf("trace: the input starts with a UTF-16 byte order mark: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8): %w", ErrUTF16)
 	}
@@ -67,6 +72,19 @@ func textOf(r *bufio.Reader) (*bufio.Reader, error) {
 		}
 	}
 	return r, nil
+}
+
+// peek returns up to n bytes at the start of r, fewer at the end of the
+// input. A read error fails it: bufio.Reader.Peek hands the error over
+// once and forgets it, and a reader need not repeat it, so the first line
+// would read on past it (an input that failed at once read as an empty
+// trace).
+func peek(r *bufio.Reader, n int) ([]byte, error) {
+	head, err := r.Peek(n)
+	if err != nil && err != io.EOF && !errors.Is(err, bufio.ErrBufferFull) {
+		return nil, fmt.Errorf("trace: reading line 1: %w", err)
+	}
+	return head, nil
 }
 
 // notJSONLines explains, for a line that does not decode as one JSON object,
