@@ -136,9 +136,10 @@ func (OSFS) OpenFile(name string, direct bool) (File, error) {
 }
 
 // OpenExisting implements ExistingOpener, with OpenFile's checks (a
-// private regular file, no link).
+// private regular file, no link) and its 0600: openPrivate takes away the
+// bits perm lacks, so a perm of 0 would leave the file mode 0000.
 func (OSFS) OpenExisting(name string) (File, error) {
-	f, err := openPrivate(unix.AT_FDCWD, name, name, unix.O_RDONLY, unix.S_IFREG, 0)
+	f, err := openPrivate(unix.AT_FDCWD, name, name, unix.O_RDONLY, unix.S_IFREG, 0o600)
 	if err != nil {
 		return nil, err
 	}
