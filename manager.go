@@ -520,9 +520,22 @@ func ask[T any](ctx context.Context, m *Manager, pid *actor.PID, call *messages.
 // callable is what every call checks before it sends anything: a nil
 // context, a closed Manager, a failed one, an ended context (for a
 // state-changing call, wrapped in ErrCanceled). A call that answers without
-// an actor (Swap without a pinned tier, EventsSeq without Config.Events)
-// checks it too, so that it answers as every other call does.
+// an actor (Swap and Prefetch without a pinned tier, EventsSeq without
+// Config.Events) checks it too, so that it answers as every other call
+// does.
 func (m *Manager) callable(ctx context.Context, changing bool) error {
+	if err := m.open(ctx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return cancelErr(err, changing)
+	}
+	return nil
+}
+
+// open is callable less the context's end: a nil context, a closed
+// Manager, a failed one.
+func (m *Manager) open(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
@@ -535,9 +548,6 @@ func (m *Manager) callable(ctx context.Context, changing bool) error {
 	case <-m.failed:
 		return ErrFailed
 	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return cancelErr(err, changing)
 	}
 	return nil
 }
@@ -962,12 +972,18 @@ type Presence struct {
 	Tokens TierTokens
 }
 
-// chainKeys hashes tokens in the namespace of salt and lora.
-// chainKeys hashes a chain named by a query (Exists, Lookup, Delete,
-// Prefetch), refusing tokens outside [0, Config.VocabSize) as an allocation
-// does (ErrTokenOutOfRange): no block was ever cached under them, and a
-// caller whose tokenizer disagrees with the Manager's model should hear so.
-func (m *Manager) chainKeys(tokens []int64, salt, lora string) (*blockpool.Keys, error) {
+// chainKeys hashes, in the namespace of salt and lora, a chain named by a
+// query (Exists, Lookup, Delete, Prefetch), refusing tokens outside [0,
+// Config.VocabSize) as an allocation does (ErrTokenOutOfRange): no block
+// was ever cached under them, and a caller whose tokenizer disagrees with
+// the Manager's model should hear so. It checks the call first (open), so
+// that a nil context and a closed or failed Manager answer as in every
+// other call, whatever the tokens; the context's end is left to the
+// query's first ask.
+func (m *Manager) chainKeys(ctx context.Context, tokens []int64, salt, lora string) (*blockpool.Keys, error) {
+	if err := m.open(ctx); err != nil {
+		return nil, err
+	}
 	if err := blockpool.CheckTokens(tokens, m.cfg.VocabSize); err != nil {
 		return nil, err
 	}
@@ -1000,7 +1016,7 @@ func (m *Manager) Exists(ctx context.Context, tokens []int64, salt string) (Pres
 
 // ExistsChain is Exists for a chain allocated under a LoRA adapter too.
 func (m *Manager) ExistsChain(ctx context.Context, c Chain) (Presence, error) {
-	k, err := m.chainKeys(c.Tokens, c.Salt, c.LoRA)
+	k, err := m.chainKeys(ctx, c.Tokens, c.Salt, c.LoRA)
 	if err != nil {
 		return Presence{}, err
 	}
@@ -1096,7 +1112,7 @@ type LookupResult struct {
 // fails Lookup with the context's error (nothing changed): give Lookup at
 // least ReadTimeout to have the node's own answer whatever the server does.
 func (m *Manager) Lookup(ctx context.Context, req LookupRequest) (LookupResult, error) {
-	k, err := m.chainKeys(req.Tokens, req.Salt, req.LoRA)
+	k, err := m.chainKeys(ctx, req.Tokens, req.Salt, req.LoRA)
 	if err != nil {
 		return LookupResult{}, err
 	}
@@ -1155,7 +1171,7 @@ func (m *Manager) Delete(ctx context.Context, tokens []int64, salt string) (int,
 // DeleteChain is Delete for a chain allocated under a LoRA adapter too.
 func (m *Manager) DeleteChain(ctx context.Context, c Chain) (int, error) {
 	tokens := c.Tokens
-	k, err := m.chainKeys(tokens, c.Salt, c.LoRA)
+	k, err := m.chainKeys(ctx, tokens, c.Salt, c.LoRA)
 	if err != nil {
 		return 0, err
 	}
@@ -1248,15 +1264,12 @@ func (m *Manager) Prefetch(ctx context.Context, tokens []int64, salt string) (in
 
 // PrefetchChain is Prefetch for a chain allocated under a LoRA adapter too.
 func (m *Manager) PrefetchChain(ctx context.Context, c Chain) (int, error) {
-	if ctx == nil {
-		return 0, ErrNilContext
-	}
-	k, err := m.chainKeys(c.Tokens, c.Salt, c.LoRA)
+	k, err := m.chainKeys(ctx, c.Tokens, c.Salt, c.LoRA)
 	if err != nil {
 		return 0, err
 	}
-	if m.pinPID == nil {
-		return 0, nil
+	if m.pinPID == nil { // nothing to prefetch into: answered as a call is
+		return 0, m.callable(ctx, false /* changing */)
 	}
 	pq := &messages.PinnedQuery{Kind: messages.QueryPrefetch, Hashes: hashes(k), Digests: k.Digests, Reply: make(chan *messages.QueryResult, 1)}
 	pr, err := ask(ctx, m, m.pinPID, nil, pq, pq.Reply)

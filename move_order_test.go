@@ -171,7 +171,7 @@ func checkMoves(t *testing.T, hist map[uint64][]string) {
 // blocksOf returns the events of a's blocks, which must all agree.
 func blocksOf(t *testing.T, m *Manager, hist map[uint64][]string, a []int64) []string {
 	t.Helper()
-	k, err := m.chainKeys(a, "", "")
+	k, err := m.chainKeys(context.Background(), a, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
