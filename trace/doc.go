@@ -29,7 +29,8 @@
 // another compression Read recognises (zstd, xz, bzip2, zip) is refused
 // before any line with ErrCompressed, and UTF-16 text with ErrUTF16; a JSON
 // array of requests, or objects pretty-printed over several lines, fails on
-// line 1 with an error saying so.
+// line 1 with an error saying so (with OnError Skip such lines are skipped
+// and counted, and the Report's first error says so).
 //
 // # Errors
 //
