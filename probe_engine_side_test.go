@@ -559,6 +559,80 @@ func TestProbeEngineRemoteOtherModel(t *testing.T) {
 	}
 }
 
+// heldLoads is the setup of the probes that act while a load is held on
+// the copy stream: a Manager over a host device whose copies up wait while
+// hold is on, and a prompt computed once and evicted from the GPU, so that
+// its blocks are only in pinned memory.
+type heldLoads struct {
+	m      *kvtier.Manager
+	model  *refengine.Model
+	p      *enginetest.Prompts
+	prompt []int64
+	gate   atomic.Pointer[chan struct{}]
+}
+
+func newHeldLoads(ctx context.Context, t *testing.T, seed uint64, gpuBlocks int, kind gpu.LayoutKind, promptTokens int) *heldLoads {
+	t.Helper()
+	h := &heldLoads{}
+	dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, _ []gpu.CopyOp) error {
+		if g := h.gate.Load(); dir == gpu.H2D && g != nil {
+			<-*g
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	cfg := engineConfig(t, gpuBlocks, 32, kind)
+	cfg.Device = dev
+	h.m = mustNew(t, cfg)
+	t.Cleanup(func() { mustClose(t, h.m) })
+	h.model = engineModel(t)
+	h.p = enginetest.NewPrompts(seed, refengine.TinyConfig.Vocab, ebt, 1)
+	h.prompt = h.p.Unique(promptTokens)
+	g := (&enginetest.Engine{M: h.m, Model: h.model}).NewGen(1, h.prompt, "")
+	if err := g.Run(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := enginetest.EvictGPU(ctx, h.m, h.p, 1<<40, gpuBlocks); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// hold makes copies up wait until the returned release is called.
+func (h *heldLoads) hold() (release func()) {
+	held := make(chan struct{})
+	h.gate.Store(&held)
+	return func() {
+		h.gate.Store(nil)
+		close(held)
+	}
+}
+
+// completeLoad waits for r's load, computes the tokens it left into the
+// block table the load ended with, commits s.tokens and checks every row
+// against the recompute. It returns the load's outcome.
+func (s *probeSeq) completeLoad(ctx context.Context, r kvtier.AllocResult) kvtier.OnboardOutcome {
+	<-r.Ready.Done()
+	out := r.Ready.Outcome()
+	table := r.Blocks
+	if out.Blocks != nil {
+		table = out.Blocks
+	}
+	s.kv = enginetest.NewKV(s.m, table)
+	s.forward(s.tokens[out.ValidTokens:], out.ValidTokens, len(s.tokens))
+	if err := s.m.Commit(ctx, s.seq, len(s.tokens)); err != nil {
+		s.t.Fatal(err)
+	}
+	s.check()
+	return out
+}
+
 // TestProbeEngineSamePromptWhileLoading: a prompt's blocks are only in
 // pinned memory, and its load into one sequence is held on the copy
 // stream. Meanwhile a second sequence asks for the same prompt and more, a
@@ -568,38 +642,9 @@ func TestProbeEngineRemoteOtherModel(t *testing.T) {
 // and every sequence, once it computed the rest, has the recompute's logits.
 func TestProbeEngineSamePromptWhileLoading(t *testing.T) {
 	ctx := engineCtx(t)
-	var gate atomic.Pointer[chan struct{}]
-	dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, _ []gpu.CopyOp) error {
-		if g := gate.Load(); dir == gpu.H2D && g != nil {
-			<-*g
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	const gpuBlocks = 32
-	cfg := engineConfig(t, gpuBlocks, 32, gpu.LayerSeparate)
-	cfg.Device = dev
-	m := mustNew(t, cfg)
-	defer mustClose(t, m)
-	model := engineModel(t)
-	p := enginetest.NewPrompts(66, refengine.TinyConfig.Vocab, ebt, 1)
-	prompt := p.Unique(4*ebt + 2)
-	g := (&enginetest.Engine{M: m, Model: model}).NewGen(1, prompt, "")
-	if err := g.Run(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := enginetest.EvictGPU(ctx, m, p, 1<<40, gpuBlocks); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	held := make(chan struct{})
-	gate.Store(&held)
+	h := newHeldLoads(ctx, t, 66, 32, gpu.LayerSeparate, 4*ebt+2)
+	m, model, p, prompt := h.m, h.model, h.p, h.prompt
+	release := h.hold()
 	more := append(append([]int64(nil), prompt...), p.Unique(ebt+1)...)
 	other := append(append([]int64(nil), prompt[:2*ebt]...), p.Unique(2*ebt+3)...)
 	var seqs []*probeSeq
@@ -623,23 +668,10 @@ func TestProbeEngineSamePromptWhileLoading(t *testing.T) {
 	if results[0].Tokens.Below() == 0 {
 		t.Fatalf("the first sequence loads nothing: %+v", results[0])
 	}
-	gate.Store(nil)
-	close(held)
+	release()
 	for i, s := range seqs {
-		r := results[i]
-		<-r.Ready.Done()
-		out := r.Ready.Outcome()
-		table := r.Blocks
-		if out.Blocks != nil {
-			table = out.Blocks
-		}
-		s.kv = enginetest.NewKV(m, table)
-		s.forward(s.tokens[out.ValidTokens:], out.ValidTokens, len(s.tokens))
-		if err := m.Commit(ctx, s.seq, len(s.tokens)); err != nil {
-			t.Fatal(err)
-		}
-		s.check()
-		t.Logf("seq %d: %+v; outcome valid %d", s.seq, r.Tokens, out.ValidTokens)
+		out := s.completeLoad(ctx, results[i])
+		t.Logf("seq %d: %+v; outcome valid %d", s.seq, results[i].Tokens, out.ValidTokens)
 	}
 	for _, s := range seqs {
 		if err := m.Free(ctx, s.seq); err != nil {
@@ -660,38 +692,9 @@ func TestProbeEngineSamePromptWhileLoading(t *testing.T) {
 // recompute's logits.
 func TestProbeEngineFreeWhileLoading(t *testing.T) {
 	ctx := engineCtx(t)
-	var gate atomic.Pointer[chan struct{}]
-	dev, err := gpu.NewHost(gpu.HostConfig{Fault: func(dir gpu.Direction, _ []gpu.CopyOp) error {
-		if g := gate.Load(); dir == gpu.H2D && g != nil {
-			<-*g
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	const gpuBlocks = 24
-	cfg := engineConfig(t, gpuBlocks, 32, gpu.BlockContiguous)
-	cfg.Device = dev
-	m := mustNew(t, cfg)
-	defer mustClose(t, m)
-	model := engineModel(t)
-	p := enginetest.NewPrompts(67, refengine.TinyConfig.Vocab, ebt, 1)
-	prompt := p.Unique(5*ebt + 1)
-	g := (&enginetest.Engine{M: m, Model: model}).NewGen(1, prompt, "")
-	if err := g.Run(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := enginetest.EvictGPU(ctx, m, p, 1<<40, gpuBlocks); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	held := make(chan struct{})
-	gate.Store(&held)
+	h := newHeldLoads(ctx, t, 67, 24, gpu.BlockContiguous, 5*ebt+1)
+	m, model, p, prompt := h.m, h.model, h.p, h.prompt
+	release := h.hold()
 	r, err := m.Allocate(ctx, kvtier.AllocRequest{Seq: 2, Tokens: prompt, MaxHitTokens: len(prompt) - 1})
 	if err != nil || r.Tokens.Of(kvtier.Pinned) == 0 {
 		t.Fatalf("no load from pinned memory: %+v %v", r, err)
@@ -724,21 +727,9 @@ func TestProbeEngineFreeWhileLoading(t *testing.T) {
 	if len(gens) == 0 {
 		t.Fatal("no sequence found free blocks while the load was held")
 	}
-	gate.Store(nil)
-	close(held)
+	release()
 	<-r.Ready.Done()
-	<-r2.Ready.Done()
-	out := r2.Ready.Outcome()
-	table := r2.Blocks
-	if out.Blocks != nil {
-		table = out.Blocks
-	}
-	s.kv = enginetest.NewKV(m, table)
-	s.forward(prompt[out.ValidTokens:], out.ValidTokens, len(prompt))
-	if err := m.Commit(ctx, 2, len(prompt)); err != nil {
-		t.Fatal(err)
-	}
-	s.check()
+	out := s.completeLoad(ctx, r2)
 	if err := m.Free(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
