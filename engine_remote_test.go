@@ -24,13 +24,7 @@ import (
 // hits, never changes a logit: every row equals a no-cache recompute, bit
 // for bit.
 func TestReferenceEngineThroughRedis(t *testing.T) {
-	addr := os.Getenv("KVTIER_REDIS")
-	if addr == "" {
-		if os.Getenv("KVTIER_REQUIRE_REDIS") != "" {
-			t.Fatal("KVTIER_REQUIRE_REDIS is set (CI) but KVTIER_REDIS is not")
-		}
-		t.Skip(`no Redis: run eval "$(.ci/redis.sh start)" first (CI does)`)
-	}
+	addr := standaloneRedis(t)
 	ctx := engineCtx(t)
 	model := engineModel(t)
 	prefix := fmt.Sprintf("test-engine-%d", rand.Uint64())
@@ -125,4 +119,19 @@ func dropKeys(t *testing.T, c *redis.Client, prefix string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// standaloneRedis returns the standalone Redis server of .ci/redis.sh
+// (KVTIER_REDIS), or skips the test; under KVTIER_REQUIRE_REDIS (CI) its
+// absence fails it.
+func standaloneRedis(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("KVTIER_REDIS")
+	if addr == "" {
+		if os.Getenv("KVTIER_REQUIRE_REDIS") != "" {
+			t.Fatal("KVTIER_REQUIRE_REDIS is set (CI) but KVTIER_REDIS is not")
+		}
+		t.Skip(`no Redis: run eval "$(.ci/redis.sh start)" first (CI does)`)
+	}
+	return addr
 }

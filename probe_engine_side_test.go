@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -493,13 +492,7 @@ func TestProbeEngineStepBatching(t *testing.T) {
 // writer's (the shared tier holds one host form), with the recompute's
 // logits for each.
 func TestProbeEngineRemoteOtherModel(t *testing.T) {
-	addr := os.Getenv("KVTIER_REDIS")
-	if addr == "" {
-		if os.Getenv("KVTIER_REQUIRE_REDIS") != "" {
-			t.Fatal("KVTIER_REQUIRE_REDIS is set (CI) but KVTIER_REDIS is not")
-		}
-		t.Skip(`no Redis: run eval "$(.ci/redis.sh start)" first (CI does)`)
-	}
+	addr := standaloneRedis(t)
 	ctx := engineCtx(t)
 	prefix := fmt.Sprintf("test-engine-model-%d", rand.Uint64())
 	raw := redis.NewClient(&redis.Options{Addr: addr})
